@@ -1,0 +1,419 @@
+"""The one error tree of lockgate.
+
+Every error lockgate raises on purpose derives from :class:`LockgateError` and carries a stable
+``code`` (an :class:`ErrorCode`), so callers, logs and the journal can name a failure without
+parsing messages::
+
+    LockgateError
+    ├── ConfigurationError              a declaration or option that cannot work
+    ├── InvalidParamsError              submit params that do not fit the workflow body
+    ├── PayloadTooLarge                 an event payload over max_event_payload_bytes
+    ├── RunNotFoundError                no run with this name and id
+    ├── DuplicateRunError               a run id already taken by another run
+    ├── IdempotencyConflict             an idempotency key reused for a different request
+    ├── RunFinishedError                the run ended; it takes no more signals or updates
+    ├── RunNotStartedError              an update for a run whose start is still ahead
+    ├── QueryError                      a query that cannot be served
+    ├── UpdateRejected                  a validator refused an update
+    ├── UpdateError                     an update handler failed, or none is registered
+    ├── UpdateTimeout                   no worker applied an update in time
+    ├── StepResultTypeError             a step result that does not fit its return annotation
+    ├── StepFailedError                 a step failure replayed from the journal
+    ├── NonDeterminismError             a body that no longer matches its journal
+    ├── UnboundContextError             a durable API used outside a run
+    ├── NestedDurableOperationError     a durable API used inside a step
+    ├── WaitTimeout                     a signal wait reached its deadline
+    ├── LockLost                        a fenced write by a lease that no longer holds the run
+    │   └── EventAfterTerminal          an append behind a terminal event
+    ├── RunOwnedError                   another live lease holds the run
+    ├── RunGatedError                   a concurrency or rate gate kept the run waiting too long
+    ├── CapabilityMissing               a store asked for an optional group it lacks
+    ├── StoreUnavailable                the store failed under an operation
+    ├── JournalNeedsNewerRuntime        a journal with facts this runtime cannot read
+    │   └── SchemaVersionMismatch       an event schema major newer than this runtime
+    ├── DurableInvocationError          a run awaited by a caller ended in error
+    │   ├── DurableInvocationCancelled  ... because it was cancelled or terminated
+    │   └── DurableInvocationTimeout    ... or did not end within the caller's timeout
+    └── UserFailure                     failures a step raises to steer retries
+        ├── Transient                   always retried, up to max_attempts
+        ├── Poison                      bad input: never retried
+        └── Fatal                       broken invariant: never retried
+
+Context fields are keyword-only. Errors the engine writes into the journal are described by
+:func:`describe_error`, which is plain JSON and round-trips through every store.
+
+The signals the engine uses to unwind a workflow body (suspend, cancel, lost lease) are not in
+this tree: they derive from ``BaseException`` so that a body's ``except Exception`` cannot
+swallow them. They live in the executor and never reach a caller.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+
+class ErrorCode(enum.StrEnum):
+    """Stable identifiers for failures. New codes may be added; existing ones never change."""
+
+    CONFIGURATION = "configuration"
+    INVALID_PARAMS = "invalid_params"
+    PAYLOAD_TOO_LARGE = "payload_too_large"
+    NOT_FOUND = "not_found"
+    DUPLICATE_RUN = "duplicate_run"
+    IDEMPOTENCY_CONFLICT = "idempotency_conflict"
+    INVALID_REQUEST = "invalid_request"
+    UPDATE_REJECTED = "update_rejected"
+    UPDATE_FAILED = "update_failed"
+    UPDATE_TIMEOUT = "update_timeout"
+    STEP_RESULT_TYPE = "step_result_type"
+    STEP_FAILED = "step_failed"
+    NONDETERMINISM = "nondeterminism"
+    UNBOUND_CONTEXT = "unbound_context"
+    NESTED_DURABLE_OPERATION = "nested_durable_operation"
+    WAIT_TIMEOUT = "wait_timeout"
+    LOCK_LOST = "lock_lost"
+    EVENT_AFTER_TERMINAL = "event_after_terminal"
+    RUN_OWNED = "run_owned"
+    RUN_GATED = "run_gated"
+    CAPABILITY_MISSING = "capability_missing"
+    STORE_UNAVAILABLE = "store_unavailable"
+    JOURNAL_NEEDS_NEWER_RUNTIME = "journal_needs_newer_runtime"
+    SCHEMA_VERSION_MISMATCH = "schema_version_mismatch"
+    RUN_FAILED = "run_failed"
+    CANCELLED = "cancelled"
+    TERMINATED = "terminated"
+    RUN_TIMEOUT = "run_timeout"
+    USER_ERROR = "user_error"
+    TRANSIENT = "transient"
+    POISON = "poison"
+    FATAL = "fatal"
+    STREAM_OVERFLOW = "stream_overflow"
+    MAX_RETRIES = "max_retries"
+
+
+class LockgateError(Exception):
+    """Root of every error lockgate raises on purpose."""
+
+    code: ErrorCode = ErrorCode.INVALID_REQUEST
+
+
+class ConfigurationError(LockgateError):
+    """A declaration, option or environment setting that cannot work as given."""
+
+    code = ErrorCode.CONFIGURATION
+
+
+class InvalidParamsError(LockgateError, ValueError):
+    """Params given at submit do not fit the workflow body; nothing was queued."""
+
+    code = ErrorCode.INVALID_PARAMS
+
+    def __init__(self, message: str, *, workflow: str, parameter: str | None = None) -> None:
+        super().__init__(message)
+        self.workflow = workflow
+        self.parameter = parameter
+
+
+class PayloadTooLarge(LockgateError):
+    """One event's JSON payload is over the workflow's ``max_event_payload_bytes``."""
+
+    code = ErrorCode.PAYLOAD_TOO_LARGE
+
+    def __init__(self, message: str, *, what: str, size: int, limit: int) -> None:
+        super().__init__(message)
+        self.what = what
+        self.size = size
+        self.limit = limit
+
+
+class RunNotFoundError(LockgateError):
+    """No run with this name and id exists in the store."""
+
+    code = ErrorCode.NOT_FOUND
+
+    def __init__(self, name: str, run_id: str) -> None:
+        super().__init__(f"no run {run_id!r} of workflow {name!r} in this store")
+        self.name = name
+        self.run_id = run_id
+
+
+class DuplicateRunError(LockgateError):
+    """The run id is already taken by a run submitted without this idempotency key."""
+
+    code = ErrorCode.DUPLICATE_RUN
+
+    def __init__(self, name: str, run_id: str) -> None:
+        super().__init__(f"run id {run_id!r} of workflow {name!r} is already taken")
+        self.name = name
+        self.run_id = run_id
+
+
+class IdempotencyConflict(LockgateError):
+    """An idempotency key was reused for a different request; the first run is unchanged."""
+
+    code = ErrorCode.IDEMPOTENCY_CONFLICT
+
+
+class RunFinishedError(LockgateError):
+    """The run has ended (or a cancel is latched), so it takes no more signals or updates."""
+
+    code = ErrorCode.INVALID_REQUEST
+
+
+class RunNotStartedError(LockgateError):
+    """An update named a run whose delayed start is still ahead: no handler exists yet."""
+
+    code = ErrorCode.INVALID_REQUEST
+
+
+class QueryError(LockgateError):
+    """A query failed: unknown query name, or the journal could not be replayed to serve it."""
+
+    code = ErrorCode.INVALID_REQUEST
+
+
+class UpdateRejected(LockgateError):
+    """The update's validator refused it before it entered the journal."""
+
+    code = ErrorCode.UPDATE_REJECTED
+
+
+class UpdateError(LockgateError):
+    """The update could not be applied: no handler of that name, or the handler raised."""
+
+    code = ErrorCode.UPDATE_FAILED
+
+
+class UpdateTimeout(LockgateError):
+    """No worker applied the update in time. It stays queued; retry with the same update_id."""
+
+    code = ErrorCode.UPDATE_TIMEOUT
+
+
+class StepResultTypeError(LockgateError):
+    """A step returned a value that does not fit its declared return annotation."""
+
+    code = ErrorCode.STEP_RESULT_TYPE
+
+    def __init__(self, step_id: str, validation_error: Exception) -> None:
+        super().__init__(
+            f"step {step_id!r} returned a value that does not fit its return type: "
+            f"{validation_error}"
+        )
+        self.step_id = step_id
+        self.validation_error = validation_error
+
+
+class StepFailedError(LockgateError):
+    """A step's final failure, replayed from the journal when its exception type is not
+    importable or cannot be rebuilt from its recorded arguments."""
+
+    code = ErrorCode.STEP_FAILED
+
+    def __init__(
+        self, message: str, *, step_id: str, error_type: str, user_code: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.step_id = step_id
+        self.error_type = error_type
+        self.user_code = user_code
+
+
+class NonDeterminismError(LockgateError):
+    """The body made a different durable call than its journal records at the same position."""
+
+    code = ErrorCode.NONDETERMINISM
+
+    def __init__(self, message: str, *, call_index: int, expected: str, actual: str) -> None:
+        super().__init__(message)
+        self.call_index = call_index
+        self.expected = expected
+        self.actual = actual
+
+
+class UnboundContextError(LockgateError):
+    """A step or ``ctx`` API was called outside a running workflow."""
+
+    code = ErrorCode.UNBOUND_CONTEXT
+
+
+class NestedDurableOperationError(LockgateError):
+    """A durable operation was attempted inside a step, which is atomic."""
+
+    code = ErrorCode.NESTED_DURABLE_OPERATION
+
+    def __init__(
+        self, operation: str, operation_name: str, boundary_kind: str, boundary_name: str
+    ) -> None:
+        super().__init__(
+            f"{operation} {operation_name!r} called inside {boundary_kind} "
+            f"{boundary_name!r}: a step is atomic; call it from the workflow body"
+        )
+        self.operation = operation
+        self.operation_name = operation_name
+        self.boundary_kind = boundary_kind
+        self.boundary_name = boundary_name
+
+
+class WaitTimeout(LockgateError):
+    """A ``wait_for_signal`` reached its deadline with no signal.
+
+    An ordinary exception: the body may catch it and carry on. Uncaught, the run ends in error
+    with code ``wait_timeout``."""
+
+    code = ErrorCode.WAIT_TIMEOUT
+
+    def __init__(
+        self,
+        wait_kind: str,
+        name: str,
+        call_index: int | None = None,
+        deadline: datetime | None = None,
+        message: str | None = None,
+    ) -> None:
+        super().__init__(message or f"{wait_kind} wait for {name!r} reached its deadline")
+        self.wait_kind = wait_kind
+        self.name = name
+        self.call_index = call_index
+        self.deadline = deadline
+
+
+class LockLost(LockgateError):
+    """A fenced write by a lease that no longer holds the run; nothing was written."""
+
+    code = ErrorCode.LOCK_LOST
+
+
+class EventAfterTerminal(LockLost):
+    """An append behind a terminal event was refused whole; nothing was written."""
+
+    code = ErrorCode.EVENT_AFTER_TERMINAL
+
+
+class RunOwnedError(LockgateError):
+    """Another live lease holds the run."""
+
+    code = ErrorCode.RUN_OWNED
+
+
+class RunGatedError(LockgateError):
+    """A concurrency or rate gate kept the run queued past the caller's gate timeout."""
+
+    code = ErrorCode.RUN_GATED
+
+
+class CapabilityMissing(LockgateError):
+    """The store was asked for an optional capability group it does not provide."""
+
+    code = ErrorCode.CAPABILITY_MISSING
+
+    def __init__(self, store: str, capability: str) -> None:
+        super().__init__(f"{store} does not provide the {capability!r} capability")
+        self.store = store
+        self.capability = capability
+
+
+class StoreUnavailable(LockgateError):
+    """The store failed under an operation; the run is left as it was."""
+
+    code = ErrorCode.STORE_UNAVAILABLE
+
+
+class JournalNeedsNewerRuntime(LockgateError):
+    """The journal holds facts this runtime cannot read, so it refuses to replay it.
+
+    ``missing`` names each unreadable fact so an operator knows what to upgrade for."""
+
+    code = ErrorCode.JOURNAL_NEEDS_NEWER_RUNTIME
+
+    def __init__(self, message: str | None = None, *, missing: Sequence[str] = ()) -> None:
+        self.missing = tuple(missing)
+        super().__init__(message or "journal needs a newer lockgate: " + ", ".join(self.missing))
+
+
+class SchemaVersionMismatch(JournalNeedsNewerRuntime):
+    """An event's schema_version major is newer than this runtime understands."""
+
+    code = ErrorCode.SCHEMA_VERSION_MISMATCH
+
+
+class DurableInvocationError(LockgateError):
+    """A run awaited by a caller ended in error."""
+
+    code = ErrorCode.RUN_FAILED
+
+    def __init__(
+        self, name: str, run_id: str, detail: str, *, error: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(f"run {run_id!r} of {name!r}: {detail}")
+        self.name = name
+        self.run_id = run_id
+        self.detail = detail
+        self.error = error or {}
+
+    @property
+    def user_code(self) -> str | None:
+        value = self.error.get("user_code")
+        return value if isinstance(value, str) else None
+
+
+class DurableInvocationCancelled(DurableInvocationError):
+    """A run awaited by a caller was cancelled or terminated rather than failing."""
+
+    code = ErrorCode.CANCELLED
+
+
+class DurableInvocationTimeout(DurableInvocationError):
+    """A run awaited by a caller did not end within the caller's timeout."""
+
+    code = ErrorCode.RUN_TIMEOUT
+
+
+class UserFailure(LockgateError):
+    """Base of the failure classes a step raises to steer its retry policy.
+
+    ``code`` is the caller's own identifier for the failure; it is recorded as ``user_code`` on
+    the run's error, so keep it an identifier, never data."""
+
+    code = ErrorCode.USER_ERROR
+
+    def __init__(self, *args: object, code: str | None = None) -> None:
+        super().__init__(*args)
+        self.user_code = code
+
+
+class Transient(UserFailure):
+    """A passing condition (a network blip, contention): retried up to max_attempts."""
+
+    code = ErrorCode.TRANSIENT
+
+
+class Poison(UserFailure):
+    """Bad input or data: retrying cannot help, so it is never retried."""
+
+    code = ErrorCode.POISON
+
+
+class Fatal(UserFailure):
+    """A broken invariant or missing configuration: never retried, the run aborts."""
+
+    code = ErrorCode.FATAL
+
+
+def describe_error(exc: BaseException) -> dict[str, Any]:
+    """A JSON description of ``exc`` for the journal: type, message, code and user code."""
+    cls = type(exc)
+    described: dict[str, Any] = {
+        "type": f"{cls.__module__}:{cls.__qualname__}",
+        "message": str(exc),
+    }
+    code = getattr(exc, "code", None)
+    if isinstance(code, str):
+        described["code"] = str(code)
+    user_code = getattr(exc, "user_code", None)
+    if isinstance(user_code, str):
+        described["user_code"] = user_code
+    return described

@@ -1,0 +1,444 @@
+"""The caller's side: start runs and talk to them through a store."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import math
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from lockgate._clock import Clock, as_clock, iso
+from lockgate._errors import (
+    CapabilityMissing,
+    ConfigurationError,
+    DurableInvocationCancelled,
+    DurableInvocationError,
+    DurableInvocationTimeout,
+    InvalidParamsError,
+    QueryError,
+    RunFinishedError,
+    RunNotFoundError,
+    RunNotStartedError,
+    UpdateError,
+    UpdateRejected,
+    UpdateTimeout,
+)
+from lockgate.journal._events import (
+    EventKind,
+    RunEvent,
+    RunStatus,
+    payload_size,
+)
+from lockgate.stores._base import Store
+from lockgate.stores._types import RunInfo, TerminateOutcome
+from lockgate.workflow._spec import (
+    DEFAULT_PAYLOAD_CAP,
+    get_workflow,
+    json_ready,
+    policy_stamp,
+)
+
+MAX_START_DELAY = 365 * 86_400.0
+
+
+@dataclass(frozen=True)
+class TerminateResult:
+    """What ``terminate`` did: ``TERMINATED`` when this call ended the run, ``ALREADY_ENDED``
+    when its journal had already ended (a repeat, or a run that finished first)."""
+
+    outcome: TerminateOutcome
+    run_id: str
+
+
+def _delay_seconds(delay: float | timedelta) -> float:
+    if isinstance(delay, timedelta):
+        return delay.total_seconds()
+    if isinstance(delay, bool) or not isinstance(delay, int | float):
+        raise ValueError(f"delay must be seconds or a timedelta, not {delay!r}")
+    return float(delay)
+
+
+def _start_time(
+    now: float, start_at: datetime | None, delay: float | timedelta | None
+) -> tuple[float | None, Any]:
+    """When the body may start (None: now) and the timing as spelled, for idempotency."""
+    if start_at is not None and delay is not None:
+        raise ValueError("give start_at or delay, not both")
+    if start_at is not None:
+        if not isinstance(start_at, datetime) or start_at.tzinfo is None:
+            raise ValueError("start_at must be a timezone-aware datetime")
+        when = start_at.timestamp()
+        spelled: Any = {"start_at": start_at.isoformat()}
+    elif delay is not None:
+        seconds = _delay_seconds(delay)
+        if not math.isfinite(seconds) or seconds < 0:
+            raise ValueError(f"delay must be a finite number of seconds >= 0, got {delay!r}")
+        when, spelled = now + seconds, {"delay": seconds}
+    else:
+        return None, None
+    if when - now > MAX_START_DELAY:
+        raise ValueError("a run can be started at most 365 days ahead")
+    return (when if when > now else None), spelled
+
+
+class WorkflowClient:
+    """Start runs and talk to them. Every method is async; store calls that may block run on
+    a worker thread. A client never executes a run body: workers and runners do."""
+
+    def __init__(
+        self, store: Store, *, poll_interval: float = 0.1, clock: Clock | None = None
+    ) -> None:
+        self.store = store
+        self.poll_interval = poll_interval
+        self.clock = as_clock(clock)
+
+    async def _io(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if self.store.blocking_io:
+            return await asyncio.to_thread(method, *args, **kwargs)
+        return method(*args, **kwargs)
+
+    async def _advance(self, name: str, run_id: str) -> None:
+        """Wait for the run to move: a runner-bound client drives it here instead."""
+        await self.clock.sleep(self.poll_interval)
+
+    # -- starting ------------------------------------------------------------------------------
+
+    async def submit(
+        self,
+        name: str,
+        params: dict[str, Any] | None = None,
+        *,
+        idempotency_key: str | None = None,
+        owner: str | None = None,
+        metadata: dict[str, Any] | None = None,
+        allow_unregistered: bool = True,
+        start_at: datetime | None = None,
+        delay: float | timedelta | None = None,
+    ) -> RunHandle:
+        """Queue a run of ``name`` and return its handle.
+
+        Params are checked against the workflow's signature when it is imported here; a bad
+        submit raises (:class:`InvalidParamsError`, :class:`PayloadTooLarge`, ``ValueError``)
+        and queues nothing. With ``idempotency_key`` a repeat of the same request returns the
+        first run; the same key with other params or timing raises
+        :class:`IdempotencyConflict`. ``start_at`` or ``delay`` parks the run until then.
+        """
+        spec = get_workflow(name)
+        if spec is None and not allow_unregistered:
+            raise ConfigurationError(f"workflow {name!r} is not imported in this process")
+        params = dict(params or {}) if params is None or isinstance(params, dict) else params
+        if spec is not None:
+            params = spec.validate_params(params)
+        else:
+            _check_unregistered(name, params)
+        if metadata is not None and (not isinstance(metadata, dict) or not json_ready(metadata)):
+            raise ValueError("metadata must be a JSON-serializable dict")
+        when, timing = _start_time(self.clock(), start_at, delay)
+        body_hash = None
+        if idempotency_key is not None:
+            if not isinstance(idempotency_key, str) or not idempotency_key:
+                raise ValueError("idempotency_key must be a non-empty string")
+            body_hash = hashlib.sha256(
+                json.dumps({"params": params, "timing": timing}, sort_keys=True).encode()
+            ).hexdigest()
+        run_id = await self._io(
+            self.store.submit_run,
+            name,
+            uuid.uuid4().hex,
+            params,
+            metadata=metadata,
+            owner=owner,
+            idempotency_key=idempotency_key,
+            idempotency_body_hash=body_hash,
+            version=spec.version if spec else "",
+            version_behavior=spec.version_behavior if spec else "auto_upgrade",
+            start_at=when,
+            **(policy_stamp(spec, params) if spec else {}),
+        )
+        return RunHandle(self, name, str(run_id))
+
+    def handle(self, name: str, run_id: str) -> RunHandle:
+        """A handle to an existing run."""
+        return RunHandle(self, name, run_id)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    async def _info(self, name: str, run_id: str) -> RunInfo:
+        info = await self._io(self.store.get_run, name, run_id)
+        if info is None:
+            raise RunNotFoundError(name, run_id)
+        assert isinstance(info, RunInfo)
+        return info
+
+    async def status(self, name: str, run_id: str) -> RunStatus:
+        """The run's status now."""
+        return (await self._info(name, run_id)).status
+
+    async def events(self, name: str, run_id: str) -> list[RunEvent]:
+        """The run's journal, oldest first."""
+        events: list[RunEvent] = await self._io(self.store.load_run, name, run_id)
+        if not events:
+            raise RunNotFoundError(name, run_id)
+        return events
+
+    async def result(self, name: str, run_id: str, *, timeout: float | None = None) -> Any:
+        """Wait for the run to end and return its result.
+
+        Raises :class:`DurableInvocationError` if it failed, :class:`DurableInvocationCancelled`
+        if it was cancelled or terminated, :class:`DurableInvocationTimeout` past ``timeout``
+        seconds (on the client's clock)."""
+        deadline = None if timeout is None else self.clock() + timeout
+        while True:
+            info = await self._info(name, run_id)
+            if info.status.is_terminal:
+                last = await self._io(self.store.get_last_event, name, run_id)
+                return _outcome(name, run_id, last)
+            if deadline is not None and self.clock() >= deadline:
+                raise DurableInvocationTimeout(
+                    name, run_id, f"still {info.status.value} after {timeout:g}s"
+                )
+            await self._advance(name, run_id)
+
+    # -- talking to a run ----------------------------------------------------------------------
+
+    async def signal(
+        self,
+        name: str,
+        run_id: str,
+        signal: str,
+        payload: dict[str, Any] | None = None,
+        *,
+        signal_id: str | None = None,
+    ) -> str:
+        """Send a signal; returns ``"delivered"`` or ``"buffered"``. ``signal_id`` makes a
+        retried send apply once. Raises :class:`RunFinishedError` once the run has ended or a
+        cancel is latched."""
+        payload = {} if payload is None else payload
+        if not isinstance(payload, dict) or not json_ready(payload):
+            raise ValueError("a signal payload must be a JSON-serializable dict")
+        if payload_size(payload) > DEFAULT_PAYLOAD_CAP:
+            raise ValueError(f"a signal payload may be at most {DEFAULT_PAYLOAD_CAP} bytes")
+        await self._info(name, run_id)
+        result = await self._io(
+            self.store.send_signal,
+            name,
+            run_id,
+            signal,
+            payload,
+            iso(self.clock()),
+            idempotency_key=signal_id,
+        )
+        if result == "rejected":
+            raise RunFinishedError(
+                f"run {run_id!r} of {name!r} has ended or is being "
+                f"cancelled; signal {signal!r} was not kept"
+            )
+        return str(result)
+
+    async def query(self, name: str, run_id: str, query: str, *args: Any, **kwargs: Any) -> Any:
+        """Call the run's ``ctx.on_query`` handler against its replayed state. Read-only."""
+        from lockgate.workflow._executor import Attempt
+
+        spec = get_workflow(name)
+        if spec is None or spec.fn is None:
+            raise QueryError(f"workflow {name!r} is not imported here; a query replays its body")
+        events = await self.events(name, run_id)
+        attempt = Attempt(
+            store=self.store,
+            spec=spec,
+            run_id=run_id,
+            lease=None,
+            clock=self.clock,
+            events=events,
+            mode="query",
+        )
+        return await attempt.query(query, args, kwargs)
+
+    async def update(
+        self,
+        name: str,
+        run_id: str,
+        update: str,
+        payload: dict[str, Any] | None = None,
+        *,
+        update_id: str | None = None,
+        timeout: float = 30.0,
+    ) -> Any:
+        """Deliver an update, wait for a worker to apply it, and return the handler's value.
+
+        A repeat with the same ``update_id`` returns the settled outcome without applying it
+        again. Raises :class:`UpdateRejected`, :class:`UpdateError`, :class:`UpdateTimeout`,
+        :class:`RunFinishedError` or :class:`RunNotStartedError`."""
+        payload = {} if payload is None else payload
+        if not json_ready(payload):
+            raise ValueError("an update payload must be JSON-serializable")
+        info = await self._info(name, run_id)
+        update_id = update_id or uuid.uuid4().hex
+        existing = await self._io(self.store.read_update_result, name, run_id, update_id)
+        if existing is None:
+            if info.status.is_terminal:
+                raise RunFinishedError(f"run {run_id!r} of {name!r} has ended")
+            if info.wait is not None and info.wait.kind == "start" and not info.lock_holder:
+                raise RunNotStartedError(
+                    f"run {run_id!r} of {name!r} starts later; it has no update handlers yet"
+                )
+            delivered = await self._io(
+                self.store.deliver_update,
+                name,
+                run_id,
+                update,
+                payload,
+                update_id,
+                iso(self.clock()),
+            )
+            if delivered == "rejected":
+                raise RunFinishedError(f"run {run_id!r} of {name!r} has ended")
+        deadline = self.clock() + timeout
+        while True:
+            outcome = await self._io(self.store.read_update_result, name, run_id, update_id)
+            if outcome is not None:
+                return _update_outcome(update, update_id, outcome)
+            info = await self._info(name, run_id)
+            if info.status.is_terminal:
+                raise RunFinishedError(
+                    f"run {run_id!r} of {name!r} ended before it applied update {update_id!r}"
+                )
+            if self.clock() >= deadline:
+                raise UpdateTimeout(
+                    f"no worker applied update {update!r} ({update_id}) to run "
+                    f"{run_id!r} within {timeout:g}s; it stays queued"
+                )
+            await self._advance(name, run_id)
+
+    async def cancel(
+        self, name: str, run_id: str, *, reason: str | None = None, requested_by: str | None = None
+    ) -> None:
+        """Ask the run to stop at its next boundary; it ends cancelled. A parked run is queued
+        so a worker writes its terminal."""
+        await self._io(
+            self.store.request_cancel,
+            name,
+            run_id,
+            detail={"reason": reason, "requested_by": requested_by},
+        )
+
+    async def terminate(
+        self, name: str, run_id: str, *, reason: str | None = None, requested_by: str | None = None
+    ) -> TerminateResult:
+        """End the run now, with no worker involved. A holder still running is fenced out."""
+        if "terminate" not in self.store.capabilities():
+            raise CapabilityMissing(type(self.store).__name__, "terminate")
+        outcome = await self._io(
+            self.store.terminate_run, name, run_id, reason=reason, requested_by=requested_by
+        )
+        if outcome == TerminateOutcome.NOT_FOUND:
+            raise RunNotFoundError(name, run_id)
+        return TerminateResult(outcome=TerminateOutcome(outcome), run_id=run_id)
+
+    async def pause(self, name: str, run_id: str) -> None:
+        """Ask the run to park at its next boundary until :meth:`unpause`."""
+        await self._info(name, run_id)
+        await self._io(self.store.request_pause, name, run_id)
+
+    async def unpause(self, name: str, run_id: str) -> None:
+        """Lift a pause and queue the run."""
+        await self._info(name, run_id)
+        await self._io(self.store.resume_paused_run, name, run_id)
+
+
+def _check_unregistered(name: str, params: Any) -> None:
+    if not isinstance(params, dict) or not all(isinstance(k, str) for k in params):
+        raise InvalidParamsError(
+            f"params for {name!r} must be a dict with string keys", workflow=name
+        )
+    if not json_ready(params):
+        raise InvalidParamsError(f"params for {name!r} are not JSON-serializable", workflow=name)
+
+
+def _outcome(name: str, run_id: str, last: RunEvent | None) -> Any:
+    if last is None:
+        raise RunNotFoundError(name, run_id)
+    if last.kind == EventKind.RUN_COMPLETE:
+        return last.payload.get("result")
+    payload = last.payload
+    detail = str(payload.get("message") or payload.get("code") or "failed")
+    error = dict(payload.get("error") or {})
+    if "user_code" in payload:
+        error.setdefault("user_code", payload["user_code"])
+    if payload.get("code") in ("cancelled", "terminated"):
+        raise DurableInvocationCancelled(name, run_id, detail, error=error)
+    raise DurableInvocationError(name, run_id, detail, error=error)
+
+
+def _update_outcome(update: str, update_id: str, outcome: dict[str, Any]) -> Any:
+    status = outcome.get("status")
+    if status == "completed":
+        return outcome.get("result")
+    message = str((outcome.get("error") or {}).get("message", ""))
+    if status == "rejected":
+        raise UpdateRejected(f"update {update!r} ({update_id}) was rejected: {message}")
+    raise UpdateError(f"update {update!r} ({update_id}) failed: {message}")
+
+
+class RunHandle:
+    """One run. Each method is the client's method of the same name, bound to this run."""
+
+    def __init__(self, client: WorkflowClient, name: str, run_id: str) -> None:
+        self.client = client
+        self.name = name
+        self.run_id = run_id
+
+    def __repr__(self) -> str:
+        return f"RunHandle(name={self.name!r}, run_id={self.run_id!r})"
+
+    async def status(self) -> RunStatus:
+        return await self.client.status(self.name, self.run_id)
+
+    async def result(self, *, timeout: float | None = None) -> Any:
+        return await self.client.result(self.name, self.run_id, timeout=timeout)
+
+    async def events(self) -> list[RunEvent]:
+        return await self.client.events(self.name, self.run_id)
+
+    async def signal(
+        self, signal: str, payload: dict[str, Any] | None = None, *, signal_id: str | None = None
+    ) -> str:
+        return await self.client.signal(
+            self.name, self.run_id, signal, payload, signal_id=signal_id
+        )
+
+    async def query(self, query: str, *args: Any, **kwargs: Any) -> Any:
+        return await self.client.query(self.name, self.run_id, query, *args, **kwargs)
+
+    async def update(
+        self,
+        update: str,
+        payload: dict[str, Any] | None = None,
+        *,
+        update_id: str | None = None,
+        timeout: float = 30.0,
+    ) -> Any:
+        return await self.client.update(
+            self.name, self.run_id, update, payload, update_id=update_id, timeout=timeout
+        )
+
+    async def cancel(self, *, reason: str | None = None, requested_by: str | None = None) -> None:
+        await self.client.cancel(self.name, self.run_id, reason=reason, requested_by=requested_by)
+
+    async def terminate(
+        self, *, reason: str | None = None, requested_by: str | None = None
+    ) -> TerminateResult:
+        return await self.client.terminate(
+            self.name, self.run_id, reason=reason, requested_by=requested_by
+        )
+
+    async def pause(self) -> None:
+        await self.client.pause(self.name, self.run_id)
+
+    async def unpause(self) -> None:
+        await self.client.unpause(self.name, self.run_id)

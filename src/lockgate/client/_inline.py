@@ -1,0 +1,194 @@
+"""Running workflows inside the caller's own process: for tests, scripts and embedding."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from lockgate._clock import Clock, as_clock
+from lockgate._errors import (
+    ConfigurationError,
+    RunFinishedError,
+    RunGatedError,
+    RunOwnedError,
+)
+from lockgate.client._client import WorkflowClient
+from lockgate.journal._events import RunEvent, RunStatus
+from lockgate.stores._base import Store
+from lockgate.workflow._executor import Attempt, AttemptOutcome
+from lockgate.workflow._spec import WorkflowSpec, get_workflow, spec_of
+
+log = logging.getLogger("lockgate.inline")
+
+GATE_TIMEOUT_S = 300.0
+
+
+class _InlineClient(WorkflowClient):
+    """A client whose waits drive the run in this process instead of waiting for a worker."""
+
+    def __init__(self, runner: InlineWorkflowRunner, store: Store, clock: Clock) -> None:
+        super().__init__(store, clock=clock)
+        self._runner = runner
+
+    async def _advance(self, name: str, run_id: str) -> None:
+        await self._runner.advance(name, run_id, poll_interval=self.poll_interval)
+
+
+class InlineWorkflowRunner:
+    """Runs workflows in the caller's process against any store, one attempt at a time.
+
+    ``run`` and ``run_next`` advance a run by one attempt; ``client`` is a client whose
+    ``result`` and ``update`` drive runs here until they end. Time comes from ``clock``: give it
+    the store's clock so leases, sleeps and timers agree.
+    """
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        workflows: Sequence[Callable[..., Any]] = (),
+        worker_id: str | None = None,
+        clock: Clock | None = None,
+        gate_timeout: float | None = GATE_TIMEOUT_S,
+    ) -> None:
+        self.store = store
+        self.worker_id = worker_id or f"inline-{uuid.uuid4().hex[:8]}"
+        self.clock = as_clock(clock)
+        self.gate_timeout = gate_timeout
+        self._specs: dict[str, WorkflowSpec] = {}
+        for fn in workflows:
+            spec = spec_of(fn)
+            self._specs[spec.name] = spec
+        self.client: WorkflowClient = _InlineClient(self, store, self.clock)
+        self._started = False
+        self._closed = False
+
+    def _spec(self, name: str) -> WorkflowSpec:
+        spec = self._specs.get(name) or get_workflow(name)
+        if spec is None or spec.fn is None:
+            raise ConfigurationError(f"workflow {name!r} is not imported in this process")
+        return spec
+
+    def _lease(self) -> str:
+        return f"{self.worker_id}/{uuid.uuid4().hex[:12]}"
+
+    async def _io(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if self.store.blocking_io:
+            return await asyncio.to_thread(method, *args, **kwargs)
+        return method(*args, **kwargs)
+
+    async def start(self) -> None:
+        """Ready the runner. Idempotent; ``run`` calls it on first use."""
+        if self._closed:
+            raise RuntimeError("this InlineWorkflowRunner was closed")
+        self._started = True
+
+    async def aclose(self) -> None:
+        self._closed = True
+
+    async def _attempt(self, spec: WorkflowSpec, run_id: str, lease: str) -> AttemptOutcome:
+        events = await self._io(self.store.load_run, spec.name, run_id)
+        attempt = Attempt(
+            store=self.store, spec=spec, run_id=run_id, lease=lease, clock=self.clock, events=events
+        )
+        return await attempt.execute()
+
+    async def run(
+        self, name: str, run_id: str, *, lease: str | None = None
+    ) -> list[RunEvent] | None:
+        """Advance ``run_id`` by one attempt here and return its journal.
+
+        When another live lease holds the run this waits for it to let go (or lapse), up to
+        ``gate_timeout`` seconds (``RunGatedError``), then claims it. A run that has already
+        ended is returned as it is."""
+        await self.start()
+        spec = self._spec(name)
+        lease = lease or self._lease()
+        waited_since = self.clock()
+        while True:
+            try:
+                await self._io(self.store.claim_run, name, run_id, lease)
+                break
+            except RunFinishedError:
+                return await self._io(self.store.load_run, name, run_id)  # type: ignore[no-any-return]
+            except RunOwnedError:
+                waited = self.clock() - waited_since
+                if self.gate_timeout is not None and waited >= self.gate_timeout:
+                    raise RunGatedError(
+                        f"run {run_id!r} of {name!r} stayed held by another lease for {waited:.0f}s"
+                    ) from None
+                await self.clock.sleep(min(0.05, self.store.lock_ttl))
+        await self._attempt(spec, run_id, lease)
+        return await self._io(self.store.load_run, name, run_id)  # type: ignore[no-any-return]
+
+    async def run_next(self, name: str) -> list[RunEvent] | None:
+        """Claim the next queued run of ``name`` and advance it one attempt; None if none."""
+        await self.start()
+        spec = self._spec(name)
+        lease = self._lease()
+        run_id = await self._io(self.store.claim_next_run, name, lease, spec.version)
+        if run_id is None:
+            return None
+        await self._attempt(spec, run_id, lease)
+        return await self._io(self.store.load_run, name, run_id)  # type: ignore[no-any-return]
+
+    async def fire_due_timers(self, now: float | None = None, limit: int = 100) -> int:
+        """End every wait due by ``now`` (the clock's time by default): wake sleeps and time
+        out signal waits, queueing their runs. Returns how many were ended."""
+        due_by = self.clock() if now is None else now
+        fired = 0
+        for name, run_id in await self._io(self.store.get_sleeping_runs, due_by, limit):
+            outcome = await self._io(self.store.wake_due, name, run_id, due_by=due_by)
+            fired += outcome == "resolved"
+        return fired
+
+    async def run_until_idle(self, name: str, *, max_attempts: int = 10_000) -> int:
+        """Burst mode: fire due timers and run queued runs of ``name`` until none is left.
+        Returns how many attempts ran."""
+        attempts = 0
+        while attempts < max_attempts:
+            await self.fire_due_timers()
+            if await self.run_next(name) is None:
+                return attempts
+            attempts += 1
+        return attempts
+
+    async def advance(self, name: str, run_id: str, *, poll_interval: float = 0.1) -> None:
+        """Move the run on by the one thing it waits for: run it if it is queued, wait out
+        its timer if it sleeps, or wait a poll interval for a signal or another holder."""
+        info = await self._io(self.store.get_run, name, run_id)
+        if info is None or info.status.is_terminal:
+            return
+        if info.status == RunStatus.PENDING:
+            await self.run(name, run_id)
+            return
+        due = info.wait.due_at if info.wait is not None else None
+        if info.status in (RunStatus.SLEEPING, RunStatus.SIGNAL_WAITING) and due is not None:
+            remaining = due - self.clock()
+            if remaining > 0:
+                await self.clock.sleep(min(remaining, max(poll_interval, remaining)))
+            await self.fire_due_timers()
+            return
+        await self.clock.sleep(poll_interval)
+
+
+async def run_and_await(
+    store: Store,
+    name: str,
+    params: dict[str, Any] | None = None,
+    *,
+    idempotency_key: str,
+    owner: str | None = None,
+    poll_interval: float = 0.5,
+    timeout: float | None = None,
+    clock: Clock | None = None,
+) -> Any:
+    """Submit ``name`` idempotently (the run id is ``idempotency_key``) and await its result
+    from whichever worker executes it. Calling again with the same key re-attaches to the same
+    run. Must not be awaited inside the worker that executes ``name``."""
+    client = WorkflowClient(store, poll_interval=poll_interval, clock=clock)
+    handle = await client.submit(name, params, idempotency_key=idempotency_key, owner=owner)
+    return await handle.result(timeout=timeout)

@@ -1,0 +1,3 @@
+from lockgate.demo._demo import main
+
+raise SystemExit(main())

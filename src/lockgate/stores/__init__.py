@@ -1,0 +1,34 @@
+"""Store backends and the interface they implement."""
+
+from lockgate.stores._base import (
+    CAPABILITY_GROUPS,
+    ControlStore,
+    EventLogStore,
+    IdempotencyStore,
+    LifecycleStore,
+    SignalStore,
+    Store,
+    TimerStore,
+    UpdateStore,
+    VersionStore,
+)
+from lockgate.stores._memory import MemoryStore
+from lockgate.stores._types import RunInfo, TerminateOutcome, WaitOutcome, WaitSpec
+
+__all__ = [
+    "CAPABILITY_GROUPS",
+    "ControlStore",
+    "EventLogStore",
+    "IdempotencyStore",
+    "LifecycleStore",
+    "MemoryStore",
+    "RunInfo",
+    "SignalStore",
+    "Store",
+    "TerminateOutcome",
+    "TimerStore",
+    "UpdateStore",
+    "VersionStore",
+    "WaitOutcome",
+    "WaitSpec",
+]

@@ -1,0 +1,452 @@
+"""The store interface: two roles, optional groups, one definition of what a backend owes.
+
+A backend is done when it passes ``tests/stores`` unchanged. The contracts below are what
+that suite checks.
+
+Vocabulary: a *lease* is the opaque token a worker claims a run under (one per attempt). A
+*fenced* write names the lease and commits only while that lease holds the run's lock, the lock
+has not expired on the store's clock, and the journal has not ended; otherwise it raises
+:class:`LockLost` and writes nothing. Every claim of a run raises its *epoch*, and a fenced
+append stamps it on each event (header ``lg-epoch``) so a reader can drop anything a stale holder
+wrote, whatever the backend.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from lockgate._errors import CapabilityMissing
+from lockgate.journal._events import RunEvent
+from lockgate.stores._types import RunInfo, TerminateOutcome, WaitOutcome, WaitSpec
+
+
+class LifecycleStore(abc.ABC):
+    """Run queue, claims and leases, cancellation, heartbeats and run listing.
+
+    Every method is synchronous and atomic with respect to every other call on the same store,
+    from any thread or process that shares it. ``blocking_io`` says whether a call may block on
+    I/O: the async runtime calls such a store on a worker thread, never on the event loop.
+    """
+
+    blocking_io: ClassVar[bool] = True
+    #: Seconds a lease lives without a heartbeat.
+    lock_ttl: float = 30.0
+    #: Seconds between the heartbeats of a running attempt.
+    heartbeat_interval: float = 10.0
+
+    def capabilities(self) -> frozenset[str]:
+        """The optional groups this store provides: those whose every method the store's class
+        overrides. A forwarding store overrides this to report what it can serve."""
+        provided = set()
+        for group, (base, methods) in CAPABILITY_GROUPS.items():
+            if isinstance(self, base) and all(
+                getattr(type(self), method) is not getattr(base, method) for method in methods
+            ):
+                provided.add(group)
+        return frozenset(provided)
+
+    @abc.abstractmethod
+    def submit_run(
+        self,
+        name: str,
+        run_id: str,
+        params: dict[str, Any],
+        *,
+        metadata: dict[str, Any] | None = None,
+        owner: str | None = None,
+        idempotency_key: str | None = None,
+        idempotency_body_hash: str | None = None,
+        idempotency_ttl: int = 86_400,
+        version: str = "",
+        version_behavior: str = "pinned",
+        concurrency_key: str | None = None,
+        concurrency_max: int | None = None,
+        rate_key: str | None = None,
+        rate_per_second: float | None = None,
+        rate_burst: int | None = None,
+        provenance: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+        start_at: float | None = None,
+    ) -> str:
+        """Create the run and journal its ``run:init`` atomically; return its id.
+
+        With ``idempotency_key`` a repeat returns the first run's id, or raises
+        :class:`IdempotencyConflict` when ``idempotency_body_hash`` differs from the first
+        request's. A ``run_id`` already taken otherwise raises :class:`DuplicateRunError`. With
+        ``start_at`` in the future the run is parked on a ``start`` wait instead of queued.
+        Nothing is written when it raises.
+        """
+
+    @abc.abstractmethod
+    def claim_next_run(
+        self,
+        name: str,
+        worker_id: str,
+        worker_version: str | None = None,
+        *,
+        prefer: Sequence[int] = (),
+    ) -> str | None:
+        """Take the oldest eligible queued run of ``name`` under lease ``worker_id``.
+
+        A queued run whose lock another live lease holds is passed over and keeps its place. A
+        ``pinned`` run is only eligible for a worker of its version (any, if ``worker_version``
+        is None). ``prefer`` names shards to try first; a store without shards ignores it.
+        """
+
+    @abc.abstractmethod
+    def claim_run(self, name: str, run_id: str, worker_id: str) -> None:
+        """Take the named run under lease ``worker_id``, out of the queue if it was queued.
+
+        Succeeds when the lock is free, expired, or already this lease's. Raises
+        :class:`RunOwnedError` when another live lease holds it, :class:`RunFinishedError` when
+        its journal has ended, and :class:`RunNotFoundError` for an unknown run.
+        """
+
+    @abc.abstractmethod
+    def release_run(self, name: str, run_id: str, worker_id: str | None = None) -> None:
+        """Drop the run's lock (only ``worker_id``'s, when given). A run that is neither ended
+        nor parked goes back on the queue, so a release never strands it."""
+
+    @abc.abstractmethod
+    def requeue_run(
+        self, name: str, run_id: str, worker_id: str | None = None, *, reason: str = "owner_gone"
+    ) -> None:
+        """Put a claimed run back on the queue, journaling ``run:requeued`` with ``reason``.
+
+        ``owner_gone`` counts against ``max_retries``, ``store_unavailable`` against
+        ``max_store_requeues``, each since the run last made progress (a ``step:done`` or an
+        applied update). Past the budget the run ends with ``run:error`` instead. With
+        ``worker_id`` it does nothing unless that lease holds the run. A run whose journal has
+        ended is only released.
+        """
+
+    @abc.abstractmethod
+    def recover_pending_runs(self, name: str, now: float | None = None) -> list[str]:
+        """Requeue (as ``owner_gone``) every run of ``name`` whose lease expired; return them."""
+
+    @abc.abstractmethod
+    def get_pending_count(self, name: str) -> int:
+        """How many runs of ``name`` are queued."""
+
+    @abc.abstractmethod
+    def heartbeat(self, name: str, run_id: str, worker_id: str) -> tuple[str | None, str | None]:
+        """Extend the lease and return ``(cancel_requested_at, pause_requested_at)``.
+
+        Raises :class:`LockLost` when ``worker_id`` no longer holds a live lock on the run."""
+
+    @abc.abstractmethod
+    def lock_holder(self, name: str, run_id: str) -> str | None:
+        """The lease holding the run's lock, or None (never claimed, released or expired)."""
+
+    @abc.abstractmethod
+    def request_cancel(
+        self, name: str, run_id: str, *, detail: dict[str, Any] | None = None
+    ) -> str:
+        """Latch a graceful cancel, journal ``run:cancel`` once with ``detail``, and queue a
+        parked run so a worker writes its cancelled terminal. Returns the latch's ISO time;
+        a repeat keeps the first request's detail."""
+
+    @abc.abstractmethod
+    def get_run_controls(self, name: str, run_id: str) -> tuple[str | None, str | None]:
+        """``(cancel_requested_at, pause_requested_at)`` in one read."""
+
+    def get_cancel_requested_at(self, name: str, run_id: str) -> str | None:
+        return self.get_run_controls(name, run_id)[0]
+
+    def get_pause_requested_at(self, name: str, run_id: str) -> str | None:
+        return self.get_run_controls(name, run_id)[1]
+
+    @abc.abstractmethod
+    def get_run(self, name: str, run_id: str) -> RunInfo | None:
+        """The run as the store sees it now, or None for an unknown run."""
+
+    @abc.abstractmethod
+    def list_runs(
+        self, name: str, *, limit: int = 50, cursor: str | None = None, owner: str | None = None
+    ) -> tuple[list[RunInfo], str | None]:
+        """Runs of ``name``, newest first, and the cursor of the next page (None at the end)."""
+
+    def submitted_at(self, name: str, run_id: str) -> float | None:
+        info = self.get_run(name, run_id)
+        return info.submitted_at if info else None
+
+    def get_run_owner(self, name: str, run_id: str) -> str | None:
+        info = self.get_run(name, run_id)
+        return info.owner if info else None
+
+    def get_run_version(self, name: str, run_id: str) -> tuple[str, str] | None:
+        info = self.get_run(name, run_id)
+        return (info.version, info.version_behavior) if info else None
+
+    @abc.abstractmethod
+    def ping(self) -> None:
+        """Raise :class:`StoreUnavailable` unless the store answers."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook with nothing to do by default
+        """Release connections and files. Idempotent."""
+
+
+class EventLogStore(abc.ABC):
+    """The run journal: ordered events with a per-run ``run_seq``, fenced and atomic appends."""
+
+    def append_event(
+        self, name: str, run_id: str, event: RunEvent, *, fence: str | None = None
+    ) -> None:
+        """Append one event; fenced as :meth:`append_events`."""
+        self.append_events(name, run_id, [event], fence=fence)
+
+    @abc.abstractmethod
+    def append_events(
+        self, name: str, run_id: str, events: list[RunEvent], *, fence: str | None = None
+    ) -> None:
+        """Append ``events`` in order, all or nothing.
+
+        With ``fence`` the batch commits only while that lease holds the run's live lock, and
+        each event is stamped with the claim's epoch; otherwise :class:`LockLost`. A batch that
+        would put any event behind a terminal one (already journaled or earlier in the batch)
+        raises :class:`EventAfterTerminal` and writes nothing. Writers that do not hold the run
+        (signals, wakes, requeues) append unfenced.
+        """
+
+    @abc.abstractmethod
+    def load_run(self, name: str, run_id: str, *, max_events: int | None = None) -> list[RunEvent]:
+        """The run's journal, oldest first (at most ``max_events``); [] for an unknown run."""
+
+    def replay_run(
+        self, name: str, run_id: str, *, cursor: Any | None = None, count: int | None = None
+    ) -> tuple[list[RunEvent], Any | None]:
+        """A page of the journal from ``cursor`` (a ``run_seq`` to start after)."""
+        after = int(cursor) if cursor is not None else 0
+        events = [e for e in self.load_run(name, run_id) if (e.run_seq or 0) > after]
+        page = events[:count] if count is not None else events
+        more = count is not None and len(events) > count
+        return page, (page[-1].run_seq if more and page else None)
+
+    @abc.abstractmethod
+    def get_last_event(self, name: str, run_id: str) -> RunEvent | None:
+        """The newest event of the run's journal, or None."""
+
+    def read_entries_from(
+        self, name: str, run_id: str, cursor: str | None, count: int
+    ) -> tuple[list[tuple[str, RunEvent]], str | None]:
+        """Entries ``(entry_id, event)`` after ``cursor``, with the cursor to continue from."""
+        events, next_cursor = self.replay_run(name, run_id, cursor=cursor, count=count)
+        entries = [(str(e.run_seq), e) for e in events]
+        return entries, (str(next_cursor) if next_cursor is not None else None)
+
+
+def _missing(store: object, capability: str) -> CapabilityMissing:
+    return CapabilityMissing(type(store).__name__, capability)
+
+
+class IdempotencyStore:
+    """Idempotency records: which run a key started, and the request it was started with."""
+
+    def get_idempotency_run(self, name: str, key: str) -> str | None:
+        raise _missing(self, "idempotency")
+
+    def set_idempotency_run(self, name: str, key: str, run_id: str, ttl: int = 86_400) -> bool:
+        """Record ``key -> run_id`` unless the key is taken; True when this call set it."""
+        raise _missing(self, "idempotency")
+
+    def get_idempotency_body_hash(self, name: str, key: str) -> str | None:
+        raise _missing(self, "idempotency")
+
+
+class TimerStore:
+    """Parking runs on waits, and the timers and answers that end them."""
+
+    def park_run(
+        self, name: str, run_id: str, *, lease: str, events: list[RunEvent], wait: WaitSpec
+    ) -> WaitOutcome:
+        """Atomically, fenced by ``lease``: append ``events``, open ``wait`` (arming its timer
+        when it has a ``due_at``), and release the run's lock, so the run holds no slot while
+        it waits. Returns PARKED; or SUPERSEDED, writing nothing, when the wait could be
+        answered at once: a signal of that name is buffered, a cancel is latched, or an update
+        is pending."""
+        raise _missing(self, "timers")
+
+    def get_sleeping_runs(self, before: float, limit: int = 100) -> list[tuple[str, str]]:
+        """``(name, run_id)`` of runs whose open wait is due at or before ``before``."""
+        raise _missing(self, "timers")
+
+    def wake_due(self, name: str, run_id: str, *, due_by: float) -> WaitOutcome:
+        """The timer's path: end the run's open wait if it is due by ``due_by`` (a sleep with
+        ``run:woken``, a signal wait with ``run:wait_timed_out``) and queue the run. A wait not
+        yet due, already ended, or whose signal is buffered answers SUPERSEDED."""
+        raise _missing(self, "timers")
+
+    def wake_run(
+        self,
+        name: str,
+        run_id: str,
+        *,
+        wait_id: str,
+        idempotency_key: str | None = None,
+        lease: str | None = None,
+    ) -> WaitOutcome:
+        """End the sleep ``wait_id`` if it is still open. With ``lease`` (an attempt that reached
+        a sleep already due) the write is fenced and the run is not queued: it is running."""
+        raise _missing(self, "timers")
+
+    def time_out_wait(
+        self,
+        name: str,
+        run_id: str,
+        *,
+        wait_id: str,
+        idempotency_key: str | None = None,
+        lease: str | None = None,
+    ) -> WaitOutcome:
+        """End the signal wait ``wait_id`` at its deadline, unless its signal is buffered."""
+        raise _missing(self, "wait_timeout")
+
+
+class SignalStore:
+    """Per-run signal buffers with idempotent sends."""
+
+    def send_signal(
+        self,
+        name: str,
+        run_id: str,
+        signal_name: str,
+        payload: dict[str, Any],
+        sent_at: str,
+        *,
+        idempotency_key: str | None = None,
+    ) -> str:
+        """Buffer a signal; queue the run if it waits on this name. Returns ``"delivered"``,
+        ``"buffered"``, or ``"rejected"`` (nothing kept) when the run has ended or a cancel is
+        latched. A repeat of ``idempotency_key`` returns the first send's answer and buffers
+        nothing."""
+        raise _missing(self, "signals")
+
+    def peek_signal(self, name: str, run_id: str, signal_name: str) -> dict[str, Any] | None:
+        """The oldest buffered signal of that name (``signal_id``, ``payload``, ``sent_at``)."""
+        raise _missing(self, "signals")
+
+    def pop_signal_match(self, name: str, run_id: str, signal_name: str, signal_id: str) -> bool:
+        """Remove the buffered signal ``signal_id``; False when it is no longer there."""
+        raise _missing(self, "signals")
+
+
+class UpdateStore:
+    """Queued updates and their settled outcomes."""
+
+    def deliver_update(
+        self,
+        name: str,
+        run_id: str,
+        update_name: str,
+        payload: dict[str, Any],
+        update_id: str,
+        sent_at: str,
+    ) -> str:
+        """Queue an update and queue a parked run so a worker applies it. Returns ``"queued"``,
+        ``"duplicate"`` (this id is already queued), ``"settled"`` (already applied; read its
+        outcome) or ``"rejected"`` (the run has ended)."""
+        raise _missing(self, "updates")
+
+    def peek_pending_updates(self, name: str, run_id: str) -> list[dict[str, Any]]:
+        """Queued updates, oldest first: ``update_id``, ``update``, ``payload``, ``sent_at``."""
+        raise _missing(self, "updates")
+
+    def settle_update(
+        self,
+        name: str,
+        run_id: str,
+        update_id: str,
+        outcome: dict[str, Any],
+        *,
+        fence: str | None = None,
+        ack: bool = True,
+    ) -> None:
+        """Record the update's outcome for its sender and (with ``ack``) unqueue it."""
+        raise _missing(self, "updates")
+
+    def read_update_result(self, name: str, run_id: str, update_id: str) -> dict[str, Any] | None:
+        raise _missing(self, "updates")
+
+
+class ControlStore:
+    """Pause, terminate and hand-back: run controls beyond cancel."""
+
+    def request_pause(self, name: str, run_id: str) -> str:
+        """Latch a pause; the run parks at its next boundary. Returns the latch's ISO time."""
+        raise _missing(self, "pause")
+
+    def resume_paused_run(
+        self,
+        name: str,
+        run_id: str,
+        *,
+        wait_id: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> WaitOutcome:
+        """Lift a pause (``wait_id``, or whichever is open) and queue the run."""
+        raise _missing(self, "pause")
+
+    def terminate_run(
+        self,
+        name: str,
+        run_id: str,
+        *,
+        reason: str | None = None,
+        requested_by: str | None = None,
+        cause: dict[str, Any] | None = None,
+        retain: bool = True,
+    ) -> TerminateOutcome:
+        """End the run now, without its worker, in one atomic step: journal ``run:error`` with
+        code ``terminated``, latch the cancel, delete the lock (so a holder still running has
+        every fenced write refused) and take the run off the queue and its waits."""
+        raise _missing(self, "terminate")
+
+    def hand_back_run(self, name: str, run_id: str, worker_id: str | None = None) -> None:
+        """Give a claim back unrun: drop the lock and queue the run, with no event and no
+        retry counted."""
+        raise _missing(self, "hand_back")
+
+
+class VersionStore:
+    """Per-workflow version ranks, so a rolling deploy can order its code."""
+
+    def register_version(self, name: str, version: str) -> int:
+        """The rank of ``version``, assigning the next one on first sight."""
+        raise _missing(self, "versions")
+
+    def version_rank(self, name: str, version: str) -> int | None:
+        raise _missing(self, "versions")
+
+
+CAPABILITY_GROUPS: dict[str, tuple[type, tuple[str, ...]]] = {
+    "idempotency": (
+        IdempotencyStore,
+        ("get_idempotency_run", "set_idempotency_run", "get_idempotency_body_hash"),
+    ),
+    "timers": (TimerStore, ("park_run", "get_sleeping_runs", "wake_due", "wake_run")),
+    "wait_timeout": (TimerStore, ("time_out_wait",)),
+    "signals": (SignalStore, ("send_signal", "peek_signal", "pop_signal_match")),
+    "updates": (
+        UpdateStore,
+        ("deliver_update", "peek_pending_updates", "settle_update", "read_update_result"),
+    ),
+    "pause": (ControlStore, ("request_pause", "resume_paused_run")),
+    "terminate": (ControlStore, ("terminate_run",)),
+    "hand_back": (ControlStore, ("hand_back_run",)),
+    "versions": (VersionStore, ("register_version", "version_rank")),
+}
+
+
+class Store(
+    LifecycleStore,
+    EventLogStore,
+    IdempotencyStore,
+    TimerStore,
+    SignalStore,
+    UpdateStore,
+    ControlStore,
+    VersionStore,
+):
+    """A full store: both roles and every optional group. MemoryStore implements it whole."""

@@ -1,0 +1,875 @@
+"""MemoryStore: the whole store interface in one process's memory, for tests and embedding."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import wraps
+from typing import Any, ParamSpec, TypeVar
+
+from lockgate._clock import iso
+from lockgate._errors import (
+    DuplicateRunError,
+    EventAfterTerminal,
+    IdempotencyConflict,
+    LockLost,
+    RunFinishedError,
+    RunNotFoundError,
+    RunOwnedError,
+)
+from lockgate.journal._events import (
+    EPOCH_HEADER,
+    EventKind,
+    RunEvent,
+    RunStatus,
+    terminal_status,
+)
+from lockgate.stores._base import Store
+from lockgate.stores._types import RunInfo, TerminateOutcome, WaitOutcome, WaitSpec
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_WAIT_STATUS = {
+    "start": RunStatus.SLEEPING,
+    "sleep": RunStatus.SLEEPING,
+    "signal": RunStatus.SIGNAL_WAITING,
+    "pause": RunStatus.PAUSED,
+}
+
+
+def _locked(method: Callable[P, R]) -> Callable[P, R]:
+    @wraps(method)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        with args[0]._mutex:  # type: ignore[attr-defined]
+            return method(*args, **kwargs)
+
+    return wrapper
+
+
+@dataclass
+class _Run:
+    name: str
+    run_id: str
+    params: dict[str, Any]
+    metadata: dict[str, Any]
+    owner: str | None
+    version: str
+    version_behavior: str
+    submitted_at: float
+    order: int
+    events: list[RunEvent] = field(default_factory=list)
+    lock: str | None = None
+    lock_expires: float = 0.0
+    epoch: int = 0
+    wait: WaitSpec | None = None
+    cancel_at: str | None = None
+    pause_at: str | None = None
+    owner_gone: int = 0
+    store_requeues: int = 0
+    signals: list[dict[str, Any]] = field(default_factory=list)
+    signal_keys: dict[str, str] = field(default_factory=dict)
+    updates: dict[str, dict[str, Any]] = field(default_factory=dict)
+    update_results: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def ended(self) -> bool:
+        return bool(self.events) and self.events[-1].is_terminal
+
+
+@dataclass
+class _Idempotency:
+    run_id: str
+    body_hash: str | None
+    expires_at: float
+
+
+class MemoryStore(Store):
+    """Every store guarantee, held in this process's memory; nothing survives the process.
+
+    For tests, demos and embedding. ``clock`` judges lease expiry and timers; pass the same
+    clock the runner uses to move time in tests.
+    """
+
+    blocking_io = False
+
+    def __init__(
+        self,
+        *,
+        heartbeat_interval: float = 10.0,
+        lock_ttl: float = 30.0,
+        held_ttl: float = 86_400.0,
+        max_replay_entries: int = 200_000,
+        max_retries: int = 3,
+        max_store_requeues: int = 20,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.heartbeat_interval = heartbeat_interval
+        self.lock_ttl = lock_ttl
+        self.held_ttl = held_ttl
+        self.max_replay_entries = max_replay_entries
+        self.max_retries = max_retries
+        self.max_store_requeues = max_store_requeues
+        self._clock = clock
+        self._mutex = threading.RLock()
+        self._runs: dict[tuple[str, str], _Run] = {}
+        self._queues: dict[str, dict[str, None]] = {}
+        self._idempotency: dict[tuple[str, str], _Idempotency] = {}
+        self._versions: dict[str, dict[str, int]] = {}
+        self._order = 0
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _run(self, name: str, run_id: str) -> _Run:
+        run = self._runs.get((name, run_id))
+        if run is None:
+            raise RunNotFoundError(name, run_id)
+        return run
+
+    def _held(self, run: _Run) -> bool:
+        return run.lock is not None and run.lock_expires > self._clock()
+
+    def _check_fence(self, run: _Run, lease: str) -> None:
+        if run.ended:
+            raise EventAfterTerminal(f"run {run.run_id!r} has ended; nothing more is journaled")
+        if run.lock != lease or not self._held(run):
+            raise LockLost(f"lease {lease!r} no longer holds run {run.run_id!r}")
+
+    def _enqueue(self, run: _Run) -> None:
+        if not run.ended:
+            self._queues.setdefault(run.name, {})[run.run_id] = None
+
+    def _dequeue(self, run: _Run) -> None:
+        self._queues.get(run.name, {}).pop(run.run_id, None)
+
+    def _queued(self, run: _Run) -> bool:
+        return run.run_id in self._queues.get(run.name, {})
+
+    def _append(self, run: _Run, events: Sequence[RunEvent], epoch: int | None) -> None:
+        """Append without checks other than the terminal rule; the caller checked the fence."""
+        if run.ended or any(e.is_terminal for e in events[:-1]):
+            raise EventAfterTerminal(f"run {run.run_id!r}: no event may follow a terminal one")
+        seq = len(run.events)
+        stamp = {EPOCH_HEADER: str(epoch)} if epoch is not None else {}
+        for event in events:
+            seq += 1
+            run.events.append(event.with_seq(seq, **stamp))
+            if event.kind in (EventKind.STEP_DONE, EventKind.RUN_UPDATE_COMPLETED):
+                run.owner_gone = run.store_requeues = 0
+        if run.ended:
+            run.wait = None
+            self._dequeue(run)
+
+    def _event(self, run: _Run, kind: str, payload: dict[str, Any]) -> RunEvent:
+        return RunEvent(kind=kind, payload=payload, run_id=run.run_id)
+
+    def _close_wait(self, run: _Run) -> None:
+        run.wait = None
+
+    def _claim(self, run: _Run, lease: str) -> None:
+        self._dequeue(run)
+        if run.lock != lease or not self._held(run):
+            run.epoch += 1
+        run.lock = lease
+        run.lock_expires = self._clock() + self.lock_ttl
+
+    def _status(self, run: _Run) -> RunStatus:
+        if run.ended:
+            return terminal_status(run.events[-1])
+        if self._held(run):
+            return RunStatus.IN_PROGRESS
+        if run.wait is not None and not self._queued(run):
+            return _WAIT_STATUS[run.wait.kind]
+        return RunStatus.PENDING
+
+    def _info(self, run: _Run) -> RunInfo:
+        return RunInfo(
+            name=run.name,
+            run_id=run.run_id,
+            status=self._status(run),
+            submitted_at=run.submitted_at,
+            params=run.params,
+            owner=run.owner,
+            metadata=run.metadata,
+            version=run.version,
+            version_behavior=run.version_behavior,
+            lock_holder=run.lock if self._held(run) else None,
+            wait=run.wait,
+            cancel_requested_at=run.cancel_at,
+        )
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    @_locked
+    def submit_run(
+        self,
+        name: str,
+        run_id: str,
+        params: dict[str, Any],
+        *,
+        metadata: dict[str, Any] | None = None,
+        owner: str | None = None,
+        idempotency_key: str | None = None,
+        idempotency_body_hash: str | None = None,
+        idempotency_ttl: int = 86_400,
+        version: str = "",
+        version_behavior: str = "pinned",
+        concurrency_key: str | None = None,
+        concurrency_max: int | None = None,
+        rate_key: str | None = None,
+        rate_per_second: float | None = None,
+        rate_burst: int | None = None,
+        provenance: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+        start_at: float | None = None,
+    ) -> str:
+        now = self._clock()
+        if idempotency_key is not None:
+            record = self._idempotency.get((name, idempotency_key))
+            if record is not None and record.expires_at > now:
+                if (
+                    idempotency_body_hash is not None
+                    and record.body_hash is not None
+                    and record.body_hash != idempotency_body_hash
+                ):
+                    raise IdempotencyConflict(
+                        f"idempotency key {idempotency_key!r} of {name!r} was first used for a "
+                        f"different request (run {record.run_id!r}); that run is unchanged"
+                    )
+                return record.run_id
+        if (name, run_id) in self._runs:
+            raise DuplicateRunError(name, run_id)
+        self._order += 1
+        run = _Run(
+            name=name,
+            run_id=run_id,
+            params=dict(params),
+            metadata=dict(metadata or {}),
+            owner=owner,
+            version=version,
+            version_behavior=version_behavior,
+            submitted_at=now,
+            order=self._order,
+        )
+        init = _init_payload(
+            name,
+            params,
+            metadata,
+            owner,
+            version,
+            version_behavior,
+            now,
+            concurrency_key,
+            concurrency_max,
+            rate_key,
+            rate_per_second,
+            rate_burst,
+            provenance,
+            start_at,
+        )
+        events = [RunEvent(EventKind.RUN_INIT, init, run_id, headers=dict(headers or {}))]
+        if start_at is not None and start_at > now:
+            run.wait = WaitSpec(kind="start", wait_id="start", call_index=-1, due_at=start_at)
+            events.append(RunEvent(EventKind.RUN_SLEEPING, _start_sleep(start_at), run_id))
+        self._runs[(name, run_id)] = run
+        self._append(run, events, None)
+        if run.wait is None:
+            self._enqueue(run)
+        if idempotency_key is not None:
+            delay = max(0.0, (start_at or now) - now)
+            self._idempotency[(name, idempotency_key)] = _Idempotency(
+                run_id, idempotency_body_hash, now + idempotency_ttl + delay
+            )
+        return run_id
+
+    @_locked
+    def claim_next_run(
+        self,
+        name: str,
+        worker_id: str,
+        worker_version: str | None = None,
+        *,
+        prefer: Sequence[int] = (),
+    ) -> str | None:
+        for run_id in list(self._queues.get(name, {})):
+            run = self._runs[(name, run_id)]
+            if self._held(run) and run.lock != worker_id:
+                continue
+            if (
+                worker_version is not None
+                and run.version_behavior == "pinned"
+                and run.version
+                and run.version != worker_version
+            ):
+                continue
+            self._claim(run, worker_id)
+            return run_id
+        return None
+
+    @_locked
+    def claim_run(self, name: str, run_id: str, worker_id: str) -> None:
+        run = self._run(name, run_id)
+        if run.ended:
+            raise RunFinishedError(f"run {run_id!r} of {name!r} has ended")
+        if self._held(run) and run.lock != worker_id:
+            raise RunOwnedError(f"run {run_id!r} is held by another lease")
+        self._claim(run, worker_id)
+
+    @_locked
+    def release_run(self, name: str, run_id: str, worker_id: str | None = None) -> None:
+        run = self._runs.get((name, run_id))
+        if run is None or (worker_id is not None and run.lock != worker_id):
+            return
+        run.lock = None
+        if not run.ended and run.wait is None:
+            self._enqueue(run)
+
+    @_locked
+    def requeue_run(
+        self, name: str, run_id: str, worker_id: str | None = None, *, reason: str = "owner_gone"
+    ) -> None:
+        run = self._runs.get((name, run_id))
+        if run is None or (worker_id is not None and run.lock != worker_id):
+            return
+        run.lock = None
+        if run.ended:
+            return
+        if reason == "store_unavailable":
+            run.store_requeues += 1
+            over, code = run.store_requeues > self.max_store_requeues, "store_unavailable"
+        else:
+            run.owner_gone += 1
+            over, code = run.owner_gone > self.max_retries, "max_retries"
+        if over:
+            self._append(
+                run,
+                [
+                    self._event(
+                        run,
+                        EventKind.RUN_ERROR,
+                        {
+                            "code": code,
+                            "message": f"run requeued too often ({reason})",
+                            "error": {
+                                "type": "lockgate:requeue_budget",
+                                "message": reason,
+                                "code": code,
+                            },
+                        },
+                    )
+                ],
+                None,
+            )
+            return
+        self._append(
+            run,
+            [
+                self._event(
+                    run,
+                    EventKind.RUN_REQUEUED,
+                    {
+                        "reason": reason,
+                        "count": run.owner_gone
+                        if reason != "store_unavailable"
+                        else run.store_requeues,
+                    },
+                )
+            ],
+            None,
+        )
+        self._enqueue(run)
+
+    @_locked
+    def recover_pending_runs(self, name: str, now: float | None = None) -> list[str]:
+        now = self._clock() if now is None else now
+        recovered = []
+        for (run_name, run_id), run in list(self._runs.items()):
+            if run_name == name and run.lock is not None and run.lock_expires <= now:
+                if not run.ended:
+                    recovered.append(run_id)
+                self.requeue_run(name, run_id, reason="owner_gone")
+        return recovered
+
+    @_locked
+    def get_pending_count(self, name: str) -> int:
+        return len(self._queues.get(name, {}))
+
+    @_locked
+    def heartbeat(self, name: str, run_id: str, worker_id: str) -> tuple[str | None, str | None]:
+        run = self._run(name, run_id)
+        if run.lock != worker_id or not self._held(run):
+            raise LockLost(f"lease {worker_id!r} no longer holds run {run_id!r}")
+        run.lock_expires = self._clock() + self.lock_ttl
+        return run.cancel_at, run.pause_at
+
+    @_locked
+    def lock_holder(self, name: str, run_id: str) -> str | None:
+        run = self._runs.get((name, run_id))
+        return run.lock if run is not None and self._held(run) else None
+
+    @_locked
+    def request_cancel(
+        self, name: str, run_id: str, *, detail: dict[str, Any] | None = None
+    ) -> str:
+        run = self._run(name, run_id)
+        if run.cancel_at is not None or run.ended:
+            return run.cancel_at or iso(self._clock())
+        run.cancel_at = iso(self._clock())
+        self._append(
+            run,
+            [
+                self._event(
+                    run,
+                    EventKind.RUN_CANCEL,
+                    {"requested_at": run.cancel_at, "detail": dict(detail or {})},
+                )
+            ],
+            None,
+        )
+        if run.wait is not None and not self._held(run):
+            self._enqueue(run)
+        return run.cancel_at
+
+    @_locked
+    def get_run_controls(self, name: str, run_id: str) -> tuple[str | None, str | None]:
+        run = self._run(name, run_id)
+        return run.cancel_at, run.pause_at
+
+    @_locked
+    def get_run(self, name: str, run_id: str) -> RunInfo | None:
+        run = self._runs.get((name, run_id))
+        return self._info(run) if run is not None else None
+
+    @_locked
+    def list_runs(
+        self, name: str, *, limit: int = 50, cursor: str | None = None, owner: str | None = None
+    ) -> tuple[list[RunInfo], str | None]:
+        runs = sorted(
+            (
+                r
+                for (n, _), r in self._runs.items()
+                if n == name and (owner is None or r.owner == owner)
+            ),
+            key=lambda r: -r.order,
+        )
+        start = int(cursor) if cursor else 0
+        page = runs[start : start + limit]
+        more = start + limit < len(runs)
+        return [self._info(r) for r in page], (str(start + limit) if more else None)
+
+    def ping(self) -> None:
+        return None
+
+    # -- event log -----------------------------------------------------------------------------
+
+    @_locked
+    def append_events(
+        self, name: str, run_id: str, events: list[RunEvent], *, fence: str | None = None
+    ) -> None:
+        run = self._run(name, run_id)
+        if not events:
+            return
+        if fence is not None:
+            self._check_fence(run, fence)
+        self._append(run, events, run.epoch if fence is not None else None)
+
+    @_locked
+    def load_run(self, name: str, run_id: str, *, max_events: int | None = None) -> list[RunEvent]:
+        run = self._runs.get((name, run_id))
+        if run is None:
+            return []
+        cap = min(max_events or self.max_replay_entries, self.max_replay_entries)
+        return list(run.events[:cap])
+
+    @_locked
+    def get_last_event(self, name: str, run_id: str) -> RunEvent | None:
+        run = self._runs.get((name, run_id))
+        return run.events[-1] if run is not None and run.events else None
+
+    # -- idempotency ---------------------------------------------------------------------------
+
+    @_locked
+    def get_idempotency_run(self, name: str, key: str) -> str | None:
+        record = self._idempotency.get((name, key))
+        return record.run_id if record and record.expires_at > self._clock() else None
+
+    @_locked
+    def set_idempotency_run(self, name: str, key: str, run_id: str, ttl: int = 86_400) -> bool:
+        if self.get_idempotency_run(name, key) is not None:
+            return False
+        self._idempotency[(name, key)] = _Idempotency(run_id, None, self._clock() + ttl)
+        return True
+
+    @_locked
+    def get_idempotency_body_hash(self, name: str, key: str) -> str | None:
+        record = self._idempotency.get((name, key))
+        return record.body_hash if record and record.expires_at > self._clock() else None
+
+    # -- timers and waits ----------------------------------------------------------------------
+
+    @_locked
+    def park_run(
+        self, name: str, run_id: str, *, lease: str, events: list[RunEvent], wait: WaitSpec
+    ) -> WaitOutcome:
+        run = self._run(name, run_id)
+        self._check_fence(run, lease)
+        if (
+            run.cancel_at is not None
+            or run.updates
+            or (wait.kind == "signal" and any(s["name"] == wait.signal for s in run.signals))
+        ):
+            return WaitOutcome.SUPERSEDED
+        if wait.kind == "pause" and run.pause_at is None:
+            return WaitOutcome.SUPERSEDED
+        self._append(run, events, run.epoch)
+        run.wait = wait
+        run.lock = None
+        self._dequeue(run)
+        return WaitOutcome.PARKED
+
+    @_locked
+    def get_sleeping_runs(self, before: float, limit: int = 100) -> list[tuple[str, str]]:
+        due = sorted(
+            (
+                (r.wait.due_at, r.order, r.name, r.run_id)
+                for r in self._runs.values()
+                if r.wait is not None
+                and r.wait.due_at is not None
+                and r.wait.due_at <= before
+                and not r.ended
+            ),
+            key=lambda t: (t[0], t[1]),
+        )
+        return [(name, run_id) for _, _, name, run_id in due[:limit]]
+
+    @_locked
+    def wake_due(self, name: str, run_id: str, *, due_by: float) -> WaitOutcome:
+        run = self._runs.get((name, run_id))
+        wait = run.wait if run is not None else None
+        if run is None or wait is None or wait.due_at is None or wait.due_at > due_by:
+            return WaitOutcome.SUPERSEDED
+        if wait.kind == "signal":
+            if any(s["name"] == wait.signal for s in run.signals):
+                return WaitOutcome.SUPERSEDED
+            kind = EventKind.RUN_WAIT_TIMED_OUT
+        elif wait.kind in ("sleep", "start"):
+            kind = EventKind.RUN_WOKEN
+        else:
+            return WaitOutcome.SUPERSEDED
+        self._append(
+            run,
+            [self._event(run, kind, {"call_index": wait.call_index, "wait_id": wait.wait_id})],
+            None,
+        )
+        self._close_wait(run)
+        if not self._held(run):
+            self._enqueue(run)
+        return WaitOutcome.RESOLVED
+
+    def _end_wait(
+        self, name: str, run_id: str, wait_id: str, kind: EventKind, lease: str | None
+    ) -> WaitOutcome:
+        run = self._run(name, run_id)
+        if lease is not None:
+            self._check_fence(run, lease)
+        wait = run.wait
+        if wait is None or wait.wait_id != wait_id:
+            journaled = any(
+                e.kind == kind and e.payload.get("wait_id") == wait_id for e in run.events
+            )
+            return WaitOutcome.DUPLICATE if journaled else WaitOutcome.SUPERSEDED
+        if kind == EventKind.RUN_WAIT_TIMED_OUT and any(
+            s["name"] == wait.signal for s in run.signals
+        ):
+            return WaitOutcome.SUPERSEDED
+        self._append(
+            run,
+            [self._event(run, kind, {"call_index": wait.call_index, "wait_id": wait_id})],
+            run.epoch if lease is not None else None,
+        )
+        self._close_wait(run)
+        if lease is None and not self._held(run):
+            self._enqueue(run)
+        return WaitOutcome.RESOLVED
+
+    @_locked
+    def wake_run(
+        self,
+        name: str,
+        run_id: str,
+        *,
+        wait_id: str,
+        idempotency_key: str | None = None,
+        lease: str | None = None,
+    ) -> WaitOutcome:
+        return self._end_wait(name, run_id, wait_id, EventKind.RUN_WOKEN, lease)
+
+    @_locked
+    def time_out_wait(
+        self,
+        name: str,
+        run_id: str,
+        *,
+        wait_id: str,
+        idempotency_key: str | None = None,
+        lease: str | None = None,
+    ) -> WaitOutcome:
+        return self._end_wait(name, run_id, wait_id, EventKind.RUN_WAIT_TIMED_OUT, lease)
+
+    # -- signals -------------------------------------------------------------------------------
+
+    @_locked
+    def send_signal(
+        self,
+        name: str,
+        run_id: str,
+        signal_name: str,
+        payload: dict[str, Any],
+        sent_at: str,
+        *,
+        idempotency_key: str | None = None,
+    ) -> str:
+        run = self._run(name, run_id)
+        if idempotency_key is not None and idempotency_key in run.signal_keys:
+            return run.signal_keys[idempotency_key]
+        if run.ended or run.cancel_at is not None:
+            return "rejected"
+        run.signals.append(
+            {
+                "signal_id": idempotency_key or uuid.uuid4().hex,
+                "name": signal_name,
+                "payload": payload,
+                "sent_at": sent_at,
+            }
+        )
+        result = "buffered"
+        if run.wait is not None and run.wait.kind == "signal" and run.wait.signal == signal_name:
+            self._close_wait(run)
+            if not self._held(run):
+                self._enqueue(run)
+            result = "delivered"
+        if idempotency_key is not None:
+            run.signal_keys[idempotency_key] = result
+        return result
+
+    @_locked
+    def peek_signal(self, name: str, run_id: str, signal_name: str) -> dict[str, Any] | None:
+        run = self._run(name, run_id)
+        return next((dict(s) for s in run.signals if s["name"] == signal_name), None)
+
+    @_locked
+    def pop_signal_match(self, name: str, run_id: str, signal_name: str, signal_id: str) -> bool:
+        run = self._run(name, run_id)
+        for index, signal in enumerate(run.signals):
+            if signal["name"] == signal_name and signal["signal_id"] == signal_id:
+                del run.signals[index]
+                return True
+        return False
+
+    # -- updates -------------------------------------------------------------------------------
+
+    @_locked
+    def deliver_update(
+        self,
+        name: str,
+        run_id: str,
+        update_name: str,
+        payload: dict[str, Any],
+        update_id: str,
+        sent_at: str,
+    ) -> str:
+        run = self._run(name, run_id)
+        if update_id in run.update_results:
+            return "settled"
+        if update_id in run.updates:
+            return "duplicate"
+        if run.ended:
+            return "rejected"
+        run.updates[update_id] = {
+            "update_id": update_id,
+            "update": update_name,
+            "payload": payload,
+            "sent_at": sent_at,
+        }
+        if run.wait is not None and run.wait.kind != "start" and not self._held(run):
+            self._enqueue(run)
+        return "queued"
+
+    @_locked
+    def peek_pending_updates(self, name: str, run_id: str) -> list[dict[str, Any]]:
+        return [dict(u) for u in self._run(name, run_id).updates.values()]
+
+    @_locked
+    def settle_update(
+        self,
+        name: str,
+        run_id: str,
+        update_id: str,
+        outcome: dict[str, Any],
+        *,
+        fence: str | None = None,
+        ack: bool = True,
+    ) -> None:
+        run = self._run(name, run_id)
+        if fence is not None:
+            self._check_fence(run, fence)
+        run.update_results[update_id] = dict(outcome)
+        if ack:
+            run.updates.pop(update_id, None)
+
+    @_locked
+    def read_update_result(self, name: str, run_id: str, update_id: str) -> dict[str, Any] | None:
+        result = self._run(name, run_id).update_results.get(update_id)
+        return dict(result) if result is not None else None
+
+    # -- controls ------------------------------------------------------------------------------
+
+    @_locked
+    def request_pause(self, name: str, run_id: str) -> str:
+        run = self._run(name, run_id)
+        if run.pause_at is None:
+            run.pause_at = iso(self._clock())
+        return run.pause_at
+
+    @_locked
+    def resume_paused_run(
+        self,
+        name: str,
+        run_id: str,
+        *,
+        wait_id: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> WaitOutcome:
+        run = self._run(name, run_id)
+        if (
+            run.wait is not None
+            and run.wait.kind == "pause"
+            and (wait_id is None or run.wait.wait_id == wait_id)
+        ):
+            self._append(
+                run, [self._event(run, EventKind.RUN_UNPAUSED, {"wait_id": run.wait.wait_id})], None
+            )
+            run.pause_at = None
+            self._close_wait(run)
+            self._enqueue(run)
+            return WaitOutcome.RESOLVED
+        if run.pause_at is not None and wait_id is None:
+            run.pause_at = None
+            return WaitOutcome.RESOLVED
+        return WaitOutcome.SUPERSEDED
+
+    @_locked
+    def terminate_run(
+        self,
+        name: str,
+        run_id: str,
+        *,
+        reason: str | None = None,
+        requested_by: str | None = None,
+        cause: dict[str, Any] | None = None,
+        retain: bool = True,
+    ) -> TerminateOutcome:
+        run = self._runs.get((name, run_id))
+        if run is None:
+            return TerminateOutcome.NOT_FOUND
+        if run.ended:
+            return TerminateOutcome.ALREADY_ENDED
+        now = iso(self._clock())
+        self._append(
+            run,
+            [
+                self._event(
+                    run, EventKind.RUN_ERROR, terminated_payload(now, reason, requested_by, cause)
+                )
+            ],
+            None,
+        )
+        run.cancel_at = run.cancel_at or now
+        run.lock = None
+        return TerminateOutcome.TERMINATED
+
+    @_locked
+    def hand_back_run(self, name: str, run_id: str, worker_id: str | None = None) -> None:
+        run = self._runs.get((name, run_id))
+        if run is None or (worker_id is not None and run.lock != worker_id):
+            return
+        run.lock = None
+        if not run.ended:
+            self._enqueue(run)
+
+    # -- versions ------------------------------------------------------------------------------
+
+    @_locked
+    def register_version(self, name: str, version: str) -> int:
+        ranks = self._versions.setdefault(name, {})
+        return ranks.setdefault(version, len(ranks) + 1)
+
+    @_locked
+    def version_rank(self, name: str, version: str) -> int | None:
+        return self._versions.get(name, {}).get(version)
+
+    @_locked
+    def list_names(self) -> list[str]:
+        return sorted({name for name, _ in self._runs})
+
+
+def _init_payload(
+    name: str,
+    params: dict[str, Any],
+    metadata: dict[str, Any] | None,
+    owner: str | None,
+    version: str,
+    version_behavior: str,
+    now: float,
+    concurrency_key: str | None,
+    concurrency_max: int | None,
+    rate_key: str | None,
+    rate_per_second: float | None,
+    rate_burst: int | None,
+    provenance: dict[str, Any] | None,
+    start_at: float | None,
+) -> dict[str, Any]:
+    """The ``run:init`` payload every store writes for a submit."""
+    gates: dict[str, Any] = {}
+    if concurrency_key is not None:
+        gates["concurrency"] = {"key": concurrency_key, "max": concurrency_max}
+    if rate_key is not None:
+        gates["rate"] = {"key": rate_key, "per_second": rate_per_second, "burst": rate_burst}
+    payload: dict[str, Any] = {
+        "name": name,
+        "params": dict(params),
+        "metadata": dict(metadata or {}),
+        "owner": owner,
+        "version": version,
+        "version_behavior": version_behavior,
+        "submitted_at": now,
+        "gates": gates,
+    }
+    if provenance:
+        payload["provenance"] = dict(provenance)
+    if start_at is not None:
+        payload["start_at"] = start_at
+    return payload
+
+
+def _start_sleep(start_at: float) -> dict[str, Any]:
+    return {"call_index": -1, "wait_id": "start", "wake_at": start_at, "name": "start"}
+
+
+def terminated_payload(
+    now: str, reason: str | None, requested_by: str | None, cause: dict[str, Any] | None
+) -> dict[str, Any]:
+    return {
+        "code": "terminated",
+        "message": f"terminated: {reason or 'no reason given'}",
+        "error": {"type": "lockgate:terminated", "message": reason or "", "code": "terminated"},
+        "detail": {
+            "terminated_at": now,
+            "reason": reason,
+            "requested_by": requested_by,
+            "cause": cause,
+        },
+    }

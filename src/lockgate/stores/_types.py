@@ -1,0 +1,93 @@
+"""Plain values that cross the store interface."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from lockgate.journal._events import RunStatus
+
+WaitKind = Literal["start", "sleep", "signal", "pause"]
+
+
+class WaitOutcome(enum.StrEnum):
+    """What a call that ends, opens or answers a wait did."""
+
+    RESOLVED = "resolved"
+    PARKED = "parked"
+    DUPLICATE = "duplicate"
+    SUPERSEDED = "superseded"
+
+
+class TerminateOutcome(enum.StrEnum):
+    TERMINATED = "terminated"
+    ALREADY_ENDED = "already_ended"
+    NOT_FOUND = "not_found"
+
+
+@dataclass(frozen=True)
+class WaitSpec:
+    """An open wait of a parked run: a delayed start, a sleep, a signal wait or a pause.
+
+    ``due_at`` is when the timer ends it (epoch seconds on the store's clock), None for a wait
+    only an answer ends. ``signal`` names the signal a signal wait takes."""
+
+    kind: WaitKind
+    wait_id: str
+    call_index: int
+    due_at: float | None = None
+    signal: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "wait_id": self.wait_id,
+            "call_index": self.call_index,
+            "due_at": self.due_at,
+            "signal": self.signal,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> WaitSpec:
+        return cls(
+            kind=data["kind"],
+            wait_id=str(data["wait_id"]),
+            call_index=int(data["call_index"]),
+            due_at=data.get("due_at"),
+            signal=data.get("signal"),
+        )
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """A run as the store sees it now."""
+
+    name: str
+    run_id: str
+    status: RunStatus
+    submitted_at: float
+    params: dict[str, Any] = field(default_factory=dict)
+    owner: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    version: str = ""
+    version_behavior: str = "pinned"
+    lock_holder: str | None = None
+    wait: WaitSpec | None = None
+    cancel_requested_at: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "run_id": self.run_id,
+            "status": str(self.status),
+            "submitted_at": self.submitted_at,
+            "params": self.params,
+            "owner": self.owner,
+            "metadata": self.metadata,
+            "version": self.version,
+            "version_behavior": self.version_behavior,
+            "lock_holder": self.lock_holder,
+            "wait": self.wait.to_dict() if self.wait else None,
+            "cancel_requested_at": self.cancel_requested_at,
+        }

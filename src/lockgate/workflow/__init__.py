@@ -1,0 +1,22 @@
+"""Declaring durable workflows and steps, and the context their bodies see."""
+
+from lockgate.workflow._context import StepContext, WorkflowContext
+from lockgate.workflow._retry import RetryPolicy
+from lockgate.workflow._spec import (
+    DuplicateWorkflowWarning,
+    WorkflowSpec,
+    get_workflow,
+    workflow,
+)
+from lockgate.workflow._step import step
+
+__all__ = [
+    "DuplicateWorkflowWarning",
+    "RetryPolicy",
+    "StepContext",
+    "WorkflowContext",
+    "WorkflowSpec",
+    "get_workflow",
+    "step",
+    "workflow",
+]

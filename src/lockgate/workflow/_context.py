@@ -1,0 +1,184 @@
+"""What a workflow body and its steps see: the run context, the step context, and the context
+variables that bind them to the attempt executing the run."""
+
+from __future__ import annotations
+
+import contextvars
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from lockgate._errors import NestedDurableOperationError, UnboundContextError
+
+if TYPE_CHECKING:
+    from lockgate.workflow._executor import Attempt
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """An atomic region a durable operation may not be started from."""
+
+    kind: str
+    name: str
+
+
+_attempt: contextvars.ContextVar[Attempt | None] = contextvars.ContextVar(
+    "lockgate_attempt", default=None
+)
+_boundary: contextvars.ContextVar[Boundary | None] = contextvars.ContextVar(
+    "lockgate_boundary", default=None
+)
+
+
+def bound_attempt(operation: str, name: str) -> Attempt:
+    """The attempt running this task, for a durable ``operation`` called ``name``.
+
+    Raises :class:`UnboundContextError` outside a run and
+    :class:`NestedDurableOperationError` inside a step or an update handler."""
+    boundary = _boundary.get()
+    if boundary is not None:
+        raise NestedDurableOperationError(operation, name, boundary.kind, boundary.name)
+    attempt = _attempt.get()
+    if attempt is None:
+        raise UnboundContextError(
+            f"{operation} {name!r} was called outside a workflow run; "
+            f"call it from a workflow body (await it there)"
+        )
+    return attempt
+
+
+def enter_boundary(kind: str, name: str) -> contextvars.Token[Boundary | None]:
+    return _boundary.set(Boundary(kind, name))
+
+
+def exit_boundary(token: contextvars.Token[Boundary | None]) -> None:
+    _boundary.reset(token)
+
+
+def bind_attempt(attempt: Attempt | None) -> contextvars.Token[Attempt | None]:
+    return _attempt.set(attempt)
+
+
+def unbind_attempt(token: contextvars.Token[Attempt | None]) -> None:
+    _attempt.reset(token)
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """What a step sees when it declares a parameter annotated ``StepContext``.
+
+    ``idempotency_key`` is stable across every attempt and replay of this call: pass it to an
+    external API so a retried effect is applied once there."""
+
+    run_id: str
+    run_name: str
+    step_id: str
+    call_index: int
+    attempt: int
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    _is_cancelled: Callable[[], bool] = field(default=lambda: False, repr=False)
+
+    @property
+    def idempotency_key(self) -> str:
+        return f"{self.run_id}:{self.call_index}:{self.step_id}"
+
+    @property
+    def cancelled(self) -> bool:
+        """True once a cancel of the run has been seen; a long step may stop early."""
+        return self._is_cancelled()
+
+
+class WorkflowContext:
+    """The durable context a workflow body receives first.
+
+    Everything that must come out the same on replay goes through it: step results, time,
+    randomness, sleeps and signals. Each call is journaled at its call position; on replay the
+    journaled value is returned instead of running it again.
+    """
+
+    __slots__ = ("_attempt",)
+
+    def __init__(self, attempt: Attempt) -> None:
+        self._attempt = attempt
+
+    def _bound(self, operation: str, name: str) -> Attempt:
+        attempt = bound_attempt(operation, name)
+        if attempt is not self._attempt:
+            raise UnboundContextError(
+                f"{operation} {name!r}: this context belongs to run "
+                f"{self._attempt.run_id!r}, not the one running here"
+            )
+        return attempt
+
+    @property
+    def run_id(self) -> str:
+        return self._attempt.run_id
+
+    @property
+    def name(self) -> str:
+        return self._attempt.spec.name
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return dict(self._attempt.params)
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return dict(self._attempt.metadata)
+
+    async def step(
+        self,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        name: str | None = None,
+        retry: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Run ``fn(*args, **kwargs)`` as a journaled step (sync or async callable)."""
+        from lockgate.workflow._step import step_spec_for
+
+        spec = step_spec_for(fn, name=name, retry=retry)
+        return await self._bound("step", spec.name).run_step(spec, args, kwargs)
+
+    async def sleep(self, duration: float | timedelta) -> None:
+        """Sleep durably: the run parks, holding no worker or slot, and resumes after."""
+        seconds = duration.total_seconds() if isinstance(duration, timedelta) else duration
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds != seconds:
+            raise TypeError(f"ctx.sleep takes seconds or a timedelta, not {duration!r}")
+        await self._bound("sleep", "sleep").sleep(float(seconds))
+
+    async def wait_for_signal(self, name: str, timeout: float | timedelta | None = None) -> Any:
+        """Wait for the signal ``name`` and return its payload. A signal sent earlier was
+        buffered and is returned at once. Raises :class:`WaitTimeout` at the deadline."""
+        seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+        return await self._bound("wait_for_signal", name).wait_for_signal(name, seconds)
+
+    def on_query(self, name: str, fn: Callable[..., Any]) -> None:
+        """Serve ``client.query(name, ...)`` with ``fn`` from the run's replayed state."""
+        self._attempt.register_query(name, fn)
+
+    def on_update(
+        self, name: str, fn: Callable[..., Any], validator: Callable[..., Any] | None = None
+    ) -> None:
+        """Apply ``client.update(name, payload)`` with ``fn(payload)``; ``validator(payload)``
+        may raise to reject it before it enters the journal."""
+        self._attempt.register_update(name, fn, validator)
+
+    async def emit(self, kind: str, payload: dict[str, Any]) -> None:
+        """Journal a custom event of ``kind`` once, visible in ``client.events``."""
+        await self._bound("emit", kind).emit(kind, payload)
+
+    def now(self) -> datetime:
+        """The current time, journaled: a replay returns the same instant."""
+        return self._bound("now", "now").now()
+
+    def uuid4(self) -> uuid.UUID:
+        """A random UUID, journaled."""
+        return self._bound("uuid4", "uuid4").uuid4()
+
+    def random(self) -> float:
+        """A random float in [0, 1), journaled."""
+        return self._bound("random", "random").random()

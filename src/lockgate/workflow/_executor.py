@@ -1,0 +1,906 @@
+"""One attempt at a run: replay the journal, run the body from it, journal what is new.
+
+The body is re-executed from the top on every attempt. Each durable call takes the next call
+position; where the journal already records an outcome for that position the outcome is
+returned, otherwise the call runs live and its outcome is journaled, fenced by the attempt's
+lease, before the body moves past it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import importlib
+import inspect
+import logging
+import random as _random
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from lockgate._clock import Clock
+from lockgate._errors import (
+    ErrorCode,
+    LockgateError,
+    LockLost,
+    NonDeterminismError,
+    PayloadTooLarge,
+    StepFailedError,
+    StepResultTypeError,
+    StoreUnavailable,
+    UpdateError,
+    UserFailure,
+    WaitTimeout,
+    describe_error,
+)
+from lockgate.journal._events import (
+    EMIT_HEADER,
+    RESERVED_PREFIXES,
+    EventKind,
+    RunEvent,
+    StepKind,
+    payload_size,
+)
+from lockgate.journal._replay import CallRecord, reconstruct_state
+from lockgate.stores._base import Store
+from lockgate.stores._types import WaitOutcome, WaitSpec
+from lockgate.workflow._context import (
+    StepContext,
+    WorkflowContext,
+    bind_attempt,
+    enter_boundary,
+    exit_boundary,
+    unbind_attempt,
+)
+from lockgate.workflow._retry import DEFAULT_RETRY
+from lockgate.workflow._spec import WorkflowSpec, json_ready
+from lockgate.workflow._step import StepSpec
+
+log = logging.getLogger("lockgate.executor")
+
+
+class AttemptOutcome(enum.StrEnum):
+    """How one attempt ended."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    SUSPENDED = "suspended"
+    ABANDONED = "abandoned"
+    ALREADY_ENDED = "already_ended"
+
+
+class _Unwind(BaseException):
+    """Unwinds a body; a ``BaseException`` so a body's ``except Exception`` cannot hold it."""
+
+
+class _Suspend(_Unwind):
+    """The run parked on a wait; the attempt ends with nothing more to write."""
+
+
+class _Cancelled(_Unwind):
+    """A cancel is latched; the run ends cancelled."""
+
+
+class _LeaseLost(_Unwind):
+    """The attempt's lease no longer holds the run; it stops without writing."""
+
+
+class _ReplayExhausted(_Unwind):
+    """A read-only replay reached the end of the journal."""
+
+
+class _Abort(_Unwind):
+    """The run ends in error whatever the body would do: over a cap, or non-deterministic."""
+
+    def __init__(self, error: LockgateError, *, overflow: bool = False) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.overflow = overflow
+
+
+class _StoreFailed(_Unwind):
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+def _final(record: CallRecord | None) -> bool:
+    return record is not None and (record.done or record.failed or record.outcome is not None)
+
+
+def rebuild_error(error: dict[str, Any], step_id: str) -> Exception:
+    """The exception a journaled step failure stands for: its own type when that type can be
+    imported and rebuilt from its recorded arguments, else :class:`StepFailedError`."""
+    type_path = str(error.get("type", ""))
+    module_name, _, qualname = type_path.partition(":")
+    message = str(error.get("message", ""))
+    user_code = error.get("user_code")
+    try:
+        target: Any = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            target = getattr(target, part)
+        if isinstance(target, type) and issubclass(target, Exception):
+            args = error.get("args")
+            exc = target(*args) if isinstance(args, list) else target(message)
+            if isinstance(exc, UserFailure) and isinstance(user_code, str):
+                exc.user_code = user_code
+            return exc
+    except Exception:
+        pass
+    return StepFailedError(
+        message or type_path,
+        step_id=step_id,
+        error_type=type_path,
+        user_code=user_code if isinstance(user_code, str) else None,
+    )
+
+
+def _describe_with_args(exc: BaseException) -> dict[str, Any]:
+    described = describe_error(exc)
+    if exc.args and json_ready(list(exc.args)):
+        described["args"] = list(exc.args)
+    return described
+
+
+def run_error_payload(exc: BaseException) -> dict[str, Any]:
+    """The ``run:error`` payload for an exception that escaped the body."""
+    described = describe_error(exc)
+    code = exc.code if isinstance(exc, LockgateError) else ErrorCode.USER_ERROR
+    if isinstance(exc, UserFailure):
+        code = exc.code
+    payload: dict[str, Any] = {
+        "code": str(code),
+        "message": str(exc) or type(exc).__name__,
+        "error": described,
+    }
+    if "user_code" in described:
+        payload["user_code"] = described["user_code"]
+    return payload
+
+
+class Attempt:
+    """One attempt at one run under one lease (``mode="live"``), or a read-only replay that
+    serves a query (``mode="query"``)."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        spec: WorkflowSpec,
+        run_id: str,
+        lease: str | None,
+        clock: Clock,
+        events: list[RunEvent],
+        mode: Literal["live", "query"] = "live",
+    ) -> None:
+        self.store = store
+        self.spec = spec
+        self.run_id = run_id
+        self.lease = lease
+        self.clock = clock
+        self.mode = mode
+        self.state = reconstruct_state(events)
+        self.params = self.state.params
+        metadata = self.state.init.get("metadata")
+        self.metadata: dict[str, Any] = dict(metadata) if isinstance(metadata, dict) else {}
+        self.call_index = 0
+        self.event_count = len(events)
+        self.queries: dict[str, Callable[..., Any]] = {}
+        self.updates: dict[str, tuple[Callable[..., Any], Callable[..., Any] | None]] = {}
+        self._buffer: list[RunEvent] = []
+        self._cancel_seen = False
+        self._lease_lost = False
+        self._task: asyncio.Task[Any] | None = None
+
+    # -- store access --------------------------------------------------------------------------
+
+    async def _io(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        try:
+            if self.store.blocking_io:
+                return await asyncio.to_thread(method, *args, **kwargs)
+            return method(*args, **kwargs)
+        except LockLost as exc:
+            raise _LeaseLost() from exc
+        except LockgateError:
+            raise
+        except Exception as exc:
+            raise _StoreFailed(exc) from exc
+
+    def _event(
+        self, kind: str, payload: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> RunEvent:
+        return RunEvent(kind=kind, payload=payload, run_id=self.run_id, headers=headers or {})
+
+    def _record(
+        self, kind: str, payload: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> None:
+        """Buffer an event for the next fenced append, within the workflow's caps."""
+        cap = self.spec.max_event_count_per_run
+        if cap is not None and self.event_count + 1 > cap:
+            raise _Abort(
+                LockgateError(
+                    f"run has {self.event_count} events, the cap of max_event_count_per_run={cap}"
+                ),
+                overflow=True,
+            )
+        size = payload_size(payload)
+        limit = self.spec.max_event_payload_bytes
+        if limit is not None and size > limit:
+            raise _Abort(
+                PayloadTooLarge(
+                    f"{kind} payload is {size} bytes, over max_event_payload_bytes={limit}",
+                    what=kind,
+                    size=size,
+                    limit=limit,
+                )
+            )
+        self._buffer.append(self._event(kind, payload, headers))
+        self.event_count += 1
+
+    async def flush(self) -> None:
+        if not self._buffer:
+            return
+        events, self._buffer = self._buffer, []
+        await self._io(
+            self.store.append_events, self.spec.name, self.run_id, events, fence=self.lease
+        )
+
+    # -- call positions and boundaries ---------------------------------------------------------
+
+    def _next(self, kind: str, name: str) -> tuple[int, CallRecord | None]:
+        index = self.call_index
+        self.call_index += 1
+        record = self.state.calls.get(index)
+        if record is not None and (record.kind != kind or record.name != name):
+            raise _Abort(
+                NonDeterminismError(
+                    f"run {self.run_id!r} of {self.spec.name!r} is not deterministic: call "
+                    f"{index} is {kind} {name!r} in the body but {record.fingerprint} in the "
+                    f"journal",
+                    call_index=index,
+                    expected=record.fingerprint,
+                    actual=f"{kind} {name!r}",
+                )
+            )
+        return index, record
+
+    async def _before_call(self, index: int, record: CallRecord | None) -> None:
+        await self._replay_updates(index)
+        if _final(record):
+            return
+        if self.mode == "query":
+            raise _ReplayExhausted()
+        await self._check_controls(index)
+        await self._apply_new_updates(index)
+
+    async def _check_controls(self, index: int) -> None:
+        while True:
+            cancel_at, pause_at = await self._io(
+                self.store.get_run_controls, self.spec.name, self.run_id
+            )
+            if cancel_at is not None:
+                self._cancel_seen = True
+                raise _Cancelled()
+            if pause_at is None:
+                return
+            wait_id = f"pause:{uuid.uuid4().hex[:12]}"
+            paused = self._event(EventKind.RUN_PAUSED, {"wait_id": wait_id, "call_index": index})
+            if await self._park([paused], WaitSpec("pause", wait_id, index)) == WaitOutcome.PARKED:
+                raise _Suspend()
+
+    async def _park(self, events: list[RunEvent], wait: WaitSpec) -> WaitOutcome:
+        """Park on ``wait``, appending the buffer and ``events`` with it. On SUPERSEDED nothing
+        was written; pending updates are applied so the caller can try again."""
+        batch = self._buffer + events
+        outcome = WaitOutcome(
+            await self._io(
+                self.store.park_run,
+                self.spec.name,
+                self.run_id,
+                lease=self.lease,
+                events=batch,
+                wait=wait,
+            )
+        )
+        if outcome == WaitOutcome.PARKED:
+            self._buffer = []
+            self.event_count += len(events)
+            return outcome
+        await self._apply_new_updates(wait.call_index)
+        cancel_at, _ = await self._io(self.store.get_run_controls, self.spec.name, self.run_id)
+        if cancel_at is not None:
+            self._cancel_seen = True
+            raise _Cancelled()
+        return WaitOutcome.SUPERSEDED
+
+    # -- updates and queries -------------------------------------------------------------------
+
+    def register_query(self, name: str, fn: Callable[..., Any]) -> None:
+        if not callable(fn):
+            raise TypeError(f"query handler {name!r} must be callable")
+        self.queries[name] = fn
+
+    def register_update(
+        self, name: str, fn: Callable[..., Any], validator: Callable[..., Any] | None
+    ) -> None:
+        if not callable(fn) or (validator is not None and not callable(validator)):
+            raise TypeError(f"update handler and validator of {name!r} must be callable")
+        self.updates[name] = (fn, validator)
+
+    async def _call_handler(
+        self, kind: str, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any
+    ) -> Any:
+        token = enter_boundary(kind, name)
+        try:
+            result = fn(*args, **kwargs)
+            if inspect.isawaitable(result):
+                result = await result
+            return result
+        finally:
+            exit_boundary(token)
+
+    async def _apply_update(self, update: dict[str, Any]) -> dict[str, Any]:
+        handler = self.updates.get(str(update["update"]))
+        if handler is None:
+            return {
+                "status": "failed",
+                "error": describe_error(
+                    UpdateError(f"run {self.run_id!r} has no update handler {update['update']!r}")
+                ),
+            }
+        try:
+            result = await self._call_handler(
+                "update", str(update["update"]), handler[0], update.get("payload")
+            )
+        except Exception as exc:
+            return {"status": "failed", "error": describe_error(exc)}
+        if not json_ready(result):
+            return {
+                "status": "failed",
+                "error": describe_error(
+                    UpdateError(
+                        f"update {update['update']!r} returned a value that is not "
+                        "JSON-serializable"
+                    )
+                ),
+            }
+        return {"status": "completed", "result": result}
+
+    async def _settle(self, update_id: str, outcome: dict[str, Any]) -> None:
+        await self._io(
+            self.store.settle_update,
+            self.spec.name,
+            self.run_id,
+            update_id,
+            outcome,
+            fence=self.lease,
+        )
+
+    async def _journal_outcome(self, update_id: str, outcome: dict[str, Any]) -> None:
+        kind = (
+            EventKind.RUN_UPDATE_COMPLETED
+            if outcome["status"] == "completed"
+            else EventKind.RUN_UPDATE_FAILED
+        )
+        self._record(kind, {"update_id": update_id, **outcome})
+        self.state.journaled_update_outcomes[update_id] = outcome
+        await self.flush()
+        await self._settle(update_id, outcome)
+
+    async def _replay_updates(self, frontier: int) -> None:
+        for update in self.state.updates_by_frontier.pop(frontier, []):
+            outcome = await self._apply_update(update)
+            update_id = str(update["update_id"])
+            if self.mode == "live" and update_id not in self.state.journaled_update_outcomes:
+                await self._journal_outcome(update_id, outcome)
+
+    async def _apply_new_updates(self, frontier: int) -> None:
+        if self.mode != "live" or "updates" not in self.store.capabilities():
+            return
+        pending = await self._io(self.store.peek_pending_updates, self.spec.name, self.run_id)
+        for update in pending:
+            update_id = str(update["update_id"])
+            if update_id in self.state.journaled_update_ids:
+                journaled = self.state.journaled_update_outcomes.get(update_id)
+                if journaled is not None:
+                    outcome = {k: v for k, v in journaled.items() if k != "update_id"}
+                    await self._settle(update_id, outcome)
+                continue
+            handler = self.updates.get(str(update["update"]))
+            if handler is not None and handler[1] is not None:
+                try:
+                    await self._call_handler(
+                        "update validator", str(update["update"]), handler[1], update.get("payload")
+                    )
+                except Exception as exc:
+                    await self._settle(
+                        update_id, {"status": "rejected", "error": describe_error(exc)}
+                    )
+                    continue
+            if handler is None:
+                await self._settle(update_id, await self._apply_update(update))
+                continue
+            self._record(
+                EventKind.RUN_UPDATE_RECEIVED,
+                {
+                    "update_id": update_id,
+                    "update": update["update"],
+                    "payload": update.get("payload"),
+                    "frontier": frontier,
+                },
+            )
+            self.state.journaled_update_ids.add(update_id)
+            await self._journal_outcome(update_id, await self._apply_update(update))
+
+    # -- durable operations --------------------------------------------------------------------
+
+    async def run_step(self, spec: StepSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        index, record = self._next(StepKind.NAMED, spec.name)
+        await self._before_call(index, record)
+        if record is not None and record.done:
+            return spec.from_journal(record.result)
+        if record is not None and record.failed:
+            raise rebuild_error(record.errors[-1], spec.name)
+        policy = spec.retry or DEFAULT_RETRY
+        attempt = (record.attempts if record is not None else 0) + 1
+        base = {"call_index": index, "step_id": spec.name, "kind": StepKind.NAMED.value}
+        while True:
+            if spec.effect == "write":
+                self._record(EventKind.STEP_PENDING, {**base, "attempt": attempt})
+            await self.flush()
+            step_ctx = StepContext(
+                run_id=self.run_id,
+                run_name=self.spec.name,
+                step_id=spec.name,
+                call_index=index,
+                attempt=attempt,
+                metadata=self.metadata,
+                _is_cancelled=lambda: self._cancel_seen,
+            )
+            token = enter_boundary("step", spec.name)
+            try:
+                call = spec.invoke(args, kwargs, step_ctx)
+                result = await (asyncio.wait_for(call, spec.timeout) if spec.timeout else call)
+                journaled = spec.to_journal(result)
+                if not json_ready(journaled):
+                    raise StepResultTypeError(
+                        spec.name,
+                        TypeError(
+                            f"{type(journaled).__name__} is not JSON-serializable; annotate the "
+                            f"step's return type or return plain data"
+                        ),
+                    )
+            except Exception as exc:
+                failure: Exception | None = exc
+            else:
+                failure = None
+            finally:
+                exit_boundary(token)
+            if failure is None:
+                break
+            retry = policy.should_retry(attempt, failure)
+            self._record(
+                EventKind.STEP_ERROR,
+                {
+                    **base,
+                    "attempt": attempt,
+                    "final": not retry,
+                    "error": _describe_with_args(failure),
+                },
+            )
+            await self.flush()
+            if not retry:
+                raise failure
+            await self.clock.sleep(policy.backoff_seconds(attempt))
+            attempt += 1
+        size, limit = payload_size(journaled), self.spec.max_event_payload_bytes
+        if limit is not None and size > limit:
+            raise _Abort(
+                PayloadTooLarge(
+                    f"result of step {spec.name!r} is {size} bytes, over "
+                    f"max_event_payload_bytes={limit}",
+                    what=f"step {spec.name!r}",
+                    size=size,
+                    limit=limit,
+                )
+            )
+        self._record(EventKind.STEP_DONE, {**base, "attempt": attempt, "result": journaled})
+        await self.flush()
+        return spec.from_journal(journaled)
+
+    async def sleep(self, seconds: float) -> None:
+        index, record = self._next(StepKind.SLEEP, "sleep")
+        await self._before_call(index, record)
+        if record is not None and record.outcome is not None:
+            return
+        if record is None and seconds <= 0:
+            return
+        wake_at = (
+            record.due_at
+            if record is not None and record.due_at is not None
+            else self.clock() + seconds
+        )
+        wait = WaitSpec("sleep", f"sleep:{index}", index, due_at=wake_at)
+        opening = (
+            []
+            if record is not None
+            else [
+                self._event(
+                    EventKind.RUN_SLEEPING,
+                    {
+                        "call_index": index,
+                        "wait_id": wait.wait_id,
+                        "wake_at": wake_at,
+                        "name": "sleep",
+                    },
+                )
+            ]
+        )
+        await self._wait_out(wait, opening)
+
+    async def _wait_out(self, wait: WaitSpec, opening: list[RunEvent]) -> None:
+        """Sleep until ``wait`` is due: close it here when it already is, else park."""
+        while True:
+            assert wait.due_at is not None
+            if self.clock() >= wait.due_at:
+                self._buffer.extend(opening)
+                self.event_count += len(opening)
+                await self.flush()
+                outcome = await self._io(
+                    self.store.wake_run,
+                    self.spec.name,
+                    self.run_id,
+                    wait_id=wait.wait_id,
+                    lease=self.lease,
+                )
+                if outcome == WaitOutcome.SUPERSEDED:
+                    self._record(
+                        EventKind.RUN_WOKEN,
+                        {"call_index": wait.call_index, "wait_id": wait.wait_id},
+                    )
+                    await self.flush()
+                return
+            if await self._park(opening, wait) == WaitOutcome.PARKED:
+                raise _Suspend()
+
+    async def wait_for_signal(self, signal: str, timeout: float | None) -> Any:
+        index, record = self._next(StepKind.SIGNAL, signal)
+        await self._before_call(index, record)
+        if record is not None and record.outcome == "received":
+            return record.payload
+        wait_id = f"signal:{index}"
+        if record is not None and record.due_at is not None:
+            deadline: float | None = record.due_at
+        else:
+            deadline = self.clock() + timeout if timeout is not None else None
+        if record is not None and record.outcome == "timed_out":
+            raise self._wait_timeout(signal, index, deadline)
+        wait = WaitSpec("signal", wait_id, index, due_at=deadline, signal=signal)
+        opening = (
+            []
+            if record is not None
+            else [
+                self._event(
+                    EventKind.RUN_SIGNAL_WAITING,
+                    {
+                        "call_index": index,
+                        "wait_id": wait_id,
+                        "signal": signal,
+                        "deadline": deadline,
+                    },
+                )
+            ]
+        )
+        while True:
+            buffered = await self._io(self.store.peek_signal, self.spec.name, self.run_id, signal)
+            if buffered is not None:
+                signal_id = str(buffered["signal_id"])
+                if signal_id in self.state.journaled_signal_ids:
+                    # Journaled for an earlier wait by an attempt that died before popping it.
+                    await self._io(
+                        self.store.pop_signal_match, self.spec.name, self.run_id, signal, signal_id
+                    )
+                    continue
+                self._record(
+                    EventKind.RUN_SIGNAL_RECEIVED,
+                    {
+                        "call_index": index,
+                        "wait_id": wait_id,
+                        "signal": signal,
+                        "payload": buffered.get("payload"),
+                        "signal_id": signal_id,
+                    },
+                )
+                await self.flush()
+                self.state.journaled_signal_ids.add(signal_id)
+                await self._io(
+                    self.store.pop_signal_match, self.spec.name, self.run_id, signal, signal_id
+                )
+                return buffered.get("payload")
+            if deadline is not None and self.clock() >= deadline:
+                self._buffer.extend(opening)
+                self.event_count += len(opening)
+                opening = []
+                await self.flush()
+                outcome = await self._io(
+                    self.store.time_out_wait,
+                    self.spec.name,
+                    self.run_id,
+                    wait_id=wait_id,
+                    lease=self.lease,
+                )
+                if outcome == WaitOutcome.SUPERSEDED:
+                    if (
+                        await self._io(self.store.peek_signal, self.spec.name, self.run_id, signal)
+                        is not None
+                    ):
+                        continue
+                    self._record(
+                        EventKind.RUN_WAIT_TIMED_OUT, {"call_index": index, "wait_id": wait_id}
+                    )
+                    await self.flush()
+                raise self._wait_timeout(signal, index, deadline)
+            if await self._park(opening, wait) == WaitOutcome.PARKED:
+                raise _Suspend()
+
+    def _wait_timeout(self, signal: str, index: int, deadline: float | None) -> WaitTimeout:
+        when = datetime.fromtimestamp(deadline, UTC) if deadline is not None else None
+        return WaitTimeout("signal", signal, index, when)
+
+    async def emit(self, kind: str, payload: dict[str, Any]) -> None:
+        if not isinstance(kind, str) or not kind or kind.startswith(RESERVED_PREFIXES):
+            raise ValueError(
+                f"ctx.emit kind {kind!r} is reserved or empty; the prefixes "
+                f"{', '.join(RESERVED_PREFIXES)} belong to the engine"
+            )
+        if not isinstance(payload, dict) or not json_ready(payload):
+            raise TypeError("ctx.emit payload must be a JSON-serializable dict")
+        index, record = self._next(StepKind.EMIT, kind)
+        await self._before_call(index, record)
+        if record is None:
+            self._record(kind, {"call_index": index, "data": payload}, {EMIT_HEADER: "1"})
+
+    def _deterministic(self, name: str, produce: Callable[[], Any]) -> Any:
+        index, record = self._next(StepKind.DETERMINISTIC, name)
+        if record is not None and record.done:
+            return record.result
+        if self.mode == "query":
+            raise _ReplayExhausted()
+        value = produce()
+        self._record(
+            EventKind.STEP_DONE,
+            {
+                "call_index": index,
+                "step_id": name,
+                "kind": StepKind.DETERMINISTIC.value,
+                "result": value,
+            },
+        )
+        return value
+
+    def now(self) -> datetime:
+        return datetime.fromtimestamp(float(self._deterministic("now", self.clock)), UTC)
+
+    def uuid4(self) -> uuid.UUID:
+        return uuid.UUID(str(self._deterministic("uuid4", lambda: uuid.uuid4().hex)))
+
+    def random(self) -> float:
+        return float(self._deterministic("random", _random.random))
+
+    # -- the attempt ---------------------------------------------------------------------------
+
+    async def execute(self) -> AttemptOutcome:
+        """Run the attempt to its end: a terminal, a park, or the loss of its lease.
+
+        Any other ``BaseException`` (the task cancelled, the process dying) propagates with
+        nothing more written; the lease is left to expire so another attempt resumes the run.
+        """
+        self._task = asyncio.current_task()
+        heartbeat = asyncio.create_task(self._heartbeat())
+        try:
+            return await self._drive()
+        except asyncio.CancelledError:
+            if self._lease_lost and self._task is not None and self._task.uncancel() == 0:
+                return AttemptOutcome.ABANDONED
+            raise
+        finally:
+            heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await heartbeat
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await self.clock.sleep(self.store.heartbeat_interval)
+            try:
+                await self._io(self.store.heartbeat, self.spec.name, self.run_id, self.lease)
+            except _LeaseLost:
+                log.warning(
+                    "run %s of %s: lease %s lost; abandoning the attempt",
+                    self.run_id,
+                    self.spec.name,
+                    self.lease,
+                )
+                self._lease_lost = True
+                if self._task is not None:
+                    self._task.cancel()
+                return
+            except _StoreFailed as failed:
+                log.warning("run %s: heartbeat failed: %s", self.run_id, failed.cause)
+
+    async def _drive(self) -> AttemptOutcome:
+        if self.state.terminal is not None:
+            return AttemptOutcome.ALREADY_ENDED
+        token = bind_attempt(self)
+        try:
+            try:
+                return await self._body_to_terminal()
+            except _Suspend:
+                return AttemptOutcome.SUSPENDED
+            except _Cancelled:
+                return await self._finish_error(
+                    await self._cancelled_payload(), AttemptOutcome.CANCELLED
+                )
+            except _Abort as abort:
+                if abort.overflow:
+                    cap = self.spec.max_event_count_per_run
+                    self._buffer.append(
+                        self._event(
+                            EventKind.STREAM_OVERFLOW, {"limit": cap, "count": self.event_count}
+                        )
+                    )
+                    payload = {
+                        "code": ErrorCode.STREAM_OVERFLOW.value,
+                        "message": f"the run reached max_event_count_per_run={cap}; "
+                        f"continue the work in a new run",
+                        "error": {
+                            "type": "lockgate:stream_overflow",
+                            "code": ErrorCode.STREAM_OVERFLOW.value,
+                            "message": str(abort.error),
+                        },
+                    }
+                else:
+                    payload = run_error_payload(abort.error)
+                return await self._finish_error(payload, AttemptOutcome.FAILED)
+        except _LeaseLost:
+            return AttemptOutcome.ABANDONED
+        except _StoreFailed as failed:
+            with contextlib.suppress(Exception):
+                await asyncio.to_thread(
+                    self.store.requeue_run,
+                    self.spec.name,
+                    self.run_id,
+                    self.lease,
+                    reason="store_unavailable",
+                )
+            raise StoreUnavailable(
+                f"the store failed under run {self.run_id!r}: {failed.cause}"
+            ) from failed.cause
+        finally:
+            unbind_attempt(token)
+
+    async def _cancelled_payload(self) -> dict[str, Any]:
+        """The cancelled terminal, carrying the detail of the ``run:cancel`` that asked."""
+        journal = await self._io(self.store.load_run, self.spec.name, self.run_id)
+        detail: dict[str, Any] = {}
+        for event in reversed(journal):
+            if event.kind == EventKind.RUN_CANCEL:
+                detail = dict(event.payload.get("detail") or {})
+                break
+        return {
+            "code": ErrorCode.CANCELLED.value,
+            "message": "the run was cancelled",
+            "error": {
+                "type": "lockgate:cancelled",
+                "code": ErrorCode.CANCELLED.value,
+                "message": "cancelled",
+            },
+            "detail": detail,
+        }
+
+    async def _start(self) -> None:
+        """The gate before the body: a delayed start not yet due parks, and a cancel that
+        arrived before the body ever ran ends the run without running it."""
+        start = self.state.calls.get(-1)
+        if start is not None and start.outcome is None and start.due_at is not None:
+            await self._wait_out(WaitSpec("start", "start", -1, due_at=start.due_at), [])
+        if not any(index >= 0 for index in self.state.calls):
+            cancel_at, _ = await self._io(self.store.get_run_controls, self.spec.name, self.run_id)
+            if cancel_at is not None:
+                raise _Cancelled()
+
+    async def _body_to_terminal(self) -> AttemptOutcome:
+        await self._start()
+        body = self.spec.body
+        deadline = asyncio.timeout(self.spec.attempt_deadline)
+        try:
+            async with deadline:
+                result = await body(WorkflowContext(self), **self.params)
+        except TimeoutError as exc:
+            if not deadline.expired():
+                return await self._finish_error(run_error_payload(exc), AttemptOutcome.FAILED)
+            return await self._finish_error(
+                {
+                    "code": ErrorCode.RUN_TIMEOUT.value,
+                    "message": f"the attempt ran past the workflow's timeout of "
+                    f"{self.spec.attempt_deadline:g}s",
+                    "error": {
+                        "type": "lockgate:run_timeout",
+                        "code": ErrorCode.RUN_TIMEOUT.value,
+                        "message": "attempt deadline",
+                    },
+                },
+                AttemptOutcome.FAILED,
+            )
+        except _Unwind:
+            raise
+        except Exception as exc:
+            return await self._finish_error(run_error_payload(exc), AttemptOutcome.FAILED)
+        await self._replay_updates(self.call_index)
+        await self._apply_new_updates(self.call_index)
+        if self._cancel_seen:
+            raise _Cancelled()
+        if not json_ready(result):
+            return await self._finish_error(
+                run_error_payload(
+                    TypeError(
+                        f"workflow {self.spec.name!r} returned {type(result).__name__}, "
+                        "which is not JSON-serializable"
+                    )
+                ),
+                AttemptOutcome.FAILED,
+            )
+        size, limit = payload_size(result), self.spec.max_event_payload_bytes
+        if limit is not None and size > limit:
+            raise _Abort(
+                PayloadTooLarge(
+                    f"result of workflow {self.spec.name!r} is {size} "
+                    f"bytes, over max_event_payload_bytes={limit}",
+                    what="result",
+                    size=size,
+                    limit=limit,
+                )
+            )
+        await self._finish(self._event(EventKind.RUN_COMPLETE, {"result": result}))
+        return AttemptOutcome.COMPLETED
+
+    async def _finish_error(
+        self, payload: dict[str, Any], outcome: AttemptOutcome
+    ) -> AttemptOutcome:
+        await self._finish(self._event(EventKind.RUN_ERROR, payload))
+        return outcome
+
+    async def _finish(self, terminal: RunEvent) -> None:
+        """Append the buffer and the terminal in one fenced batch, then release the lease."""
+        events, self._buffer = [*self._buffer, terminal], []
+        await self._io(
+            self.store.append_events, self.spec.name, self.run_id, events, fence=self.lease
+        )
+        await self._io(self.store.release_run, self.spec.name, self.run_id, self.lease)
+
+    async def query(self, query: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Replay the journal read-only, then call the ``query`` handler it registered."""
+        from lockgate._errors import QueryError
+
+        token = bind_attempt(self)
+        try:
+            with contextlib.suppress(_Unwind, Exception):
+                await self.spec.body(WorkflowContext(self), **self.params)
+                await self._replay_updates(self.call_index)
+        finally:
+            unbind_attempt(token)
+        handler = self.queries.get(query)
+        if handler is None:
+            known = ", ".join(sorted(self.queries)) or "none"
+            raise QueryError(
+                f"run {self.run_id!r} of {self.spec.name!r} has no query "
+                f"{query!r} (registered: {known})"
+            )
+        try:
+            return await self._call_handler("query", query, handler, *args, **kwargs)
+        except LockgateError:
+            raise
+        except Exception as exc:
+            raise QueryError(f"query {query!r} of run {self.run_id!r} failed: {exc}") from exc

@@ -1,0 +1,360 @@
+"""The ``@workflow`` decorator, the declarations it records, and the process registry."""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import math
+import warnings
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar, overload
+
+from lockgate._errors import ConfigurationError, InvalidParamsError, PayloadTooLarge
+from lockgate.flow import Collect, Debounce, Limit, Rate
+from lockgate.journal._events import payload_size
+
+VersionBehavior = Literal["pinned", "auto_upgrade"]
+DEFAULT_PAYLOAD_CAP = 1_000_000
+TRIGGER_PARAMS = ("key", "events", "count")
+
+WorkflowFn = Callable[..., Awaitable[Any]]
+F = TypeVar("F", bound=WorkflowFn)
+
+
+class DuplicateWorkflowWarning(UserWarning):
+    """A different function was registered under a workflow name already in use."""
+
+
+@dataclass(frozen=True)
+class WorkflowSpec:
+    """A workflow's declaration, as the decorator validated and recorded it."""
+
+    name: str
+    timeout: float = 300.0
+    max_event_count_per_run: int | None = 50_000
+    max_event_payload_bytes: int | None = DEFAULT_PAYLOAD_CAP
+    max_attempt_wall_seconds: float | None = None
+    version: str = ""
+    version_behavior: VersionBehavior = "pinned"
+    concurrency: Limit | None = None
+    rate_limit: Rate | None = None
+    trigger: Collect | Debounce | None = None
+    fn: WorkflowFn | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def attempt_deadline(self) -> float:
+        """Seconds one attempt may run: ``timeout``, lowered by ``max_attempt_wall_seconds``."""
+        if self.max_attempt_wall_seconds is None:
+            return self.timeout
+        return min(self.timeout, self.max_attempt_wall_seconds)
+
+    @property
+    def body(self) -> WorkflowFn:
+        if self.fn is None:
+            raise ConfigurationError(f"workflow {self.name!r} has no body in this process")
+        return self.fn
+
+    def validate_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """Check ``params`` against the body's signature and the payload cap.
+
+        Raises :class:`InvalidParamsError` naming the first parameter that does not fit, and
+        :class:`PayloadTooLarge` when the params are over ``max_event_payload_bytes``.
+        """
+        if not isinstance(params, Mapping):
+            raise InvalidParamsError(
+                f"params for {self.name!r} must be a mapping of "
+                f"parameter names to values, not {type(params).__name__}",
+                workflow=self.name,
+            )
+        params = dict(params)
+        for key in params:
+            if not isinstance(key, str):
+                raise InvalidParamsError(
+                    f"parameter names of {self.name!r} must be strings, got {key!r}",
+                    workflow=self.name,
+                    parameter=str(key),
+                )
+        if self.fn is not None:
+            _check_against_signature(self.name, self.fn, params)
+        try:
+            size = payload_size(params)
+        except (TypeError, ValueError) as exc:
+            raise InvalidParamsError(
+                f"params for {self.name!r} are not JSON-serializable: {exc}", workflow=self.name
+            ) from exc
+        self.check_payload(size, f"params of {self.name!r}")
+        return params
+
+    def check_payload(self, size: int, what: str) -> None:
+        cap = self.max_event_payload_bytes
+        if cap is not None and size > cap:
+            raise PayloadTooLarge(
+                f"{what} is {size} bytes, over max_event_payload_bytes={cap}",
+                what=what,
+                size=size,
+                limit=cap,
+            )
+
+
+def _body_parameters(fn: WorkflowFn) -> list[inspect.Parameter]:
+    return list(inspect.signature(fn).parameters.values())[1:]
+
+
+def _check_against_signature(name: str, fn: WorkflowFn, params: dict[str, Any]) -> None:
+    parameters = _body_parameters(fn)
+    accepts_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+    named = {
+        p.name: p
+        for p in parameters
+        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    }
+    if not accepts_any:
+        for key in params:
+            if key not in named:
+                raise InvalidParamsError(
+                    f"workflow {name!r} takes no parameter {key!r} "
+                    f"(it takes: {', '.join(named) or 'none'})",
+                    workflow=name,
+                    parameter=key,
+                )
+    for pname, parameter in named.items():
+        if parameter.default is inspect.Parameter.empty and pname not in params:
+            raise InvalidParamsError(
+                f"workflow {name!r} needs parameter {pname!r}", workflow=name, parameter=pname
+            )
+
+
+_REGISTRY: dict[str, WorkflowSpec] = {}
+
+
+def get_workflow(name: str) -> WorkflowSpec | None:
+    """The spec registered under ``name`` in this process, or None."""
+    return _REGISTRY.get(name)
+
+
+def spec_of(fn: object) -> WorkflowSpec:
+    """The spec of a function decorated with ``@workflow``."""
+    spec = getattr(fn, "__lockgate_workflow__", None)
+    if not isinstance(spec, WorkflowSpec):
+        raise ConfigurationError(f"{fn!r} is not decorated with @workflow")
+    return spec
+
+
+def body_hash(fn: Callable[..., Any]) -> str:
+    """A short hash of a function's source (its bytecode when the source is not at hand)."""
+    try:
+        material = inspect.getsource(fn).encode()
+    except (OSError, TypeError):
+        material = fn.__code__.co_code
+    return hashlib.sha256(material).hexdigest()[:16]
+
+
+def _number(
+    field_name: str, value: object, *, allow_none: bool, minimum: float = 0.0, integer: bool = False
+) -> None:
+    if value is None and allow_none:
+        return
+    kinds: tuple[type, ...] = (int,) if integer else (int, float)
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, kinds)
+        or not math.isfinite(float(value))
+        or float(value) <= minimum
+    ):  # type: ignore[arg-type]
+        raise ConfigurationError(
+            f"@workflow({field_name}=...) must be a "
+            f"{'whole ' if integer else ''}number > {minimum:g}"
+            f"{' or None' if allow_none else ''}, got {value!r}"
+        )
+
+
+def _validate(
+    fn: object,
+    *,
+    name: str,
+    timeout: float,
+    max_event_count_per_run: int | None,
+    max_event_payload_bytes: int | None,
+    max_attempt_wall_seconds: float | None,
+    version: str | None,
+    version_behavior: str | None,
+    concurrency: object,
+    rate_limit: object,
+    trigger: object,
+) -> None:
+    if not inspect.iscoroutinefunction(fn):
+        raise TypeError(f"@workflow needs an 'async def' body; {name!r} is a plain function")
+    assert callable(fn)
+    parameters = list(inspect.signature(fn).parameters.values())
+    if not parameters or parameters[0].kind not in (
+        inspect.Parameter.POSITIONAL_ONLY,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    ):
+        raise TypeError(f"workflow {name!r} must take the context as its first parameter")
+    for parameter in parameters[1:]:
+        if parameter.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.VAR_POSITIONAL):
+            raise TypeError(
+                f"workflow {name!r}: parameter {parameter.name!r} must be passable "
+                f"by name, since params arrive as keyword arguments"
+            )
+    if not name or not isinstance(name, str):
+        raise ConfigurationError("@workflow(name=...) must be a non-empty string")
+    _number("timeout", timeout, allow_none=False)
+    _number(
+        "max_event_count_per_run", max_event_count_per_run, allow_none=True, minimum=1, integer=True
+    )
+    _number("max_event_payload_bytes", max_event_payload_bytes, allow_none=True, integer=True)
+    _number("max_attempt_wall_seconds", max_attempt_wall_seconds, allow_none=True)
+    if version is not None and (not isinstance(version, str) or not version):
+        raise ConfigurationError("@workflow(version=...) must be a non-empty string")
+    if version_behavior not in (None, "pinned", "auto_upgrade"):
+        raise ConfigurationError(
+            "@workflow(version_behavior=...) must be 'pinned' or "
+            f"'auto_upgrade', got {version_behavior!r}"
+        )
+    for field_name, value, kind in (
+        ("concurrency", concurrency, Limit),
+        ("rate_limit", rate_limit, Rate),
+    ):
+        if value is not None and not isinstance(value, kind):
+            raise ConfigurationError(
+                f"@workflow({field_name}=...) must be a {kind.__name__}, got {type(value).__name__}"
+            )
+    if trigger is not None:
+        if not isinstance(trigger, Collect | Debounce):
+            raise ConfigurationError(
+                "@workflow(trigger=...) must be a Collect or Debounce, "
+                f"got {type(trigger).__name__}"
+            )
+        names = {p.name for p in parameters[1:]}
+        has_var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+        missing = [p for p in TRIGGER_PARAMS if p not in names]
+        if missing and not has_var_kw:
+            raise ConfigurationError(
+                f"triggered workflow {name!r} must accept the parameters "
+                f"{', '.join(TRIGGER_PARAMS)}; missing {', '.join(missing)}"
+            )
+
+
+@overload
+def workflow(fn: F, /) -> F: ...
+
+
+@overload
+def workflow(
+    fn: None = None,
+    /,
+    *,
+    name: str | None = None,
+    timeout: float = 300.0,
+    max_event_count_per_run: int | None = 50_000,
+    max_event_payload_bytes: int | None = DEFAULT_PAYLOAD_CAP,
+    max_attempt_wall_seconds: float | None = None,
+    version: str | None = None,
+    version_behavior: VersionBehavior | None = None,
+    concurrency: Limit | None = None,
+    rate_limit: Rate | None = None,
+    trigger: Collect | Debounce | None = None,
+) -> Callable[[F], F]: ...
+
+
+def workflow(
+    fn: F | None = None,
+    /,
+    *,
+    name: str | None = None,
+    timeout: float = 300.0,
+    max_event_count_per_run: int | None = 50_000,
+    max_event_payload_bytes: int | None = DEFAULT_PAYLOAD_CAP,
+    max_attempt_wall_seconds: float | None = None,
+    version: str | None = None,
+    version_behavior: VersionBehavior | None = None,
+    concurrency: Limit | None = None,
+    rate_limit: Rate | None = None,
+    trigger: Collect | Debounce | None = None,
+) -> F | Callable[[F], F]:
+    """Declare a durable workflow.
+
+    The body must be ``async def`` and take the run context first; a run's params arrive as
+    keyword arguments after it. Without ``version`` the version is a hash of the body and runs
+    follow new code (``auto_upgrade``); with one they stay on it (``pinned``). The declaration is
+    validated here, so a mistake fails at import rather than when a run starts.
+    """
+
+    def register(body: F) -> F:
+        wf_name = name if name is not None else getattr(body, "__name__", "")
+        _validate(
+            body,
+            name=wf_name,
+            timeout=timeout,
+            max_event_count_per_run=max_event_count_per_run,
+            max_event_payload_bytes=max_event_payload_bytes,
+            max_attempt_wall_seconds=max_attempt_wall_seconds,
+            version=version,
+            version_behavior=version_behavior,
+            concurrency=concurrency,
+            rate_limit=rate_limit,
+            trigger=trigger,
+        )
+        behavior: VersionBehavior = version_behavior or (
+            "pinned" if version is not None else "auto_upgrade"
+        )
+        spec = WorkflowSpec(
+            name=wf_name,
+            timeout=float(timeout),
+            max_event_count_per_run=max_event_count_per_run,
+            max_event_payload_bytes=max_event_payload_bytes,
+            max_attempt_wall_seconds=max_attempt_wall_seconds,
+            version=version if version is not None else body_hash(body),
+            version_behavior=behavior,
+            concurrency=concurrency,
+            rate_limit=rate_limit,
+            trigger=trigger,
+            fn=body,
+        )
+        previous = _REGISTRY.get(wf_name)
+        if (
+            previous is not None
+            and previous.fn is not body
+            and (
+                previous.fn is None
+                or previous.fn.__qualname__ != body.__qualname__
+                or previous.fn.__module__ != body.__module__
+            )
+        ):
+            warnings.warn(
+                f"workflow name {wf_name!r} was already registered by "
+                f"{previous.fn!r}; {body!r} replaces it",
+                DuplicateWorkflowWarning,
+                stacklevel=3,
+            )
+        _REGISTRY[wf_name] = spec
+        body.__lockgate_workflow__ = spec  # type: ignore[attr-defined]
+        return body
+
+    if fn is not None:
+        return register(fn)
+    return register
+
+
+def policy_stamp(spec: WorkflowSpec, params: Mapping[str, Any]) -> dict[str, Any]:
+    """The flow-control gates a run of ``spec`` with ``params`` is stamped with at submit."""
+    stamp: dict[str, Any] = {}
+    if spec.concurrency is not None:
+        stamp["concurrency_key"] = spec.concurrency.resolve(params)
+        stamp["concurrency_max"] = spec.concurrency.max
+    if spec.rate_limit is not None:
+        stamp["rate_key"] = spec.rate_limit.resolve(params)
+        stamp["rate_per_second"] = float(spec.rate_limit.per_second)
+        stamp["rate_burst"] = spec.rate_limit.capacity
+    return stamp
+
+
+def json_ready(value: Any) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True
