@@ -156,13 +156,10 @@ def _number(
 ) -> None:
     if value is None and allow_none:
         return
-    kinds: tuple[type, ...] = (int,) if integer else (int, float)
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, kinds)
-        or not math.isfinite(float(value))
-        or float(value) <= minimum
-    ):  # type: ignore[arg-type]
+    number: float | None = None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        number = None if integer and not isinstance(value, int) else float(value)
+    if number is None or not math.isfinite(number) or number <= minimum:
         raise ConfigurationError(
             f"@workflow({field_name}=...) must be a "
             f"{'whole ' if integer else ''}number > {minimum:g}"

@@ -120,7 +120,7 @@ def _build(
         or timeout <= 0
     ):
         raise ConfigurationError(f"step timeout must be a number of seconds > 0, got {timeout!r}")
-    step_name = name or getattr(fn, "__qualname__", None) or getattr(fn, "__name__", "step")
+    step_name = str(name or getattr(fn, "__qualname__", None) or getattr(fn, "__name__", "step"))
     hints = _hints(fn)
     return StepSpec(
         fn=fn,
