@@ -1,0 +1,77 @@
+"""Shared fixtures: a manual clock, a MemoryStore on it, and an inline runner driving runs."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+
+from lockgate import (
+    InlineWorkflowRunner,
+    ManualClock,
+    MemoryStore,
+    RunHandle,
+    RunStatus,
+    WorkflowClient,
+)
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def store(clock: ManualClock) -> MemoryStore:
+    return MemoryStore(clock=clock, lock_ttl=30.0, heartbeat_interval=10.0)
+
+
+@pytest.fixture
+async def runner(store: MemoryStore, clock: ManualClock) -> AsyncIterator[InlineWorkflowRunner]:
+    inline = InlineWorkflowRunner(store=store, clock=clock)
+    await inline.start()
+    yield inline
+    await inline.aclose()
+
+
+@pytest.fixture
+def client(runner: InlineWorkflowRunner) -> WorkflowClient:
+    return runner.client
+
+
+Drive = Callable[..., Awaitable[RunStatus]]
+
+
+@pytest.fixture
+def drive(runner: InlineWorkflowRunner, clock: ManualClock) -> Drive:
+    """Advance a run until it ends or waits on something only the test can give it.
+
+    Queued runs are run; a sleep or a signal deadline is reached by moving the manual clock
+    and firing the timers. Returns the status it stopped at (terminal, or signal_waiting with
+    no deadline, or paused)."""
+
+    async def run_to_rest(handle: RunHandle, *, max_attempts: int = 50) -> RunStatus:
+        for _ in range(max_attempts):
+            info = runner.store.get_run(handle.name, handle.run_id)
+            assert info is not None
+            if info.status.is_terminal:
+                return info.status
+            if info.status == RunStatus.PENDING:
+                await runner.run(handle.name, handle.run_id)
+                continue
+            if (
+                info.wait is not None
+                and info.wait.due_at is not None
+                and info.status
+                in (
+                    RunStatus.SLEEPING,
+                    RunStatus.SIGNAL_WAITING,
+                )
+            ):
+                clock.advance(max(0.0, info.wait.due_at - clock()))
+                await runner.fire_due_timers()
+                continue
+            return info.status
+        raise AssertionError(f"run {handle.run_id} did not come to rest")
+
+    return run_to_rest
