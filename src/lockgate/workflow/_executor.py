@@ -20,7 +20,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from lockgate._clock import Clock
+from lockgate._clock import Clock, iso
 from lockgate._errors import (
     ErrorCode,
     LockgateError,
@@ -682,7 +682,7 @@ class Attempt:
         return value
 
     def now(self) -> datetime:
-        return datetime.fromtimestamp(float(self._deterministic("now", self.clock)), UTC)
+        return datetime.fromisoformat(str(self._deterministic("now", lambda: iso(self.clock()))))
 
     def uuid4(self) -> uuid.UUID:
         return uuid.UUID(str(self._deterministic("uuid4", lambda: uuid.uuid4().hex)))
