@@ -18,8 +18,9 @@ from lockgate._errors import (
 from lockgate.client._client import WorkflowClient
 from lockgate.journal._events import RunEvent, RunStatus
 from lockgate.stores._base import Store
-from lockgate.workflow._executor import Attempt, AttemptOutcome
+from lockgate.workflow._executor import Attempt
 from lockgate.workflow._spec import WorkflowSpec, get_workflow, spec_of
+from lockgate.workflow._unwind import AttemptOutcome
 
 log = logging.getLogger("lockgate.inline")
 

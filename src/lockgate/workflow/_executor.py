@@ -10,30 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
-import importlib
-import inspect
 import logging
 import random as _random
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
 
-from lockgate._clock import Clock, iso
+from lockgate._clock import iso
 from lockgate._errors import (
     ErrorCode,
     LockgateError,
-    LockLost,
-    NonDeterminismError,
     PayloadTooLarge,
-    StepFailedError,
     StepResultTypeError,
     StoreUnavailable,
-    UpdateError,
-    UserFailure,
     WaitTimeout,
-    describe_error,
 )
 from lockgate.journal._events import (
     EMIT_HEADER,
@@ -43,9 +34,8 @@ from lockgate.journal._events import (
     StepKind,
     payload_size,
 )
-from lockgate.journal._replay import CallRecord, reconstruct_state
-from lockgate.stores._base import Store
 from lockgate.stores._types import WaitOutcome, WaitSpec
+from lockgate.workflow._attempt_core import AttemptCore
 from lockgate.workflow._context import (
     StepContext,
     WorkflowContext,
@@ -55,385 +45,28 @@ from lockgate.workflow._context import (
     unbind_attempt,
 )
 from lockgate.workflow._retry import DEFAULT_RETRY
-from lockgate.workflow._spec import WorkflowSpec, json_ready
+from lockgate.workflow._spec import json_ready
 from lockgate.workflow._step import StepSpec
+from lockgate.workflow._unwind import (
+    AttemptOutcome,
+    _Abort,
+    _Cancelled,
+    _LeaseLost,
+    _ReplayExhausted,
+    _StoreFailed,
+    _Suspend,
+    _Unwind,
+    describe_with_args,
+    rebuild_error,
+    run_error_payload,
+)
 
 log = logging.getLogger("lockgate.executor")
 
 
-class AttemptOutcome(enum.StrEnum):
-    """How one attempt ended."""
-
-    COMPLETED = "completed"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-    SUSPENDED = "suspended"
-    ABANDONED = "abandoned"
-    ALREADY_ENDED = "already_ended"
-
-
-class _Unwind(BaseException):
-    """Unwinds a body; a ``BaseException`` so a body's ``except Exception`` cannot hold it."""
-
-
-class _Suspend(_Unwind):
-    """The run parked on a wait; the attempt ends with nothing more to write."""
-
-
-class _Cancelled(_Unwind):
-    """A cancel is latched; the run ends cancelled."""
-
-
-class _LeaseLost(_Unwind):
-    """The attempt's lease no longer holds the run; it stops without writing."""
-
-
-class _ReplayExhausted(_Unwind):
-    """A read-only replay reached the end of the journal."""
-
-
-class _Abort(_Unwind):
-    """The run ends in error whatever the body would do: over a cap, or non-deterministic."""
-
-    def __init__(self, error: LockgateError, *, overflow: bool = False) -> None:
-        super().__init__(str(error))
-        self.error = error
-        self.overflow = overflow
-
-
-class _StoreFailed(_Unwind):
-    def __init__(self, cause: Exception) -> None:
-        super().__init__(str(cause))
-        self.cause = cause
-
-
-def _final(record: CallRecord | None) -> bool:
-    return record is not None and (record.done or record.failed or record.outcome is not None)
-
-
-def rebuild_error(error: dict[str, Any], step_id: str) -> Exception:
-    """The exception a journaled step failure stands for: its own type when that type can be
-    imported and rebuilt from its recorded arguments, else :class:`StepFailedError`."""
-    type_path = str(error.get("type", ""))
-    module_name, _, qualname = type_path.partition(":")
-    message = str(error.get("message", ""))
-    user_code = error.get("user_code")
-    try:
-        target: Any = importlib.import_module(module_name)
-        for part in qualname.split("."):
-            target = getattr(target, part)
-        if isinstance(target, type) and issubclass(target, Exception):
-            args = error.get("args")
-            exc = target(*args) if isinstance(args, list) else target(message)
-            if isinstance(exc, UserFailure) and isinstance(user_code, str):
-                exc.user_code = user_code
-            return exc
-    except Exception:
-        pass
-    return StepFailedError(
-        message or type_path,
-        step_id=step_id,
-        error_type=type_path,
-        user_code=user_code if isinstance(user_code, str) else None,
-    )
-
-
-def _describe_with_args(exc: BaseException) -> dict[str, Any]:
-    described = describe_error(exc)
-    if exc.args and json_ready(list(exc.args)):
-        described["args"] = list(exc.args)
-    return described
-
-
-def run_error_payload(exc: BaseException) -> dict[str, Any]:
-    """The ``run:error`` payload for an exception that escaped the body."""
-    described = describe_error(exc)
-    code = exc.code if isinstance(exc, LockgateError) else ErrorCode.USER_ERROR
-    if isinstance(exc, UserFailure):
-        code = exc.code
-    payload: dict[str, Any] = {
-        "code": str(code),
-        "message": str(exc) or type(exc).__name__,
-        "error": described,
-    }
-    if "user_code" in described:
-        payload["user_code"] = described["user_code"]
-    return payload
-
-
-class Attempt:
+class Attempt(AttemptCore):
     """One attempt at one run under one lease (``mode="live"``), or a read-only replay that
     serves a query (``mode="query"``)."""
-
-    def __init__(
-        self,
-        *,
-        store: Store,
-        spec: WorkflowSpec,
-        run_id: str,
-        lease: str | None,
-        clock: Clock,
-        events: list[RunEvent],
-        mode: Literal["live", "query"] = "live",
-    ) -> None:
-        self.store = store
-        self.spec = spec
-        self.run_id = run_id
-        self.lease = lease
-        self.clock = clock
-        self.mode = mode
-        self.state = reconstruct_state(events)
-        self.params = self.state.params
-        metadata = self.state.init.get("metadata")
-        self.metadata: dict[str, Any] = dict(metadata) if isinstance(metadata, dict) else {}
-        self.call_index = 0
-        self.event_count = len(events)
-        self.queries: dict[str, Callable[..., Any]] = {}
-        self.updates: dict[str, tuple[Callable[..., Any], Callable[..., Any] | None]] = {}
-        self._buffer: list[RunEvent] = []
-        self._cancel_seen = False
-        self._lease_lost = False
-        self._task: asyncio.Task[Any] | None = None
-
-    # -- store access --------------------------------------------------------------------------
-
-    async def _io(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        try:
-            if self.store.blocking_io:
-                return await asyncio.to_thread(method, *args, **kwargs)
-            return method(*args, **kwargs)
-        except LockLost as exc:
-            raise _LeaseLost() from exc
-        except LockgateError:
-            raise
-        except Exception as exc:
-            raise _StoreFailed(exc) from exc
-
-    def _event(
-        self, kind: str, payload: dict[str, Any], headers: dict[str, str] | None = None
-    ) -> RunEvent:
-        return RunEvent(kind=kind, payload=payload, run_id=self.run_id, headers=headers or {})
-
-    def _record(
-        self, kind: str, payload: dict[str, Any], headers: dict[str, str] | None = None
-    ) -> None:
-        """Buffer an event for the next fenced append, within the workflow's caps."""
-        cap = self.spec.max_event_count_per_run
-        if cap is not None and self.event_count + 1 > cap:
-            raise _Abort(
-                LockgateError(
-                    f"run has {self.event_count} events, the cap of max_event_count_per_run={cap}"
-                ),
-                overflow=True,
-            )
-        size = payload_size(payload)
-        limit = self.spec.max_event_payload_bytes
-        if limit is not None and size > limit:
-            raise _Abort(
-                PayloadTooLarge(
-                    f"{kind} payload is {size} bytes, over max_event_payload_bytes={limit}",
-                    what=kind,
-                    size=size,
-                    limit=limit,
-                )
-            )
-        self._buffer.append(self._event(kind, payload, headers))
-        self.event_count += 1
-
-    async def flush(self) -> None:
-        if not self._buffer:
-            return
-        events, self._buffer = self._buffer, []
-        await self._io(
-            self.store.append_events, self.spec.name, self.run_id, events, fence=self.lease
-        )
-
-    # -- call positions and boundaries ---------------------------------------------------------
-
-    def _next(self, kind: str, name: str) -> tuple[int, CallRecord | None]:
-        index = self.call_index
-        self.call_index += 1
-        record = self.state.calls.get(index)
-        if record is not None and (record.kind != kind or record.name != name):
-            raise _Abort(
-                NonDeterminismError(
-                    f"run {self.run_id!r} of {self.spec.name!r} is not deterministic: call "
-                    f"{index} is {kind} {name!r} in the body but {record.fingerprint} in the "
-                    f"journal",
-                    call_index=index,
-                    expected=record.fingerprint,
-                    actual=f"{kind} {name!r}",
-                )
-            )
-        return index, record
-
-    async def _before_call(self, index: int, record: CallRecord | None) -> None:
-        await self._replay_updates(index)
-        if _final(record):
-            return
-        if self.mode == "query":
-            raise _ReplayExhausted()
-        await self._check_controls(index)
-        await self._apply_new_updates(index)
-
-    async def _check_controls(self, index: int) -> None:
-        while True:
-            cancel_at, pause_at = await self._io(
-                self.store.get_run_controls, self.spec.name, self.run_id
-            )
-            if cancel_at is not None:
-                self._cancel_seen = True
-                raise _Cancelled()
-            if pause_at is None:
-                return
-            wait_id = f"pause:{uuid.uuid4().hex[:12]}"
-            paused = self._event(EventKind.RUN_PAUSED, {"wait_id": wait_id, "call_index": index})
-            if await self._park([paused], WaitSpec("pause", wait_id, index)) == WaitOutcome.PARKED:
-                raise _Suspend()
-
-    async def _park(self, events: list[RunEvent], wait: WaitSpec) -> WaitOutcome:
-        """Park on ``wait``, appending the buffer and ``events`` with it. On SUPERSEDED nothing
-        was written; pending updates are applied so the caller can try again."""
-        batch = self._buffer + events
-        outcome = WaitOutcome(
-            await self._io(
-                self.store.park_run,
-                self.spec.name,
-                self.run_id,
-                lease=self.lease,
-                events=batch,
-                wait=wait,
-            )
-        )
-        if outcome == WaitOutcome.PARKED:
-            self._buffer = []
-            self.event_count += len(events)
-            return outcome
-        await self._apply_new_updates(wait.call_index)
-        cancel_at, _ = await self._io(self.store.get_run_controls, self.spec.name, self.run_id)
-        if cancel_at is not None:
-            self._cancel_seen = True
-            raise _Cancelled()
-        return WaitOutcome.SUPERSEDED
-
-    # -- updates and queries -------------------------------------------------------------------
-
-    def register_query(self, name: str, fn: Callable[..., Any]) -> None:
-        if not callable(fn):
-            raise TypeError(f"query handler {name!r} must be callable")
-        self.queries[name] = fn
-
-    def register_update(
-        self, name: str, fn: Callable[..., Any], validator: Callable[..., Any] | None
-    ) -> None:
-        if not callable(fn) or (validator is not None and not callable(validator)):
-            raise TypeError(f"update handler and validator of {name!r} must be callable")
-        self.updates[name] = (fn, validator)
-
-    async def _call_handler(
-        self, kind: str, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any
-    ) -> Any:
-        token = enter_boundary(kind, name)
-        try:
-            result = fn(*args, **kwargs)
-            if inspect.isawaitable(result):
-                result = await result
-            return result
-        finally:
-            exit_boundary(token)
-
-    async def _apply_update(self, update: dict[str, Any]) -> dict[str, Any]:
-        handler = self.updates.get(str(update["update"]))
-        if handler is None:
-            return {
-                "status": "failed",
-                "error": describe_error(
-                    UpdateError(f"run {self.run_id!r} has no update handler {update['update']!r}")
-                ),
-            }
-        try:
-            result = await self._call_handler(
-                "update", str(update["update"]), handler[0], update.get("payload")
-            )
-        except Exception as exc:
-            return {"status": "failed", "error": describe_error(exc)}
-        if not json_ready(result):
-            return {
-                "status": "failed",
-                "error": describe_error(
-                    UpdateError(
-                        f"update {update['update']!r} returned a value that is not "
-                        "JSON-serializable"
-                    )
-                ),
-            }
-        return {"status": "completed", "result": result}
-
-    async def _settle(self, update_id: str, outcome: dict[str, Any]) -> None:
-        await self._io(
-            self.store.settle_update,
-            self.spec.name,
-            self.run_id,
-            update_id,
-            outcome,
-            fence=self.lease,
-        )
-
-    async def _journal_outcome(self, update_id: str, outcome: dict[str, Any]) -> None:
-        kind = (
-            EventKind.RUN_UPDATE_COMPLETED
-            if outcome["status"] == "completed"
-            else EventKind.RUN_UPDATE_FAILED
-        )
-        self._record(kind, {"update_id": update_id, **outcome})
-        self.state.journaled_update_outcomes[update_id] = outcome
-        await self.flush()
-        await self._settle(update_id, outcome)
-
-    async def _replay_updates(self, frontier: int) -> None:
-        for update in self.state.updates_by_frontier.pop(frontier, []):
-            outcome = await self._apply_update(update)
-            update_id = str(update["update_id"])
-            if self.mode == "live" and update_id not in self.state.journaled_update_outcomes:
-                await self._journal_outcome(update_id, outcome)
-
-    async def _apply_new_updates(self, frontier: int) -> None:
-        if self.mode != "live" or "updates" not in self.store.capabilities():
-            return
-        pending = await self._io(self.store.peek_pending_updates, self.spec.name, self.run_id)
-        for update in pending:
-            update_id = str(update["update_id"])
-            if update_id in self.state.journaled_update_ids:
-                journaled = self.state.journaled_update_outcomes.get(update_id)
-                if journaled is not None:
-                    outcome = {k: v for k, v in journaled.items() if k != "update_id"}
-                    await self._settle(update_id, outcome)
-                continue
-            handler = self.updates.get(str(update["update"]))
-            if handler is not None and handler[1] is not None:
-                try:
-                    await self._call_handler(
-                        "update validator", str(update["update"]), handler[1], update.get("payload")
-                    )
-                except Exception as exc:
-                    await self._settle(
-                        update_id, {"status": "rejected", "error": describe_error(exc)}
-                    )
-                    continue
-            if handler is None:
-                await self._settle(update_id, await self._apply_update(update))
-                continue
-            self._record(
-                EventKind.RUN_UPDATE_RECEIVED,
-                {
-                    "update_id": update_id,
-                    "update": update["update"],
-                    "payload": update.get("payload"),
-                    "frontier": frontier,
-                },
-            )
-            self.state.journaled_update_ids.add(update_id)
-            await self._journal_outcome(update_id, await self._apply_update(update))
 
     # -- durable operations --------------------------------------------------------------------
 
@@ -488,7 +121,7 @@ class Attempt:
                     **base,
                     "attempt": attempt,
                     "final": not retry,
-                    "error": _describe_with_args(failure),
+                    "error": describe_with_args(failure),
                 },
             )
             await self.flush()
