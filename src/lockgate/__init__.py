@@ -71,6 +71,7 @@ from lockgate.workflow import (
     StepContext,
     WorkflowContext,
     WorkflowSpec,
+    check_replay,
     step,
     workflow,
 )
@@ -144,6 +145,7 @@ __all__ = [
     "WorkflowContext",
     "WorkflowSpec",
     "__version__",
+    "check_replay",
     "reconstruct_state",
     "run_and_await",
     "step",

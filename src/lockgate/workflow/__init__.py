@@ -1,6 +1,7 @@
 """Declaring durable workflows and steps, and the context their bodies see."""
 
 from lockgate.workflow._context import StepContext, WorkflowContext
+from lockgate.workflow._executor import check_replay
 from lockgate.workflow._retry import RetryPolicy
 from lockgate.workflow._spec import (
     DuplicateWorkflowWarning,
@@ -16,6 +17,7 @@ __all__ = [
     "StepContext",
     "WorkflowContext",
     "WorkflowSpec",
+    "check_replay",
     "get_workflow",
     "step",
     "workflow",

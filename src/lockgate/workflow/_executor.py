@@ -17,10 +17,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from lockgate._clock import iso
+from lockgate._clock import SystemClock, iso
 from lockgate._errors import (
     ErrorCode,
     LockgateError,
+    NonDeterminismError,
     PayloadTooLarge,
     StepResultTypeError,
     StoreUnavailable,
@@ -34,6 +35,7 @@ from lockgate.journal._events import (
     StepKind,
     payload_size,
 )
+from lockgate.journal._replay import ReplayState
 from lockgate.stores._types import WaitOutcome, WaitSpec
 from lockgate.workflow._attempt_core import AttemptCore
 from lockgate.workflow._context import (
@@ -45,7 +47,7 @@ from lockgate.workflow._context import (
     unbind_attempt,
 )
 from lockgate.workflow._retry import DEFAULT_RETRY
-from lockgate.workflow._spec import json_ready
+from lockgate.workflow._spec import json_ready, spec_of
 from lockgate.workflow._step import StepSpec
 from lockgate.workflow._unwind import (
     AttemptOutcome,
@@ -537,3 +539,53 @@ class Attempt(AttemptCore):
             raise
         except Exception as exc:
             raise QueryError(f"query {query!r} of run {self.run_id!r} failed: {exc}") from exc
+
+    async def check(self) -> None:
+        """Replay the body against the journal, writing nothing, and raise
+        :class:`NonDeterminismError` where the body no longer matches it."""
+        token = bind_attempt(self)
+        try:
+            await self.spec.body(WorkflowContext(self), **self.params)
+        except _Abort as abort:
+            if isinstance(abort.error, NonDeterminismError):
+                raise abort.error from None
+        except (_Unwind, Exception):
+            pass  # the end of the journal, or the body's own recorded failure
+        finally:
+            unbind_attempt(token)
+        if self.state.terminal is not None and self.state.terminal.kind == EventKind.RUN_COMPLETE:
+            extra = sorted(i for i in self.state.calls if i >= self.call_index)
+            if extra:
+                record = self.state.calls[extra[0]]
+                raise NonDeterminismError(
+                    f"the journal of run {self.run_id!r} records {record.fingerprint} at call "
+                    f"{record.call_index}, which the body no longer makes",
+                    call_index=record.call_index,
+                    expected=record.fingerprint,
+                    actual="(the body returned)",
+                )
+
+
+async def check_replay(workflow: Callable[..., Any], events: list[RunEvent]) -> ReplayState:
+    """Replay ``events`` (a run's journal) through ``workflow``'s current body, writing nothing.
+
+    Returns the folded journal when the body still makes the calls the journal records; raises
+    :class:`NonDeterminismError` naming the first call position where it does not, and
+    :class:`JournalNeedsNewerRuntime` for a journal this runtime cannot read. Run it in CI over
+    journals of real runs before deploying a changed body.
+    """
+    from lockgate.stores._memory import MemoryStore
+
+    spec = spec_of(workflow)
+    run_id = events[0].run_id if events else ""
+    attempt = Attempt(
+        store=MemoryStore(),
+        spec=spec,
+        run_id=run_id,
+        lease=None,
+        clock=SystemClock(),
+        events=events,
+        mode="query",
+    )
+    await attempt.check()
+    return attempt.state
