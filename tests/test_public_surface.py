@@ -1,0 +1,131 @@
+"""The public surface is fixed here: a change to it is a deliberate edit of this file."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+from pathlib import Path
+
+import pytest
+
+import lockgate
+from lockgate import RunEvent
+
+EXPECTED = {
+    "CAPABILITY_GROUPS",
+    "EVENT_SCHEMA_VERSION",
+    "CapabilityMissing",
+    "Clock",
+    "Collect",
+    "ConfigurationError",
+    "Debounce",
+    "DuplicateRunError",
+    "DuplicateWorkflowWarning",
+    "DurableInvocationCancelled",
+    "DurableInvocationError",
+    "DurableInvocationTimeout",
+    "ErrorCode",
+    "EventAfterTerminal",
+    "EventKind",
+    "EventLogStore",
+    "Fatal",
+    "IdempotencyConflict",
+    "InlineWorkflowRunner",
+    "InvalidParamsError",
+    "JournalNeedsNewerRuntime",
+    "LifecycleStore",
+    "Limit",
+    "LockLost",
+    "LockgateError",
+    "ManualClock",
+    "MemoryStore",
+    "NestedDurableOperationError",
+    "NonDeterminismError",
+    "PayloadTooLarge",
+    "Poison",
+    "QueryError",
+    "Rate",
+    "ReplayState",
+    "RetryPolicy",
+    "RunEvent",
+    "RunFinishedError",
+    "RunGatedError",
+    "RunHandle",
+    "RunInfo",
+    "RunNotFoundError",
+    "RunNotStartedError",
+    "RunOwnedError",
+    "RunStatus",
+    "SchemaVersionMismatch",
+    "StepContext",
+    "StepFailedError",
+    "StepKind",
+    "StepResultTypeError",
+    "Store",
+    "StoreUnavailable",
+    "SystemClock",
+    "TerminateOutcome",
+    "TerminateResult",
+    "Transient",
+    "UnboundContextError",
+    "UpdateError",
+    "UpdateRejected",
+    "UpdateTimeout",
+    "UserFailure",
+    "WaitOutcome",
+    "WaitTimeout",
+    "WorkflowClient",
+    "WorkflowContext",
+    "WorkflowSpec",
+    "__version__",
+    "check_replay",
+    "reconstruct_state",
+    "run_and_await",
+    "step",
+    "workflow",
+}
+
+PACKAGES = [
+    "lockgate",
+    "lockgate.client",
+    "lockgate.flow",
+    "lockgate.journal",
+    "lockgate.stores",
+    "lockgate.workflow",
+]
+
+
+def test_top_level_exports_exactly_the_public_api() -> None:
+    assert set(lockgate.__all__) == EXPECTED
+    for name in lockgate.__all__:
+        assert hasattr(lockgate, name), name
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_packages_export_public_names_only(package: str) -> None:
+    module = importlib.import_module(package)
+    names = list(module.__all__)
+    assert len(names) == len(set(names))
+    for name in names:
+        assert not name.startswith("_") or name == "__version__", name
+        assert hasattr(module, name), name
+
+
+def test_every_error_derives_from_one_root_with_a_stable_code() -> None:
+    errors = [getattr(lockgate, n) for n in lockgate.__all__]
+    errors = [
+        e
+        for e in errors
+        if isinstance(e, type) and issubclass(e, Exception) and not issubclass(e, Warning)
+    ]
+    assert len(errors) > 25
+    for error in errors:
+        assert issubclass(error, lockgate.LockgateError), error
+        assert isinstance(error.code, lockgate.ErrorCode), error
+
+
+def test_the_avro_schema_matches_run_event() -> None:
+    schema = json.loads((Path(__file__).parents[1] / "schemas" / "run_event.avsc").read_text())
+    avro_fields = [f["name"] for f in schema["fields"]]
+    assert avro_fields == [f.name for f in dataclasses.fields(RunEvent)]
