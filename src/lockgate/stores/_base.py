@@ -14,6 +14,7 @@ wrote, whatever the backend.
 from __future__ import annotations
 
 import abc
+import functools
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -39,13 +40,7 @@ class LifecycleStore(abc.ABC):
     def capabilities(self) -> frozenset[str]:
         """The optional groups this store provides: those whose every method the store's class
         overrides. A forwarding store overrides this to report what it can serve."""
-        provided = set()
-        for group, (base, methods) in CAPABILITY_GROUPS.items():
-            if isinstance(self, base) and all(
-                getattr(type(self), method) is not getattr(base, method) for method in methods
-            ):
-                provided.add(group)
-        return frozenset(provided)
+        return _class_capabilities(type(self))
 
     @abc.abstractmethod
     def submit_run(
@@ -418,6 +413,16 @@ class VersionStore:
 
     def version_rank(self, name: str, version: str) -> int | None:
         raise _missing(self, "versions")
+
+
+@functools.cache
+def _class_capabilities(cls: type) -> frozenset[str]:
+    return frozenset(
+        group
+        for group, (base, methods) in CAPABILITY_GROUPS.items()
+        if issubclass(cls, base)
+        and all(getattr(cls, method) is not getattr(base, method) for method in methods)
+    )
 
 
 CAPABILITY_GROUPS: dict[str, tuple[type, tuple[str, ...]]] = {

@@ -64,6 +64,7 @@ class AttemptCore:
         self.queries: dict[str, Callable[..., Any]] = {}
         self.updates: dict[str, tuple[Callable[..., Any], Callable[..., Any] | None]] = {}
         self._buffer: list[RunEvent] = []
+        self._has_updates = "updates" in store.capabilities()
         self._cancel_seen = False
         self._lease_lost = False
         self._task: asyncio.Task[Any] | None = None
@@ -88,9 +89,18 @@ class AttemptCore:
         return RunEvent(kind=kind, payload=payload, run_id=self.run_id, headers=headers or {})
 
     def _record(
-        self, kind: str, payload: dict[str, Any], headers: dict[str, str] | None = None
+        self,
+        kind: str,
+        payload: dict[str, Any],
+        headers: dict[str, str] | None = None,
+        *,
+        size: int | None = None,
+        what: str | None = None,
     ) -> None:
-        """Buffer an event for the next fenced append, within the workflow's caps."""
+        """Buffer an event for the next fenced append, within the workflow's caps.
+
+        ``size`` is the payload's JSON size when the caller measured it already (a step
+        result), and ``what`` names the payload in the error when it is over the cap."""
         cap = self.spec.max_event_count_per_run
         if cap is not None and self.event_count + 1 > cap:
             raise _Abort(
@@ -99,13 +109,15 @@ class AttemptCore:
                 ),
                 overflow=True,
             )
-        size = payload_size(payload)
         limit = self.spec.max_event_payload_bytes
-        if limit is not None and size > limit:
+        if limit is not None:
+            size = payload_size(payload) if size is None else size
+        if limit is not None and size is not None and size > limit:
             raise _Abort(
                 PayloadTooLarge(
-                    f"{kind} payload is {size} bytes, over max_event_payload_bytes={limit}",
-                    what=kind,
+                    f"{what or kind + ' payload'} is {size} bytes, over "
+                    f"max_event_payload_bytes={limit}",
+                    what=what or kind,
                     size=size,
                     limit=limit,
                 )
@@ -271,7 +283,7 @@ class AttemptCore:
                 await self._journal_outcome(update_id, outcome)
 
     async def _apply_new_updates(self, frontier: int) -> None:
-        if self.mode != "live" or "updates" not in self.store.capabilities():
+        if self.mode != "live" or not self._has_updates:
             return
         pending = await self._io(self.store.peek_pending_updates, self.spec.name, self.run_id)
         for update in pending:

@@ -100,14 +100,16 @@ class Attempt(AttemptCore):
                 call = spec.invoke(args, kwargs, step_ctx)
                 result = await (asyncio.wait_for(call, spec.timeout) if spec.timeout else call)
                 journaled = spec.to_journal(result)
-                if not json_ready(journaled):
+                try:
+                    size = payload_size(journaled)
+                except (TypeError, ValueError) as exc:
                     raise StepResultTypeError(
                         spec.name,
                         TypeError(
                             f"{type(journaled).__name__} is not JSON-serializable; annotate the "
                             f"step's return type or return plain data"
                         ),
-                    )
+                    ) from exc
             except Exception as exc:
                 failure: Exception | None = exc
             else:
@@ -131,18 +133,12 @@ class Attempt(AttemptCore):
                 raise failure
             await self.clock.sleep(policy.backoff_seconds(attempt))
             attempt += 1
-        size, limit = payload_size(journaled), self.spec.max_event_payload_bytes
-        if limit is not None and size > limit:
-            raise _Abort(
-                PayloadTooLarge(
-                    f"result of step {spec.name!r} is {size} bytes, over "
-                    f"max_event_payload_bytes={limit}",
-                    what=f"step {spec.name!r}",
-                    size=size,
-                    limit=limit,
-                )
-            )
-        self._record(EventKind.STEP_DONE, {**base, "attempt": attempt, "result": journaled})
+        self._record(
+            EventKind.STEP_DONE,
+            {**base, "attempt": attempt, "result": journaled},
+            size=size,
+            what=f"result of step {spec.name!r}",
+        )
         await self.flush()
         return spec.from_journal(journaled)
 
