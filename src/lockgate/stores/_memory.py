@@ -481,7 +481,11 @@ class MemoryStore(Store):
         run = self._runs.get((name, run_id))
         if run is None:
             return []
-        cap = min(max_events or self.max_replay_entries, self.max_replay_entries)
+        cap = (
+            self.max_replay_entries
+            if max_events is None
+            else min(max_events, self.max_replay_entries)
+        )
         return list(run.events[:cap])
 
     @_locked
