@@ -170,7 +170,9 @@ class InlineWorkflowRunner:
         if info.status in (RunStatus.SLEEPING, RunStatus.SIGNAL_WAITING) and due is not None:
             remaining = due - self.clock()
             if remaining > 0:
-                await self.clock.sleep(min(remaining, max(poll_interval, remaining)))
+                # Poll, rather than sleep to the deadline: a signal, update or cancel may come
+                # first and queue the run.
+                await self.clock.sleep(min(remaining, poll_interval))
             await self.fire_due_timers()
             return
         await self.clock.sleep(poll_interval)
@@ -187,9 +189,10 @@ async def run_and_await(
     timeout: float | None = None,
     clock: Clock | None = None,
 ) -> Any:
-    """Submit ``name`` idempotently (the run id is ``idempotency_key``) and await its result
-    from whichever worker executes it. Calling again with the same key re-attaches to the same
-    run. Must not be awaited inside the worker that executes ``name``."""
+    """Submit ``name`` under ``idempotency_key`` and await its result from whichever worker
+    executes it. Calling again with the same key and params re-attaches to the same run instead
+    of starting another. Must not be awaited inside the worker that executes ``name``: it
+    waits on the store for someone else to run it."""
     client = WorkflowClient(store, poll_interval=poll_interval, clock=clock)
     handle = await client.submit(name, params, idempotency_key=idempotency_key, owner=owner)
     return await handle.result(timeout=timeout)
