@@ -20,6 +20,7 @@ from lockgate._errors import (
     DurableInvocationError,
     DurableInvocationTimeout,
     InvalidParamsError,
+    PayloadTooLarge,
     QueryError,
     RunFinishedError,
     RunNotFoundError,
@@ -119,6 +120,7 @@ class WorkflowClient:
         allow_unregistered: bool = True,
         start_at: datetime | None = None,
         delay: float | timedelta | None = None,
+        run_id: str | None = None,
     ) -> RunHandle:
         """Queue a run of ``name`` and return its handle.
 
@@ -127,6 +129,8 @@ class WorkflowClient:
         and queues nothing. With ``idempotency_key`` a repeat of the same request returns the
         first run; the same key with other params or timing raises
         :class:`IdempotencyConflict`. ``start_at`` or ``delay`` parks the run until then.
+        ``run_id`` names the run (a random id otherwise); a taken id raises
+        :class:`DuplicateRunError` unless the idempotency key already maps to it.
         """
         spec = get_workflow(name)
         if spec is None and not allow_unregistered:
@@ -146,10 +150,10 @@ class WorkflowClient:
             body_hash = hashlib.sha256(
                 json.dumps({"params": params, "timing": timing}, sort_keys=True).encode()
             ).hexdigest()
-        run_id = await self._io(
+        submitted = await self._io(
             self.store.submit_run,
             name,
-            uuid.uuid4().hex,
+            run_id or uuid.uuid4().hex,
             params,
             metadata=metadata,
             owner=owner,
@@ -160,7 +164,7 @@ class WorkflowClient:
             start_at=when,
             **(policy_stamp(spec, params) if spec else {}),
         )
-        return RunHandle(self, name, str(run_id))
+        return RunHandle(self, name, str(submitted))
 
     def handle(self, name: str, run_id: str) -> RunHandle:
         """A handle to an existing run."""
@@ -221,8 +225,7 @@ class WorkflowClient:
         payload = {} if payload is None else payload
         if not isinstance(payload, dict) or not json_ready(payload):
             raise ValueError("a signal payload must be a JSON-serializable dict")
-        if payload_size(payload) > DEFAULT_PAYLOAD_CAP:
-            raise ValueError(f"a signal payload may be at most {DEFAULT_PAYLOAD_CAP} bytes")
+        _check_cap(name, payload, f"payload of signal {signal!r}")
         await self._info(name, run_id)
         result = await self._io(
             self.store.send_signal,
@@ -277,6 +280,7 @@ class WorkflowClient:
         payload = {} if payload is None else payload
         if not json_ready(payload):
             raise ValueError("an update payload must be JSON-serializable")
+        _check_cap(name, payload, f"payload of update {update!r}")
         info = await self._info(name, run_id)
         update_id = update_id or uuid.uuid4().hex
         existing = await self._io(self.store.read_update_result, name, run_id, update_id)
@@ -349,6 +353,21 @@ class WorkflowClient:
         """Lift a pause and queue the run."""
         await self._info(name, run_id)
         await self._io(self.store.resume_paused_run, name, run_id)
+
+
+def _check_cap(name: str, payload: Any, what: str) -> None:
+    """Refuse a payload the run would have to journal over its workflow's cap (the default cap
+    when the workflow is not imported here), before anything is sent."""
+    spec = get_workflow(name)
+    cap = spec.max_event_payload_bytes if spec is not None else DEFAULT_PAYLOAD_CAP
+    size = payload_size(payload)
+    if cap is not None and size > cap:
+        raise PayloadTooLarge(
+            f"{what} is {size} bytes, over max_event_payload_bytes={cap} of {name!r}",
+            what=what,
+            size=size,
+            limit=cap,
+        )
 
 
 def _check_unregistered(name: str, params: Any) -> None:

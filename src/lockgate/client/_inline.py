@@ -189,10 +189,12 @@ async def run_and_await(
     timeout: float | None = None,
     clock: Clock | None = None,
 ) -> Any:
-    """Submit ``name`` under ``idempotency_key`` and await its result from whichever worker
-    executes it. Calling again with the same key and params re-attaches to the same run instead
-    of starting another. Must not be awaited inside the worker that executes ``name``: it
-    waits on the store for someone else to run it."""
+    """Submit ``name`` as the run ``idempotency_key`` (the key is also its run id) and await
+    its result from whichever worker executes it. Calling again with the same key and params
+    re-attaches to the same run instead of starting another. Must not be awaited inside the
+    worker that executes ``name``: it waits on the store for someone else to run it."""
     client = WorkflowClient(store, poll_interval=poll_interval, clock=clock)
-    handle = await client.submit(name, params, idempotency_key=idempotency_key, owner=owner)
+    handle = await client.submit(
+        name, params, idempotency_key=idempotency_key, owner=owner, run_id=idempotency_key
+    )
     return await handle.result(timeout=timeout)

@@ -167,4 +167,4 @@ def terminal_status(event: RunEvent) -> RunStatus:
 
 def payload_size(payload: Any) -> int:
     """Bytes of ``payload`` as compact JSON, the unit of ``max_event_payload_bytes``."""
-    return len(json.dumps(payload, separators=(",", ":")).encode())
+    return len(json.dumps(payload, separators=(",", ":"), allow_nan=False).encode())

@@ -316,6 +316,8 @@ class AttemptCore:
                     "payload": update.get("payload"),
                     "frontier": frontier,
                 },
+                size=payload_size(update.get("payload")),
+                what=f"payload of update {update['update']!r}",
             )
             self.state.journaled_update_ids.add(update_id)
             await self._journal_outcome(update_id, await self._apply_update(update))

@@ -4,6 +4,7 @@ variables that bind them to the attempt executing the run."""
 from __future__ import annotations
 
 import contextvars
+import math
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -63,6 +64,16 @@ def bind_attempt(attempt: Attempt | None) -> contextvars.Token[Attempt | None]:
 
 def unbind_attempt(token: contextvars.Token[Attempt | None]) -> None:
     _attempt.reset(token)
+
+
+def _seconds(what: str, duration: object) -> float:
+    """A duration in seconds, refusing what would park a run for ever or make no sense."""
+    seconds = duration.total_seconds() if isinstance(duration, timedelta) else duration
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        raise TypeError(f"{what} takes seconds or a timedelta, not {duration!r}")
+    if not math.isfinite(seconds):
+        raise ValueError(f"{what} must be a finite number of seconds, got {duration!r}")
+    return float(seconds)
 
 
 @dataclass(frozen=True)
@@ -145,15 +156,15 @@ class WorkflowContext:
 
     async def sleep(self, duration: float | timedelta) -> None:
         """Sleep durably: the run parks, holding no worker or slot, and resumes after."""
-        seconds = duration.total_seconds() if isinstance(duration, timedelta) else duration
-        if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds != seconds:
-            raise TypeError(f"ctx.sleep takes seconds or a timedelta, not {duration!r}")
-        await self._bound("sleep", "sleep").sleep(float(seconds))
+        seconds = _seconds("ctx.sleep", duration)
+        await self._bound("sleep", "sleep").sleep(seconds)
 
     async def wait_for_signal(self, name: str, timeout: float | timedelta | None = None) -> Any:
         """Wait for the signal ``name`` and return its payload. A signal sent earlier was
         buffered and is returned at once. Raises :class:`WaitTimeout` at the deadline."""
-        seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"ctx.wait_for_signal needs a signal name, not {name!r}")
+        seconds = None if timeout is None else _seconds("ctx.wait_for_signal timeout", timeout)
         return await self._bound("wait_for_signal", name).wait_for_signal(name, seconds)
 
     def on_query(self, name: str, fn: Callable[..., Any]) -> None:

@@ -244,6 +244,8 @@ class Attempt(AttemptCore):
                         "payload": buffered.get("payload"),
                         "signal_id": signal_id,
                     },
+                    size=payload_size(buffered.get("payload")),
+                    what=f"payload of signal {signal!r}",
                 )
                 await self.flush()
                 self.state.journaled_signal_ids.add(signal_id)
@@ -346,7 +348,11 @@ class Attempt(AttemptCore):
         while True:
             await self.clock.sleep(self.store.heartbeat_interval)
             try:
-                await self._io(self.store.heartbeat, self.spec.name, self.run_id, self.lease)
+                cancel_at, _ = await self._io(
+                    self.store.heartbeat, self.spec.name, self.run_id, self.lease
+                )
+                if cancel_at is not None:
+                    self._cancel_seen = True
             except _LeaseLost:
                 log.warning(
                     "run %s of %s: lease %s lost; abandoning the attempt",

@@ -44,8 +44,15 @@ class RetryPolicy:
                 raise ConfigurationError(
                     f"RetryPolicy({name}=...) must be a finite number >= 0, got {value!r}"
                 )
-        if not isinstance(self.backoff_multiplier, int | float) or self.backoff_multiplier < 1:
-            raise ConfigurationError("RetryPolicy(backoff_multiplier=...) must be >= 1")
+        if (
+            not isinstance(self.backoff_multiplier, int | float)
+            or not math.isfinite(self.backoff_multiplier)
+            or self.backoff_multiplier < 1
+        ):
+            raise ConfigurationError(
+                f"RetryPolicy(backoff_multiplier=...) must be a finite number >= 1, "
+                f"got {self.backoff_multiplier!r}"
+            )
         if not isinstance(self.jitter, int | float) or not 0 <= self.jitter <= 1:
             raise ConfigurationError("RetryPolicy(jitter=...) must be between 0 and 1")
         if self.retryable is not None and not all(

@@ -280,7 +280,7 @@ def workflow(
     validated here, so a mistake fails at import rather than when a run starts.
     """
 
-    def register(body: F) -> F:
+    def register(body: F, stacklevel: int = 2) -> F:
         wf_name = name if name is not None else getattr(body, "__name__", "")
         _validate(
             body,
@@ -325,14 +325,14 @@ def workflow(
                 f"workflow name {wf_name!r} was already registered by "
                 f"{previous.fn!r}; {body!r} replaces it",
                 DuplicateWorkflowWarning,
-                stacklevel=3,
+                stacklevel=stacklevel,
             )
         _REGISTRY[wf_name] = spec
         body.__lockgate_workflow__ = spec  # type: ignore[attr-defined]
         return body
 
     if fn is not None:
-        return register(fn)
+        return register(fn, stacklevel=3)
     return register
 
 
@@ -350,8 +350,9 @@ def policy_stamp(spec: WorkflowSpec, params: Mapping[str, Any]) -> dict[str, Any
 
 
 def json_ready(value: Any) -> bool:
+    """True if ``value`` is strict JSON (no NaN or infinities, which strict readers refuse)."""
     try:
-        json.dumps(value)
+        json.dumps(value, allow_nan=False)
     except (TypeError, ValueError):
         return False
     return True
