@@ -35,6 +35,7 @@ class CallRecord:
     result: Any = None
     errors: list[dict[str, Any]] = field(default_factory=list)
     failed: bool = False
+    last_attempt: int = 0
     wait_id: str | None = None
     due_at: float | None = None
     outcome: str | None = None
@@ -44,11 +45,6 @@ class CallRecord:
     @property
     def fingerprint(self) -> str:
         return f"{self.kind} {self.name!r}"
-
-    @property
-    def attempts(self) -> int:
-        """Failed attempts journaled so far."""
-        return len(self.errors)
 
 
 @dataclass
@@ -185,6 +181,7 @@ def _fold(state: ReplayState, event: RunEvent) -> None:
             str(payload.get("kind", StepKind.NAMED)),
             str(payload.get("step_id", "")),
         )
+        record.last_attempt = max(record.last_attempt, int(payload.get("attempt") or 0))
         if kind == EventKind.STEP_PENDING:
             record.pending = True
         elif kind == EventKind.STEP_DONE:

@@ -279,7 +279,6 @@ class TimerStore:
         run_id: str,
         *,
         wait_id: str,
-        idempotency_key: str | None = None,
         lease: str | None = None,
     ) -> WaitOutcome:
         """End the sleep ``wait_id`` if it is still open. With ``lease`` (an attempt that reached
@@ -292,7 +291,6 @@ class TimerStore:
         run_id: str,
         *,
         wait_id: str,
-        idempotency_key: str | None = None,
         lease: str | None = None,
     ) -> WaitOutcome:
         """End the signal wait ``wait_id`` at its deadline, unless its signal is buffered."""
@@ -378,7 +376,6 @@ class ControlStore:
         run_id: str,
         *,
         wait_id: str | None = None,
-        idempotency_key: str | None = None,
     ) -> WaitOutcome:
         """Lift a pause (``wait_id``, or whichever is open) and queue the run."""
         raise _missing(self, "pause")
@@ -391,7 +388,6 @@ class ControlStore:
         reason: str | None = None,
         requested_by: str | None = None,
         cause: dict[str, Any] | None = None,
-        retain: bool = True,
     ) -> TerminateOutcome:
         """End the run now, without its worker, in one atomic step: journal ``run:error`` with
         code ``terminated``, latch the cancel, delete the lock (so a holder still running has

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -101,7 +102,6 @@ class MemoryStore(Store):
         *,
         heartbeat_interval: float = 10.0,
         lock_ttl: float = 30.0,
-        held_ttl: float = 86_400.0,
         max_replay_entries: int = 200_000,
         max_retries: int = 3,
         max_store_requeues: int = 20,
@@ -109,7 +109,6 @@ class MemoryStore(Store):
     ) -> None:
         self.heartbeat_interval = heartbeat_interval
         self.lock_ttl = lock_ttl
-        self.held_ttl = held_ttl
         self.max_replay_entries = max_replay_entries
         self.max_retries = max_retries
         self.max_store_requeues = max_store_requeues
@@ -156,7 +155,9 @@ class MemoryStore(Store):
         stamp = {EPOCH_HEADER: str(epoch)} if epoch is not None else {}
         for event in events:
             seq += 1
-            run.events.append(event.with_seq(seq, **stamp))
+            # Keep a copy, as JSON, so the journal is what a durable store would hold: a caller
+            # mutating its dict later cannot rewrite history.
+            run.events.append(_detached(event).with_seq(seq, **stamp))
             if event.kind in (EventKind.STEP_DONE, EventKind.RUN_UPDATE_COMPLETED):
                 run.owner_gone = run.store_requeues = 0
         if run.ended:
@@ -183,6 +184,8 @@ class MemoryStore(Store):
             return RunStatus.IN_PROGRESS
         if run.wait is not None and not self._queued(run):
             return _WAIT_STATUS[run.wait.kind]
+        if run.lock is not None and not self._queued(run):
+            return RunStatus.IN_PROGRESS  # its holder's lease lapsed; awaiting recovery
         return RunStatus.PENDING
 
     def _info(self, run: _Run) -> RunInfo:
@@ -316,6 +319,11 @@ class MemoryStore(Store):
             raise RunFinishedError(f"run {run_id!r} of {name!r} has ended")
         if self._held(run) and run.lock != worker_id:
             raise RunOwnedError(f"run {run_id!r} is held by another lease")
+        if run.lock is not None and run.lock != worker_id:
+            # The last holder's lease lapsed: that attempt is gone, and counts as one.
+            self.requeue_run(name, run_id, reason="owner_gone")
+            if run.ended:
+                raise RunFinishedError(f"run {run_id!r} of {name!r} ran out of retries")
         self._claim(run, worker_id)
 
     @_locked
@@ -455,10 +463,11 @@ class MemoryStore(Store):
             ),
             key=lambda r: -r.order,
         )
-        start = int(cursor) if cursor else 0
-        page = runs[start : start + limit]
-        more = start + limit < len(runs)
-        return [self._info(r) for r in page], (str(start + limit) if more else None)
+        if cursor:
+            runs = [r for r in runs if r.order < int(cursor)]
+        page = runs[:limit]
+        more = len(runs) > limit
+        return [self._info(r) for r in page], (str(page[-1].order) if more else None)
 
     def ping(self) -> None:
         return None
@@ -486,7 +495,7 @@ class MemoryStore(Store):
             if max_events is None
             else min(max_events, self.max_replay_entries)
         )
-        return list(run.events[:cap])
+        return [_detached(event) for event in run.events[:cap]]
 
     @_locked
     def get_last_event(self, name: str, run_id: str) -> RunEvent | None:
@@ -606,7 +615,6 @@ class MemoryStore(Store):
         run_id: str,
         *,
         wait_id: str,
-        idempotency_key: str | None = None,
         lease: str | None = None,
     ) -> WaitOutcome:
         return self._end_wait(name, run_id, wait_id, EventKind.RUN_WOKEN, lease)
@@ -618,7 +626,6 @@ class MemoryStore(Store):
         run_id: str,
         *,
         wait_id: str,
-        idempotency_key: str | None = None,
         lease: str | None = None,
     ) -> WaitOutcome:
         return self._end_wait(name, run_id, wait_id, EventKind.RUN_WAIT_TIMED_OUT, lease)
@@ -734,9 +741,14 @@ class MemoryStore(Store):
     @_locked
     def request_pause(self, name: str, run_id: str) -> str:
         run = self._run(name, run_id)
-        if run.pause_at is None:
+        if run.pause_at is None and not run.ended:
             run.pause_at = iso(self._clock())
-        return run.pause_at
+            self._append(
+                run,
+                [self._event(run, EventKind.RUN_PAUSE_REQUESTED, {"requested_at": run.pause_at})],
+                None,
+            )
+        return run.pause_at or iso(self._clock())
 
     @_locked
     def resume_paused_run(
@@ -745,7 +757,6 @@ class MemoryStore(Store):
         run_id: str,
         *,
         wait_id: str | None = None,
-        idempotency_key: str | None = None,
     ) -> WaitOutcome:
         run = self._run(name, run_id)
         if (
@@ -774,7 +785,6 @@ class MemoryStore(Store):
         reason: str | None = None,
         requested_by: str | None = None,
         cause: dict[str, Any] | None = None,
-        retain: bool = True,
     ) -> TerminateOutcome:
         run = self._runs.get((name, run_id))
         if run is None:
@@ -818,6 +828,18 @@ class MemoryStore(Store):
     @_locked
     def list_names(self) -> list[str]:
         return sorted({name for name, _ in self._runs})
+
+
+def _detached(event: RunEvent) -> RunEvent:
+    """``event`` with its payload copied through JSON, as a durable store would return it."""
+    return RunEvent(
+        event.kind,
+        json.loads(json.dumps(event.payload, allow_nan=False)),
+        event.run_id,
+        event.schema_version,
+        event.run_seq,
+        dict(event.headers),
+    )
 
 
 def _init_payload(

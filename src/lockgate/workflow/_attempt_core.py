@@ -65,7 +65,15 @@ class AttemptCore:
         self.updates: dict[str, tuple[Callable[..., Any], Callable[..., Any] | None]] = {}
         self._buffer: list[RunEvent] = []
         self._has_updates = "updates" in store.capabilities()
+        # A store that keeps only so many events of a run lowers the cap to that, so a run ends
+        # with stream:overflow instead of replaying a cut-off journal.
+        kept = getattr(store, "max_replay_entries", None)
+        room = kept - 2 if isinstance(kept, int) else None  # stream:overflow and the terminal
+        caps = [c for c in (spec.max_event_count_per_run, room) if isinstance(c, int)]
+        self.event_cap: int | None = min(caps) if caps else None
         self._cancel_seen = False
+        self._cancel_raised = False
+        self._parked = False
         self._lease_lost = False
         self._task: asyncio.Task[Any] | None = None
 
@@ -101,7 +109,7 @@ class AttemptCore:
 
         ``size`` is the payload's JSON size when the caller measured it already (a step
         result), and ``what`` names the payload in the error when it is over the cap."""
-        cap = self.spec.max_event_count_per_run
+        cap = self.event_cap
         if cap is not None and self.event_count + 1 > cap:
             raise _Abort(
                 LockgateError(
@@ -136,6 +144,10 @@ class AttemptCore:
     # -- call positions and boundaries ---------------------------------------------------------
 
     def _next(self, kind: str, name: str) -> tuple[int, CallRecord | None]:
+        if self._parked:
+            # The run parked and this attempt is unwinding (a ``finally`` in the body): it no
+            # longer holds the run, so any further durable call just keeps unwinding.
+            raise _Suspend()
         index = self.call_index
         self.call_index += 1
         record = self.state.calls.get(index)
@@ -168,6 +180,9 @@ class AttemptCore:
             )
             if cancel_at is not None:
                 self._cancel_seen = True
+                if self._cancel_raised:
+                    return  # the body is cleaning up after the cancel: let its steps run
+                self._cancel_raised = True
                 raise _Cancelled()
             if pause_at is None:
                 return
@@ -193,11 +208,13 @@ class AttemptCore:
         if outcome == WaitOutcome.PARKED:
             self._buffer = []
             self.event_count += len(events)
+            self._parked = True
             return outcome
         await self._apply_new_updates(wait.call_index)
         cancel_at, _ = await self._io(self.store.get_run_controls, self.spec.name, self.run_id)
         if cancel_at is not None:
-            self._cancel_seen = True
+            # A run with a latched cancel cannot park, not even to clean up: it ends here.
+            self._cancel_seen = self._cancel_raised = True
             raise _Cancelled()
         return WaitOutcome.SUPERSEDED
 

@@ -80,7 +80,8 @@ class Attempt(AttemptCore):
         if record is not None and record.failed:
             raise rebuild_error(record.errors[-1], spec.name)
         policy = spec.retry or DEFAULT_RETRY
-        attempt = (record.attempts if record is not None else 0) + 1
+        # An attempt that started (step:pending) and left no outcome counts as one.
+        attempt = (record.last_attempt if record is not None else 0) + 1
         base = {"call_index": index, "step_id": spec.name, "kind": StepKind.NAMED.value}
         while True:
             if spec.effect == "write":
@@ -476,8 +477,10 @@ class Attempt(AttemptCore):
         except Exception as exc:
             return await self._finish_error(run_error_payload(exc), AttemptOutcome.FAILED)
         await self._replay_updates(self.call_index)
+        self._check_body_reached_journal_end()
         await self._apply_new_updates(self.call_index)
-        if self._cancel_seen:
+        cancel_at, _ = await self._io(self.store.get_run_controls, self.spec.name, self.run_id)
+        if cancel_at is not None or self._cancel_raised:
             raise _Cancelled()
         if not json_ready(result):
             return await self._finish_error(
@@ -556,16 +559,25 @@ class Attempt(AttemptCore):
         finally:
             unbind_attempt(token)
         if self.state.terminal is not None and self.state.terminal.kind == EventKind.RUN_COMPLETE:
-            extra = sorted(i for i in self.state.calls if i >= self.call_index)
-            if extra:
-                record = self.state.calls[extra[0]]
-                raise NonDeterminismError(
+            try:
+                self._check_body_reached_journal_end()
+            except _Abort as abort:
+                raise abort.error from None
+
+    def _check_body_reached_journal_end(self) -> None:
+        """A body that returns before the calls its journal records has changed."""
+        extra = sorted(i for i in self.state.calls if i >= self.call_index)
+        if extra:
+            record = self.state.calls[extra[0]]
+            raise _Abort(
+                NonDeterminismError(
                     f"the journal of run {self.run_id!r} records {record.fingerprint} at call "
                     f"{record.call_index}, which the body no longer makes",
                     call_index=record.call_index,
                     expected=record.fingerprint,
                     actual="(the body returned)",
                 )
+            )
 
 
 async def check_replay(workflow: Callable[..., Any], events: list[RunEvent]) -> ReplayState:

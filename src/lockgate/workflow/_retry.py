@@ -6,9 +6,25 @@ import math
 import random
 from dataclasses import dataclass
 
-from lockgate._errors import ConfigurationError, Fatal, Poison, StepResultTypeError, Transient
+from lockgate._errors import (
+    ConfigurationError,
+    Fatal,
+    NestedDurableOperationError,
+    Poison,
+    StepResultTypeError,
+    Transient,
+    UnboundContextError,
+)
 
 _PRIVATE_RNG = random.Random()
+#: Bad input, broken invariants and mistakes in the code: retrying runs into them again.
+_NEVER_RETRIED = (
+    Poison,
+    Fatal,
+    StepResultTypeError,
+    NestedDurableOperationError,
+    UnboundContextError,
+)
 
 
 @dataclass(frozen=True)
@@ -66,7 +82,7 @@ class RetryPolicy:
         """True if failed ``attempt`` (1-based) should be retried for ``exc``."""
         if attempt >= self.max_attempts:
             return False
-        if isinstance(exc, Poison | Fatal | StepResultTypeError):
+        if isinstance(exc, _NEVER_RETRIED):
             return False
         if isinstance(exc, Transient):
             return True
