@@ -94,7 +94,10 @@ class LifecycleStore(abc.ABC):
     def claim_run(self, name: str, run_id: str, worker_id: str) -> None:
         """Take the named run under lease ``worker_id``, out of the queue if it was queued.
 
-        Succeeds when the lock is free, expired, or already this lease's. Raises
+        Succeeds when the lock is free or already this lease's. A lock whose lease lapsed is
+        taken over, and the lapsed attempt counts as ``owner_gone`` exactly as
+        :meth:`requeue_run` counts it (``run:requeued`` is journaled); past ``max_retries`` the
+        run ends with ``run:error`` and this raises :class:`RunFinishedError`. Raises
         :class:`RunOwnedError` when another live lease holds it, :class:`RunFinishedError` when
         its journal has ended, and :class:`RunNotFoundError` for an unknown run.
         """
@@ -155,7 +158,12 @@ class LifecycleStore(abc.ABC):
 
     @abc.abstractmethod
     def get_run(self, name: str, run_id: str) -> RunInfo | None:
-        """The run as the store sees it now, or None for an unknown run."""
+        """The run as the store sees it now, or None for an unknown run.
+
+        ``status`` is derived: a terminal journal gives its terminal status; a live lock gives
+        ``in_progress``; a lock whose lease lapsed, not yet recovered, also reads
+        ``in_progress`` with ``lock_holder`` None; an open wait not queued gives ``sleeping``,
+        ``signal_waiting`` or ``paused``; anything else is ``pending``."""
 
     @abc.abstractmethod
     def list_runs(
@@ -281,8 +289,10 @@ class TimerStore:
         wait_id: str,
         lease: str | None = None,
     ) -> WaitOutcome:
-        """End the sleep ``wait_id`` if it is still open. With ``lease`` (an attempt that reached
-        a sleep already due) the write is fenced and the run is not queued: it is running."""
+        """End the sleep (or delayed start) ``wait_id`` if it is still open: RESOLVED, or
+        DUPLICATE when it was already woken, SUPERSEDED when no such sleep is open (a signal
+        wait or pause of that id is left alone). With ``lease`` (an attempt that reached a sleep
+        already due) the write is fenced and the run is not queued: it is running."""
         raise _missing(self, "timers")
 
     def time_out_wait(
@@ -293,7 +303,9 @@ class TimerStore:
         wait_id: str,
         lease: str | None = None,
     ) -> WaitOutcome:
-        """End the signal wait ``wait_id`` at its deadline, unless its signal is buffered."""
+        """End the signal wait ``wait_id`` at its deadline with ``run:wait_timed_out``, unless
+        its signal is buffered (SUPERSEDED); fenced by ``lease`` as :meth:`wake_run`. A sleep or
+        pause of that id is left alone."""
         raise _missing(self, "wait_timeout")
 
 

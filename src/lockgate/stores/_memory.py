@@ -589,7 +589,8 @@ class MemoryStore(Store):
         if lease is not None:
             self._check_fence(run, lease)
         wait = run.wait
-        if wait is None or wait.wait_id != wait_id:
+        kinds = ("signal",) if kind == EventKind.RUN_WAIT_TIMED_OUT else ("sleep", "start")
+        if wait is None or wait.wait_id != wait_id or wait.kind not in kinds:
             journaled = any(
                 e.kind == kind and e.payload.get("wait_id") == wait_id for e in run.events
             )

@@ -1,0 +1,67 @@
+"""The store conformance suite's backends: one factory per backend, one ``store`` per test.
+
+Every test in ``tests/stores`` runs once per entry of :data:`STORE_FACTORIES` and speaks only
+the public :class:`lockgate.stores.Store` interface, so a new backend is added by appending a
+factory here and is done when the suite passes unchanged. A factory that needs a server it
+cannot start calls ``pytest.skip`` with the reason, so the run says why it was skipped.
+
+Every factory builds its store with the same settings (:data:`LOCK_TTL`,
+:data:`HEARTBEAT_INTERVAL`, :data:`MAX_RETRIES`, :data:`MAX_STORE_REQUEUES`), which the tests
+rely on, and judges time by the :class:`ManualClock` it is given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from lockgate import ManualClock, MemoryStore, Store
+
+#: Seconds a lease lives without a heartbeat.
+LOCK_TTL = 30.0
+#: Seconds between heartbeats of a running attempt.
+HEARTBEAT_INTERVAL = 10.0
+#: ``owner_gone`` requeues a run survives since its last progress.
+MAX_RETRIES = 3
+#: ``store_unavailable`` requeues a run survives since its last progress.
+MAX_STORE_REQUEUES = 20
+
+
+@dataclass(frozen=True)
+class StoreFactory:
+    """A backend under test: ``make(clock, tmp_path)`` returns a fresh, empty store."""
+
+    id: str
+    make: Callable[[ManualClock, Path], Store]
+
+
+STORE_FACTORIES: list[StoreFactory] = [
+    StoreFactory(
+        "memory",
+        lambda clock, tmp_path: MemoryStore(
+            clock=clock,
+            lock_ttl=LOCK_TTL,
+            heartbeat_interval=HEARTBEAT_INTERVAL,
+            max_retries=MAX_RETRIES,
+            max_store_requeues=MAX_STORE_REQUEUES,
+        ),
+    ),
+]
+
+
+@pytest.fixture(params=STORE_FACTORIES, ids=lambda factory: factory.id)
+def store_factory(request: pytest.FixtureRequest) -> StoreFactory:
+    """The backend under test, for tests that build their own stores (the state machine)."""
+    factory: StoreFactory = request.param
+    return factory
+
+
+@pytest.fixture
+def store(store_factory: StoreFactory, clock: ManualClock, tmp_path: Path) -> Iterator[Store]:
+    """A fresh store of the backend under test, on the test's manual clock."""
+    backend = store_factory.make(clock, tmp_path)
+    yield backend
+    backend.close()
