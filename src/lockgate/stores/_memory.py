@@ -63,6 +63,8 @@ class _Run:
     submitted_at: float
     order: int
     events: list[RunEvent] = field(default_factory=list)
+    #: Each event's payload as JSON text: a load hands out fresh copies parsed from it.
+    texts: list[str] = field(default_factory=list)
     lock: str | None = None
     lock_expires: float = 0.0
     epoch: int = 0
@@ -157,7 +159,9 @@ class MemoryStore(Store):
             seq += 1
             # Keep a copy, as JSON, so the journal is what a durable store would hold: a caller
             # mutating its dict later cannot rewrite history.
-            run.events.append(_detached(event).with_seq(seq, **stamp))
+            text = json.dumps(event.payload, allow_nan=False, separators=(",", ":"))
+            run.texts.append(text)
+            run.events.append(_with_payload(event, json.loads(text)).with_seq(seq, **stamp))
             if event.kind in (EventKind.STEP_DONE, EventKind.RUN_UPDATE_COMPLETED):
                 run.owner_gone = run.store_requeues = 0
         if run.ended:
@@ -495,12 +499,17 @@ class MemoryStore(Store):
             if max_events is None
             else min(max_events, self.max_replay_entries)
         )
-        return [_detached(event) for event in run.events[:cap]]
+        return [
+            _with_payload(event, json.loads(text))
+            for event, text in zip(run.events[:cap], run.texts, strict=False)
+        ]
 
     @_locked
     def get_last_event(self, name: str, run_id: str) -> RunEvent | None:
         run = self._runs.get((name, run_id))
-        return run.events[-1] if run is not None and run.events else None
+        if run is None or not run.events:
+            return None
+        return _with_payload(run.events[-1], json.loads(run.texts[-1]))
 
     # -- idempotency ---------------------------------------------------------------------------
 
@@ -831,15 +840,9 @@ class MemoryStore(Store):
         return sorted({name for name, _ in self._runs})
 
 
-def _detached(event: RunEvent) -> RunEvent:
-    """``event`` with its payload copied through JSON, as a durable store would return it."""
+def _with_payload(event: RunEvent, payload: dict[str, Any]) -> RunEvent:
     return RunEvent(
-        event.kind,
-        json.loads(json.dumps(event.payload, allow_nan=False)),
-        event.run_id,
-        event.schema_version,
-        event.run_seq,
-        dict(event.headers),
+        event.kind, payload, event.run_id, event.schema_version, event.run_seq, dict(event.headers)
     )
 
 
