@@ -15,7 +15,6 @@ from lockgate import (
     LifecycleStore,
     LockLost,
     ManualClock,
-    RunEvent,
     RunFinishedError,
     RunStatus,
     Store,
@@ -24,27 +23,7 @@ from lockgate import (
 )
 from lockgate.stores import SignalStore, WaitSpec
 
-NAME = "orders"
-
-
-def event(kind: str, run_id: str, **payload: Any) -> RunEvent:
-    return RunEvent(kind=kind, payload=payload, run_id=run_id)
-
-
-def kinds(store: Store, run_id: str) -> list[str]:
-    return [e.kind for e in store.load_run(NAME, run_id)]
-
-
-def status(store: Store, run_id: str) -> RunStatus:
-    info = store.get_run(NAME, run_id)
-    assert info is not None, f"run {run_id} is gone"
-    return info.status
-
-
-def claimed(store: Store, run_id: str = "r1", lease: str = "lease-a") -> str:
-    store.submit_run(NAME, run_id, {})
-    store.claim_run(NAME, run_id, lease)
-    return run_id
+from ._support import NAME, claimed, event, kinds, status
 
 
 def park(store: Store, wait: WaitSpec, run_id: str = "r1", lease: str = "lease-a") -> None:

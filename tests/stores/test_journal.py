@@ -16,24 +16,8 @@ from lockgate import (
 )
 from lockgate.journal._events import EPOCH_HEADER
 
+from ._support import NAME, claimed, event, kinds
 from .conftest import LOCK_TTL
-
-NAME = "orders"
-
-
-def event(kind: str, run_id: str, **payload: Any) -> RunEvent:
-    return RunEvent(kind=kind, payload=payload, run_id=run_id)
-
-
-def kinds(store: Store, run_id: str) -> list[str]:
-    return [e.kind for e in store.load_run(NAME, run_id)]
-
-
-def claimed(store: Store, run_id: str = "r1", lease: str = "lease-a") -> str:
-    """Submit ``run_id`` and take it under ``lease``."""
-    store.submit_run(NAME, run_id, {})
-    store.claim_run(NAME, run_id, lease)
-    return run_id
 
 
 def epoch_of(e: RunEvent) -> int:

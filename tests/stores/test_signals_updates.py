@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from lockgate import (
     EventKind,
     LockLost,
     ManualClock,
-    RunEvent,
     RunNotFoundError,
     RunStatus,
     Store,
@@ -18,23 +15,7 @@ from lockgate import (
 )
 from lockgate.stores import WaitSpec
 
-NAME = "orders"
-
-
-def event(kind: str, run_id: str, **payload: Any) -> RunEvent:
-    return RunEvent(kind=kind, payload=payload, run_id=run_id)
-
-
-def status(store: Store, run_id: str) -> RunStatus:
-    info = store.get_run(NAME, run_id)
-    assert info is not None, f"run {run_id} is gone"
-    return info.status
-
-
-def claimed(store: Store, run_id: str = "r1", lease: str = "lease-a") -> str:
-    store.submit_run(NAME, run_id, {})
-    store.claim_run(NAME, run_id, lease)
-    return run_id
+from ._support import NAME, claimed, event, status
 
 
 def parked(store: Store, wait: WaitSpec, run_id: str = "r1", lease: str = "lease-a") -> str:

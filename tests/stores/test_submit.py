@@ -16,18 +16,7 @@ from lockgate import (
     WaitOutcome,
 )
 
-NAME = "orders"
-
-
-def kinds(store: Store, run_id: str) -> list[str]:
-    return [e.kind for e in store.load_run(NAME, run_id)]
-
-
-def status(store: Store, run_id: str) -> RunStatus:
-    info = store.get_run(NAME, run_id)
-    assert info is not None, f"run {run_id} is gone"
-    return info.status
-
+from ._support import NAME, kinds, status
 
 # -- submit and run:init -----------------------------------------------------------------------
 

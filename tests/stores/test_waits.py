@@ -2,37 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from lockgate import EventKind, LockLost, ManualClock, RunEvent, RunStatus, Store, WaitOutcome
 from lockgate.journal._events import EPOCH_HEADER
 from lockgate.stores import WaitSpec
 
+from ._support import NAME, claimed, event, kinds, status
 from .conftest import LOCK_TTL
-
-NAME = "orders"
-
-
-def event(kind: str, run_id: str, **payload: Any) -> RunEvent:
-    return RunEvent(kind=kind, payload=payload, run_id=run_id)
-
-
-def kinds(store: Store, run_id: str) -> list[str]:
-    return [e.kind for e in store.load_run(NAME, run_id)]
-
-
-def status(store: Store, run_id: str) -> RunStatus:
-    info = store.get_run(NAME, run_id)
-    assert info is not None, f"run {run_id} is gone"
-    return info.status
-
-
-def claimed(store: Store, run_id: str = "r1", lease: str = "lease-a") -> str:
-    store.submit_run(NAME, run_id, {})
-    store.claim_run(NAME, run_id, lease)
-    return run_id
 
 
 def sleep_wait(clock: ManualClock, due_in: float = 60.0, index: int = 1) -> WaitSpec:
