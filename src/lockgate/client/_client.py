@@ -20,7 +20,6 @@ from lockgate._errors import (
     DurableInvocationError,
     DurableInvocationTimeout,
     InvalidParamsError,
-    PayloadTooLarge,
     QueryError,
     RunFinishedError,
     RunNotFoundError,
@@ -38,7 +37,7 @@ from lockgate.journal._events import (
 from lockgate.stores._base import Store
 from lockgate.stores._types import RunInfo, TerminateOutcome
 from lockgate.workflow._spec import (
-    DEFAULT_PAYLOAD_CAP,
+    WorkflowSpec,
     get_workflow,
     json_ready,
     policy_stamp,
@@ -358,16 +357,8 @@ class WorkflowClient:
 def _check_cap(name: str, payload: Any, what: str) -> None:
     """Refuse a payload the run would have to journal over its workflow's cap (the default cap
     when the workflow is not imported here), before anything is sent."""
-    spec = get_workflow(name)
-    cap = spec.max_event_payload_bytes if spec is not None else DEFAULT_PAYLOAD_CAP
-    size = payload_size(payload)
-    if cap is not None and size > cap:
-        raise PayloadTooLarge(
-            f"{what} is {size} bytes, over max_event_payload_bytes={cap} of {name!r}",
-            what=what,
-            size=size,
-            limit=cap,
-        )
+    spec = get_workflow(name) or WorkflowSpec(name=name)
+    spec.check_payload(payload_size(payload), what)
 
 
 def _check_unregistered(name: str, params: Any) -> None:
