@@ -216,3 +216,38 @@ async def test_a_body_that_now_stops_early_is_refused_on_a_live_attempt(
     assert last.kind == "run:error"
     assert last.payload["code"] == "nondeterminism"
     assert "no longer makes" in last.payload["message"]
+
+
+TYPES_SEEN: list[str] = []
+
+
+@step(name="unwind_tuple")
+async def pair():  # type: ignore[no-untyped-def]
+    return (1, 2)
+
+
+@step(name="unwind_then_die")
+async def then_die(n: int) -> int:
+    if len(TYPES_SEEN) == 1:
+        raise Crash("died after the first step")
+    return n
+
+
+@workflow(name="unwind_unannotated")
+async def unannotated(ctx: WorkflowContext) -> int:
+    value = await pair()
+    TYPES_SEEN.append(type(value).__name__)
+    return await then_die(len(value))
+
+
+async def test_an_unannotated_result_is_the_same_json_data_live_and_on_replay(
+    client: WorkflowClient, runner: InlineWorkflowRunner, store: MemoryStore, clock: ManualClock
+) -> None:
+    TYPES_SEEN.clear()
+    handle = await client.submit("unwind_unannotated")
+    with pytest.raises(Crash):
+        await runner.run(handle.name, handle.run_id)
+    clock.advance(store.lock_ttl + 1)
+    await runner.run(handle.name, handle.run_id)
+    assert TYPES_SEEN == ["list", "list"]
+    assert await handle.result() == 2

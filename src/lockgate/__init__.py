@@ -1,4 +1,4 @@
-"""lockgate: durable workflows for Python, with per-key flow control enforced at claim time."""
+"""lockgate: durable workflows for Python, with per-key flow control declared on the workflow."""
 
 from lockgate._clock import Clock, ManualClock, SystemClock
 from lockgate._errors import (

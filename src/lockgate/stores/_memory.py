@@ -94,7 +94,9 @@ class MemoryStore(Store):
     """Every store guarantee, held in this process's memory; nothing survives the process.
 
     For tests, demos and embedding. ``clock`` judges lease expiry and timers; pass the same
-    clock the runner uses to move time in tests.
+    clock the runner uses to move time in tests. ``max_replay_entries`` is the most events one
+    run may hold: the engine ends a run with ``stream:overflow`` before it goes past it.
+    ``max_retries`` and ``max_store_requeues`` are the requeue budgets of :meth:`requeue_run`.
     """
 
     blocking_io = False
@@ -494,11 +496,9 @@ class MemoryStore(Store):
         run = self._runs.get((name, run_id))
         if run is None:
             return []
-        cap = (
-            self.max_replay_entries
-            if max_events is None
-            else min(max_events, self.max_replay_entries)
-        )
+        # The whole journal unless a page is asked for: a silently cut journal would replay
+        # wrong. max_replay_entries bounds runs through the engine's event cap instead.
+        cap = len(run.events) if max_events is None else max_events
         return [
             _with_payload(event, json.loads(text))
             for event, text in zip(run.events[:cap], run.texts, strict=False)

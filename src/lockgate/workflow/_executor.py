@@ -383,7 +383,7 @@ class Attempt(AttemptCore):
                 )
             except _Abort as abort:
                 if abort.overflow:
-                    cap = self.spec.max_event_count_per_run
+                    cap = self.event_cap
                     self._buffer.append(
                         self._event(
                             EventKind.STREAM_OVERFLOW, {"limit": cap, "count": self.event_count}
@@ -391,8 +391,9 @@ class Attempt(AttemptCore):
                     )
                     payload = {
                         "code": ErrorCode.STREAM_OVERFLOW.value,
-                        "message": f"the run reached max_event_count_per_run={cap}; "
-                        f"continue the work in a new run",
+                        "message": f"the run reached its cap of {cap} events "
+                        f"(max_event_count_per_run, or what the store keeps); continue the "
+                        f"work in a new run",
                         "error": {
                             "type": "lockgate:stream_overflow",
                             "code": ErrorCode.STREAM_OVERFLOW.value,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import json
 import math
 import typing
 import weakref
@@ -44,7 +45,18 @@ class StepSpec:
         """Validate ``value`` against the return annotation and turn it into JSON data."""
         adapter = self.adapter
         if adapter is None:
-            return value
+            # Through JSON now, so the live attempt gets exactly what a replay will: a tuple
+            # comes back as a list on both.
+            try:
+                return json.loads(json.dumps(value, allow_nan=False))
+            except (TypeError, ValueError) as exc:
+                raise StepResultTypeError(
+                    self.name,
+                    TypeError(
+                        f"{type(value).__name__} is not JSON-serializable; annotate the "
+                        f"step's return type or return plain data"
+                    ),
+                ) from exc
         try:
             validated = adapter.validate_python(value)
             return adapter.dump_python(validated, mode="json")
