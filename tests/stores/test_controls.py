@@ -322,6 +322,7 @@ GROUP_CALLS: dict[str, Callable[[Any], object]] = {
     "terminate": lambda s: s.terminate_run(NAME, "r1"),
     "hand_back": lambda s: s.hand_back_run(NAME, "r1"),
     "versions": lambda s: s.version_rank(NAME, "v1"),
+    "policies": lambda s: s.get_workflow_policy(NAME),
 }
 
 

@@ -311,3 +311,22 @@ def test_ping_answers_and_close_is_idempotent(store: Store) -> None:
     store.ping()
     store.close()
     store.close()
+
+
+def test_a_recorded_workflow_policy_reads_back_and_the_newest_wins(store: Store) -> None:
+    assert store.get_workflow_policy(NAME) is None
+    first = {"version": "v1", "concurrency": {"key": "tenant_id", "max": 2}, "rate": None}
+    store.record_workflow_policy(NAME, first)
+    assert store.get_workflow_policy(NAME) == first
+    first["concurrency"]["max"] = 99  # the store kept its own copy
+    assert store.get_workflow_policy(NAME)["concurrency"]["max"] == 2  # type: ignore[index]
+    second = {"version": "v2", "concurrency": None, "rate": {"key": "t", "per_second": 5.0}}
+    store.record_workflow_policy(NAME, second)
+    assert store.get_workflow_policy(NAME) == second
+    assert store.get_workflow_policy("other") is None
+
+
+def test_run_maintenance_on_a_fresh_store_removes_nothing(store: Store) -> None:
+    store.submit_run(NAME, "r1", {})
+    assert store.run_maintenance() == 0
+    assert status(store, "r1") == RunStatus.PENDING

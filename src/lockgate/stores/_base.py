@@ -190,6 +190,12 @@ class LifecycleStore(abc.ABC):
     def close(self) -> None:  # noqa: B027 - optional hook with nothing to do by default
         """Release connections and files. Idempotent."""
 
+    def run_maintenance(self, now: float | None = None) -> int:
+        """Housekeeping a worker calls now and then (retention of finished runs, expired
+        idempotency records). Returns how many records it removed; a store with nothing to
+        clean returns 0."""
+        return 0
+
 
 class EventLogStore(abc.ABC):
     """The run journal: ordered events with a per-run ``run_seq``, fenced and atomic appends."""
@@ -433,6 +439,20 @@ def _class_capabilities(cls: type) -> frozenset[str]:
     )
 
 
+class PolicyStore:
+    """The flow-control policy each worker serves, recorded by name, so a process that submits
+    by name without importing the workflow stamps the same gates."""
+
+    def record_workflow_policy(self, name: str, policy: dict[str, Any]) -> None:
+        """Record ``policy`` (the ``Limit`` and ``Rate`` of ``name``, as JSON data, with the
+        version that declared it) as the current one for ``name``."""
+        raise _missing(self, "policies")
+
+    def get_workflow_policy(self, name: str) -> dict[str, Any] | None:
+        """The policy last recorded for ``name``, or None."""
+        raise _missing(self, "policies")
+
+
 CAPABILITY_GROUPS: dict[str, tuple[type, tuple[str, ...]]] = {
     "idempotency": (
         IdempotencyStore,
@@ -449,6 +469,7 @@ CAPABILITY_GROUPS: dict[str, tuple[type, tuple[str, ...]]] = {
     "terminate": (ControlStore, ("terminate_run",)),
     "hand_back": (ControlStore, ("hand_back_run",)),
     "versions": (VersionStore, ("register_version", "version_rank")),
+    "policies": (PolicyStore, ("record_workflow_policy", "get_workflow_policy")),
 }
 
 
@@ -461,5 +482,6 @@ class Store(
     UpdateStore,
     ControlStore,
     VersionStore,
+    PolicyStore,
 ):
     """A full store: both roles and every optional group. MemoryStore implements it whole."""

@@ -122,6 +122,7 @@ class MemoryStore(Store):
         self._queues: dict[str, dict[str, None]] = {}
         self._idempotency: dict[tuple[str, str], _Idempotency] = {}
         self._versions: dict[str, dict[str, int]] = {}
+        self._policies: dict[str, dict[str, Any]] = {}
         self._order = 0
 
     # -- helpers -------------------------------------------------------------------------------
@@ -834,6 +835,17 @@ class MemoryStore(Store):
     @_locked
     def version_rank(self, name: str, version: str) -> int | None:
         return self._versions.get(name, {}).get(version)
+
+    # -- policies ------------------------------------------------------------------------------
+
+    @_locked
+    def record_workflow_policy(self, name: str, policy: dict[str, Any]) -> None:
+        self._policies[name] = json.loads(json.dumps(policy, allow_nan=False))
+
+    @_locked
+    def get_workflow_policy(self, name: str) -> dict[str, Any] | None:
+        policy = self._policies.get(name)
+        return json.loads(json.dumps(policy)) if policy is not None else None
 
     @_locked
     def list_names(self) -> list[str]:

@@ -48,8 +48,12 @@ class AttemptCore:
         clock: Clock,
         events: list[RunEvent],
         mode: Literal["live", "query"] = "live",
+        event_buffer_size: int = 64,
+        step_boundary_durability: bool = True,
     ) -> None:
         self.store = store
+        self.event_buffer_size = max(1, event_buffer_size)
+        self.step_boundary_durability = step_boundary_durability
         self.spec = spec
         self.run_id = run_id
         self.lease = lease
@@ -132,6 +136,13 @@ class AttemptCore:
             )
         self._buffer.append(self._event(kind, payload, headers))
         self.event_count += 1
+
+    async def step_boundary(self) -> None:
+        """Around a step's effect: make the buffer durable now when every step boundary must
+        be, else only once it holds ``event_buffer_size`` events (a crash may then run steps
+        whose outcome was still buffered again)."""
+        if self.step_boundary_durability or len(self._buffer) >= self.event_buffer_size:
+            await self.flush()
 
     async def flush(self) -> None:
         if not self._buffer:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from lockgate import _failpoints as failpoints
 from lockgate._clock import SystemClock, iso
 from lockgate._errors import (
     ErrorCode,
@@ -86,7 +87,7 @@ class Attempt(AttemptCore):
         while True:
             if spec.effect == "write":
                 self._record(EventKind.STEP_PENDING, {**base, "attempt": attempt})
-            await self.flush()
+            await self.step_boundary()
             step_ctx = StepContext(
                 run_id=self.run_id,
                 run_name=self.spec.name,
@@ -98,8 +99,10 @@ class Attempt(AttemptCore):
             )
             token = enter_boundary("step", spec.name)
             try:
+                failpoints.hit("before_step_effect")
                 call = spec.invoke(args, kwargs, step_ctx)
                 result = await (asyncio.wait_for(call, spec.timeout) if spec.timeout else call)
+                failpoints.hit("after_step_effect")
                 journaled = spec.to_journal(result)
                 try:
                     size = payload_size(journaled)
@@ -129,7 +132,7 @@ class Attempt(AttemptCore):
                     "error": describe_with_args(failure),
                 },
             )
-            await self.flush()
+            await self.step_boundary()
             if not retry:
                 raise failure
             await self.clock.sleep(policy.backoff_seconds(attempt))
@@ -140,7 +143,8 @@ class Attempt(AttemptCore):
             size=size,
             what=f"result of step {spec.name!r}",
         )
-        await self.flush()
+        await self.step_boundary()
+        failpoints.hit("after_step_append")
         return spec.from_journal(journaled)
 
     async def sleep(self, seconds: float) -> None:
@@ -519,6 +523,7 @@ class Attempt(AttemptCore):
         await self._io(
             self.store.append_events, self.spec.name, self.run_id, events, fence=self.lease
         )
+        failpoints.hit("after_terminal_append")
         await self._io(self.store.release_run, self.spec.name, self.run_id, self.lease)
 
     async def query(self, query: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
