@@ -251,3 +251,42 @@ async def test_an_unannotated_result_is_the_same_json_data_live_and_on_replay(
     await runner.run(handle.name, handle.run_id)
     assert TYPES_SEEN == ["list", "list"]
     assert await handle.result() == 2
+
+
+@workflow(name="unwind_hand_back")
+async def hand_back(ctx: WorkflowContext) -> int:
+    first = await count(1)
+    second = await count(2)
+    return first + second
+
+
+async def test_a_stopping_worker_hands_the_run_back_at_a_boundary(
+    store: MemoryStore, clock: ManualClock
+) -> None:
+    from lockgate.workflow._executor import Attempt
+    from lockgate.workflow._spec import spec_of
+    from lockgate.workflow._unwind import AttemptOutcome
+
+    runner = InlineWorkflowRunner(store=store, clock=clock)
+    handle = await runner.client.submit("unwind_hand_back")
+    lease = "worker-a/1"
+    assert store.claim_next_run(handle.name, lease) == handle.run_id
+    # The start and the first step pass; the worker starts stopping before the second step.
+    boundaries = iter([False, False, True])
+    attempt = Attempt(
+        store=store,
+        spec=spec_of(hand_back),
+        run_id=handle.run_id,
+        lease=lease,
+        clock=clock,
+        events=store.load_run(handle.name, handle.run_id),
+        should_stop=lambda: next(boundaries, True),
+    )
+    assert await attempt.execute() == AttemptOutcome.HANDED_BACK
+    kinds = [e.kind for e in store.load_run(handle.name, handle.run_id)]
+    assert kinds.count("step:done") == 1
+    assert "run:requeued" not in kinds
+    assert store.lock_holder(handle.name, handle.run_id) is None
+    assert store.get_pending_count(handle.name) == 1
+    await runner.run_next(handle.name)
+    assert await handle.result() == 3

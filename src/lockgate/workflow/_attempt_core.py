@@ -27,6 +27,7 @@ from lockgate.workflow._spec import WorkflowSpec, json_ready
 from lockgate.workflow._unwind import (
     _Abort,
     _Cancelled,
+    _HandedBack,
     _LeaseLost,
     _ReplayExhausted,
     _StoreFailed,
@@ -50,10 +51,12 @@ class AttemptCore:
         mode: Literal["live", "query"] = "live",
         event_buffer_size: int = 64,
         step_boundary_durability: bool = True,
+        should_stop: Callable[[], bool] = lambda: False,
     ) -> None:
         self.store = store
         self.event_buffer_size = max(1, event_buffer_size)
         self.step_boundary_durability = step_boundary_durability
+        self.should_stop = should_stop
         self.spec = spec
         self.run_id = run_id
         self.lease = lease
@@ -181,8 +184,18 @@ class AttemptCore:
             return
         if self.mode == "query":
             raise _ReplayExhausted()
+        await self._hand_back_if_stopping()
         await self._check_controls(index)
         await self._apply_new_updates(index)
+
+    async def _hand_back_if_stopping(self) -> None:
+        """At a live boundary of a worker that is shutting down: journal what is buffered and
+        give the run back to the queue, so another worker resumes it from here."""
+        if not self.should_stop():
+            return
+        await self.flush()
+        await self._io(self.store.hand_back_run, self.spec.name, self.run_id, self.lease)
+        raise _HandedBack()
 
     async def _check_controls(self, index: int) -> None:
         while True:

@@ -54,6 +54,7 @@ from lockgate.workflow._unwind import (
     AttemptOutcome,
     _Abort,
     _Cancelled,
+    _HandedBack,
     _LeaseLost,
     _ReplayExhausted,
     _StoreFailed,
@@ -381,6 +382,8 @@ class Attempt(AttemptCore):
                 return await self._body_to_terminal()
             except _Suspend:
                 return AttemptOutcome.SUSPENDED
+            except _HandedBack:
+                return AttemptOutcome.HANDED_BACK
             except _Cancelled:
                 return await self._finish_error(
                     await self._cancelled_payload(), AttemptOutcome.CANCELLED
@@ -446,6 +449,7 @@ class Attempt(AttemptCore):
     async def _start(self) -> None:
         """The gate before the body: a delayed start not yet due parks, and a cancel that
         arrived before the body ever ran ends the run without running it."""
+        await self._hand_back_if_stopping()
         start = self.state.calls.get(-1)
         if start is not None and start.outcome is None and start.due_at is not None:
             await self._wait_out(WaitSpec("start", "start", -1, due_at=start.due_at), [])

@@ -26,6 +26,7 @@ class AttemptOutcome(enum.StrEnum):
     CANCELLED = "cancelled"
     SUSPENDED = "suspended"
     ABANDONED = "abandoned"
+    HANDED_BACK = "handed_back"
     ALREADY_ENDED = "already_ended"
 
 
@@ -35,6 +36,11 @@ class _Unwind(BaseException):
 
 class _Suspend(_Unwind):
     """The run parked on a wait; the attempt ends with nothing more to write."""
+
+
+class _HandedBack(_Unwind):
+    """The worker is shutting down: the run went back on the queue at a boundary, unrun past
+    it, with no retry counted."""
 
 
 class _Cancelled(_Unwind):
