@@ -29,17 +29,18 @@ from lockgate.journal._events import (
     terminal_status,
 )
 from lockgate.stores._base import Store
+from lockgate.stores._records import (
+    PROGRESS_KINDS,
+    Submit,
+    derive_status,
+    requeue_outcome,
+    terminated_payload,
+    with_payload,
+)
 from lockgate.stores._types import RunInfo, TerminateOutcome, WaitOutcome, WaitSpec
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-_WAIT_STATUS = {
-    "start": RunStatus.SLEEPING,
-    "sleep": RunStatus.SLEEPING,
-    "signal": RunStatus.SIGNAL_WAITING,
-    "pause": RunStatus.PAUSED,
-}
 
 
 def _locked(method: Callable[P, R]) -> Callable[P, R]:
@@ -164,8 +165,8 @@ class MemoryStore(Store):
             # mutating its dict later cannot rewrite history.
             text = json.dumps(event.payload, allow_nan=False, separators=(",", ":"))
             run.texts.append(text)
-            run.events.append(_with_payload(event, json.loads(text)).with_seq(seq, **stamp))
-            if event.kind in (EventKind.STEP_DONE, EventKind.RUN_UPDATE_COMPLETED):
+            run.events.append(with_payload(event, json.loads(text)).with_seq(seq, **stamp))
+            if event.kind in PROGRESS_KINDS:
                 run.owner_gone = run.store_requeues = 0
         if run.ended:
             run.wait = None
@@ -185,15 +186,13 @@ class MemoryStore(Store):
         run.lock_expires = self._clock() + self.lock_ttl
 
     def _status(self, run: _Run) -> RunStatus:
-        if run.ended:
-            return terminal_status(run.events[-1])
-        if self._held(run):
-            return RunStatus.IN_PROGRESS
-        if run.wait is not None and not self._queued(run):
-            return _WAIT_STATUS[run.wait.kind]
-        if run.lock is not None and not self._queued(run):
-            return RunStatus.IN_PROGRESS  # its holder's lease lapsed; awaiting recovery
-        return RunStatus.PENDING
+        return derive_status(
+            terminal=terminal_status(run.events[-1]) if run.ended else None,
+            lock_live=self._held(run),
+            lock_set=run.lock is not None,
+            wait_kind=run.wait.kind if run.wait is not None else None,
+            queued=self._queued(run),
+        )
 
     def _info(self, run: _Run) -> RunInfo:
         return RunInfo(
@@ -264,14 +263,13 @@ class MemoryStore(Store):
             submitted_at=now,
             order=self._order,
         )
-        init = _init_payload(
+        submit = Submit(
             name,
             params,
             metadata,
             owner,
             version,
             version_behavior,
-            now,
             concurrency_key,
             concurrency_max,
             rate_key,
@@ -280,10 +278,10 @@ class MemoryStore(Store):
             provenance,
             start_at,
         )
-        events = [RunEvent(EventKind.RUN_INIT, init, run_id, headers=dict(headers or {}))]
-        if start_at is not None and start_at > now:
+        events = submit.opening_events(run_id, now, headers)
+        if submit.delayed(now):
+            assert start_at is not None
             run.wait = WaitSpec(kind="start", wait_id="start", call_index=-1, due_at=start_at)
-            events.append(RunEvent(EventKind.RUN_SLEEPING, _start_sleep(start_at), run_id))
         self._runs[(name, run_id)] = run
         self._append(run, events, None)
         if run.wait is None:
@@ -352,50 +350,12 @@ class MemoryStore(Store):
         run.lock = None
         if run.ended:
             return
-        if reason == "store_unavailable":
-            run.store_requeues += 1
-            over, code = run.store_requeues > self.max_store_requeues, "store_unavailable"
-        else:
-            run.owner_gone += 1
-            over, code = run.owner_gone > self.max_retries, "max_retries"
-        if over:
-            self._append(
-                run,
-                [
-                    self._event(
-                        run,
-                        EventKind.RUN_ERROR,
-                        {
-                            "code": code,
-                            "message": f"run requeued too often ({reason})",
-                            "error": {
-                                "type": "lockgate:requeue_budget",
-                                "message": reason,
-                                "code": code,
-                            },
-                        },
-                    )
-                ],
-                None,
-            )
-            return
-        self._append(
-            run,
-            [
-                self._event(
-                    run,
-                    EventKind.RUN_REQUEUED,
-                    {
-                        "reason": reason,
-                        "count": run.owner_gone
-                        if reason != "store_unavailable"
-                        else run.store_requeues,
-                    },
-                )
-            ],
-            None,
+        run.owner_gone, run.store_requeues, kind, payload = requeue_outcome(
+            reason, run.owner_gone, run.store_requeues, self.max_retries, self.max_store_requeues
         )
-        self._enqueue(run)
+        self._append(run, [self._event(run, kind, payload)], None)
+        if kind == EventKind.RUN_REQUEUED:
+            self._enqueue(run)
 
     @_locked
     def recover_pending_runs(self, name: str, now: float | None = None) -> list[str]:
@@ -501,7 +461,7 @@ class MemoryStore(Store):
         # wrong. max_replay_entries bounds runs through the engine's event cap instead.
         cap = len(run.events) if max_events is None else max_events
         return [
-            _with_payload(event, json.loads(text))
+            with_payload(event, json.loads(text))
             for event, text in zip(run.events[:cap], run.texts, strict=False)
         ]
 
@@ -510,7 +470,7 @@ class MemoryStore(Store):
         run = self._runs.get((name, run_id))
         if run is None or not run.events:
             return None
-        return _with_payload(run.events[-1], json.loads(run.texts[-1]))
+        return with_payload(run.events[-1], json.loads(run.texts[-1]))
 
     # -- idempotency ---------------------------------------------------------------------------
 
@@ -850,68 +810,3 @@ class MemoryStore(Store):
     @_locked
     def list_names(self) -> list[str]:
         return sorted({name for name, _ in self._runs})
-
-
-def _with_payload(event: RunEvent, payload: dict[str, Any]) -> RunEvent:
-    return RunEvent(
-        event.kind, payload, event.run_id, event.schema_version, event.run_seq, dict(event.headers)
-    )
-
-
-def _init_payload(
-    name: str,
-    params: dict[str, Any],
-    metadata: dict[str, Any] | None,
-    owner: str | None,
-    version: str,
-    version_behavior: str,
-    now: float,
-    concurrency_key: str | None,
-    concurrency_max: int | None,
-    rate_key: str | None,
-    rate_per_second: float | None,
-    rate_burst: int | None,
-    provenance: dict[str, Any] | None,
-    start_at: float | None,
-) -> dict[str, Any]:
-    """The ``run:init`` payload every store writes for a submit."""
-    gates: dict[str, Any] = {}
-    if concurrency_key is not None:
-        gates["concurrency"] = {"key": concurrency_key, "max": concurrency_max}
-    if rate_key is not None:
-        gates["rate"] = {"key": rate_key, "per_second": rate_per_second, "burst": rate_burst}
-    payload: dict[str, Any] = {
-        "name": name,
-        "params": dict(params),
-        "metadata": dict(metadata or {}),
-        "owner": owner,
-        "version": version,
-        "version_behavior": version_behavior,
-        "submitted_at": now,
-        "gates": gates,
-    }
-    if provenance:
-        payload["provenance"] = dict(provenance)
-    if start_at is not None:
-        payload["start_at"] = start_at
-    return payload
-
-
-def _start_sleep(start_at: float) -> dict[str, Any]:
-    return {"call_index": -1, "wait_id": "start", "wake_at": start_at, "name": "start"}
-
-
-def terminated_payload(
-    now: str, reason: str | None, requested_by: str | None, cause: dict[str, Any] | None
-) -> dict[str, Any]:
-    return {
-        "code": "terminated",
-        "message": f"terminated: {reason or 'no reason given'}",
-        "error": {"type": "lockgate:terminated", "message": reason or "", "code": "terminated"},
-        "detail": {
-            "terminated_at": now,
-            "reason": reason,
-            "requested_by": requested_by,
-            "cause": cause,
-        },
-    }

@@ -1,0 +1,155 @@
+"""What every backend writes the same way: the payloads of store-written events, the rules of
+requeue budgets, and how a run's status is derived from what the store holds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from lockgate.journal._events import EventKind, RunEvent, RunStatus
+
+WAIT_STATUS = {
+    "start": RunStatus.SLEEPING,
+    "sleep": RunStatus.SLEEPING,
+    "signal": RunStatus.SIGNAL_WAITING,
+    "pause": RunStatus.PAUSED,
+}
+
+#: Events that count as progress: each resets a run's requeue budgets.
+PROGRESS_KINDS = frozenset({EventKind.STEP_DONE, EventKind.RUN_UPDATE_COMPLETED})
+
+
+def derive_status(
+    *,
+    terminal: RunStatus | None,
+    lock_live: bool,
+    lock_set: bool,
+    wait_kind: str | None,
+    queued: bool,
+) -> RunStatus:
+    """A run's status from the facts a store keeps (see ``LifecycleStore.get_run``)."""
+    if terminal is not None:
+        return terminal
+    if lock_live:
+        return RunStatus.IN_PROGRESS
+    if wait_kind is not None and not queued:
+        return WAIT_STATUS[wait_kind]
+    if lock_set and not queued:
+        return RunStatus.IN_PROGRESS  # its holder's lease lapsed; awaiting recovery
+    return RunStatus.PENDING
+
+
+def with_payload(event: RunEvent, payload: dict[str, Any]) -> RunEvent:
+    return RunEvent(
+        event.kind, payload, event.run_id, event.schema_version, event.run_seq, dict(event.headers)
+    )
+
+
+@dataclass(frozen=True)
+class Submit:
+    """One submit's fields, as every store records them in ``run:init``."""
+
+    name: str
+    params: dict[str, Any]
+    metadata: dict[str, Any] | None
+    owner: str | None
+    version: str
+    version_behavior: str
+    concurrency_key: str | None
+    concurrency_max: int | None
+    rate_key: str | None
+    rate_per_second: float | None
+    rate_burst: int | None
+    provenance: dict[str, Any] | None
+    start_at: float | None
+
+    def init_payload(self, now: float) -> dict[str, Any]:
+        gates: dict[str, Any] = {}
+        if self.concurrency_key is not None:
+            gates["concurrency"] = {"key": self.concurrency_key, "max": self.concurrency_max}
+        if self.rate_key is not None:
+            gates["rate"] = {
+                "key": self.rate_key,
+                "per_second": self.rate_per_second,
+                "burst": self.rate_burst,
+            }
+        payload: dict[str, Any] = {
+            "name": self.name,
+            "params": dict(self.params),
+            "metadata": dict(self.metadata or {}),
+            "owner": self.owner,
+            "version": self.version,
+            "version_behavior": self.version_behavior,
+            "submitted_at": now,
+            "gates": gates,
+        }
+        if self.provenance:
+            payload["provenance"] = dict(self.provenance)
+        if self.start_at is not None:
+            payload["start_at"] = self.start_at
+        return payload
+
+    def opening_events(
+        self, run_id: str, now: float, headers: dict[str, str] | None
+    ) -> list[RunEvent]:
+        """``run:init``, and the delayed start's ``run:sleeping`` when it starts later."""
+        events = [
+            RunEvent(
+                EventKind.RUN_INIT, self.init_payload(now), run_id, headers=dict(headers or {})
+            )
+        ]
+        if self.delayed(now):
+            assert self.start_at is not None
+            events.append(
+                RunEvent(
+                    EventKind.RUN_SLEEPING,
+                    {
+                        "call_index": -1,
+                        "wait_id": "start",
+                        "wake_at": self.start_at,
+                        "name": "start",
+                    },
+                    run_id,
+                )
+            )
+        return events
+
+    def delayed(self, now: float) -> bool:
+        return self.start_at is not None and self.start_at > now
+
+
+def requeue_outcome(
+    reason: str, owner_gone: int, store_requeues: int, max_retries: int, max_store_requeues: int
+) -> tuple[int, int, str, dict[str, Any]]:
+    """Count one requeue against its budget: the new counters, and the event to journal
+    (``run:requeued``, or ``run:error`` once the budget is spent)."""
+    if reason == "store_unavailable":
+        store_requeues += 1
+        count, over, code = store_requeues, store_requeues > max_store_requeues, reason
+    else:
+        owner_gone += 1
+        count, over, code = owner_gone, owner_gone > max_retries, "max_retries"
+    if over:
+        payload = {
+            "code": code,
+            "message": f"run requeued too often ({reason})",
+            "error": {"type": "lockgate:requeue_budget", "message": reason, "code": code},
+        }
+        return owner_gone, store_requeues, EventKind.RUN_ERROR, payload
+    return owner_gone, store_requeues, EventKind.RUN_REQUEUED, {"reason": reason, "count": count}
+
+
+def terminated_payload(
+    now: str, reason: str | None, requested_by: str | None, cause: dict[str, Any] | None
+) -> dict[str, Any]:
+    return {
+        "code": "terminated",
+        "message": f"terminated: {reason or 'no reason given'}",
+        "error": {"type": "lockgate:terminated", "message": reason or "", "code": "terminated"},
+        "detail": {
+            "terminated_at": now,
+            "reason": reason,
+            "requested_by": requested_by,
+            "cause": cause,
+        },
+    }
