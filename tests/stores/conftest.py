@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from lockgate import ManualClock, MemoryStore, Store
+from lockgate.stores import SQLiteStore
 
 #: Seconds a lease lives without a heartbeat.
 LOCK_TTL = 30.0
@@ -47,6 +48,18 @@ STORE_FACTORIES: list[StoreFactory] = [
             heartbeat_interval=HEARTBEAT_INTERVAL,
             max_retries=MAX_RETRIES,
             max_store_requeues=MAX_STORE_REQUEUES,
+        ),
+    ),
+    StoreFactory(
+        "sqlite",
+        lambda clock, tmp_path: SQLiteStore(
+            tmp_path / "store.db",
+            clock=clock,
+            lock_ttl=LOCK_TTL,
+            heartbeat_interval=HEARTBEAT_INTERVAL,
+            max_retries=MAX_RETRIES,
+            max_store_requeues=MAX_STORE_REQUEUES,
+            synchronous="normal",
         ),
     ),
 ]

@@ -362,3 +362,34 @@ def test_a_group_is_provided_only_when_every_method_is_overridden(store: Store) 
     )
     assert partial(store).capabilities() == frozenset()
     assert whole(store).capabilities() == frozenset({"signals"})
+
+
+# -- controls held for an id not submitted yet --------------------------------------------------
+
+
+def test_a_cancel_for_an_id_not_yet_submitted_is_held_until_its_submit(
+    store: Store, clock: ManualClock
+) -> None:
+    at = store.request_cancel(NAME, "child", detail={"requested_by": "parent"})
+    assert store.get_run(NAME, "child") is None
+    assert store.request_cancel(NAME, "child", detail={"requested_by": "other"}) == at
+    store.submit_run(NAME, "child", {})
+    assert store.get_run_controls(NAME, "child")[0] == at
+    cancels = [e for e in store.load_run(NAME, "child") if e.kind == EventKind.RUN_CANCEL]
+    assert [e.payload["detail"] for e in cancels] == [{"requested_by": "parent"}]
+
+
+def test_a_held_pause_applies_at_submit(store: Store) -> None:
+    store.request_pause(NAME, "child")
+    store.submit_run(NAME, "child", {})
+    assert store.get_run_controls(NAME, "child")[1] is not None
+    assert EventKind.RUN_PAUSE_REQUESTED in kinds(store, "child")
+
+
+def test_a_held_control_expires_after_held_ttl(store: Store, clock: ManualClock) -> None:
+    store.request_cancel(NAME, "late")
+    clock.advance(86_400 + 1)
+    assert store.run_maintenance() >= 1
+    store.submit_run(NAME, "late", {})
+    assert store.get_run_controls(NAME, "late") == (None, None)
+    assert EventKind.RUN_CANCEL not in kinds(store, "late")

@@ -322,7 +322,9 @@ class WorkflowClient:
         self, name: str, run_id: str, *, reason: str | None = None, requested_by: str | None = None
     ) -> None:
         """Ask the run to stop at its next boundary; it ends cancelled. A parked run is queued
-        so a worker writes its terminal."""
+        so a worker writes its terminal. An unknown id raises :class:`RunNotFoundError` (the
+        store can hold a cancel for an id not yet submitted; the client does not)."""
+        await self._info(name, run_id)
         await self._io(
             self.store.request_cancel,
             name,

@@ -14,6 +14,8 @@ from lockgate.stores._base import (
     VersionStore,
 )
 from lockgate.stores._memory import MemoryStore
+from lockgate.stores._sqlite import SQLiteStore
+from lockgate.stores._sqlite_file import StoreFileError
 from lockgate.stores._types import RunInfo, TerminateOutcome, WaitOutcome, WaitSpec
 
 __all__ = [
@@ -25,8 +27,10 @@ __all__ = [
     "MemoryStore",
     "PolicyStore",
     "RunInfo",
+    "SQLiteStore",
     "SignalStore",
     "Store",
+    "StoreFileError",
     "TerminateOutcome",
     "TimerStore",
     "UpdateStore",

@@ -85,6 +85,14 @@ class _Run:
 
 
 @dataclass
+class _Held:
+    expires_at: float
+    cancel_at: str | None = None
+    cancel_detail: dict[str, Any] = field(default_factory=dict)
+    pause_at: str | None = None
+
+
+@dataclass
 class _Idempotency:
     run_id: str
     body_hash: str | None
@@ -107,6 +115,7 @@ class MemoryStore(Store):
         *,
         heartbeat_interval: float = 10.0,
         lock_ttl: float = 30.0,
+        held_ttl: float = 86_400.0,
         max_replay_entries: int = 200_000,
         max_retries: int = 3,
         max_store_requeues: int = 20,
@@ -114,6 +123,7 @@ class MemoryStore(Store):
     ) -> None:
         self.heartbeat_interval = heartbeat_interval
         self.lock_ttl = lock_ttl
+        self.held_ttl = held_ttl
         self.max_replay_entries = max_replay_entries
         self.max_retries = max_retries
         self.max_store_requeues = max_store_requeues
@@ -124,6 +134,7 @@ class MemoryStore(Store):
         self._idempotency: dict[tuple[str, str], _Idempotency] = {}
         self._versions: dict[str, dict[str, int]] = {}
         self._policies: dict[str, dict[str, Any]] = {}
+        self._held_controls: dict[tuple[str, str], _Held] = {}
         self._order = 0
 
     # -- helpers -------------------------------------------------------------------------------
@@ -286,6 +297,12 @@ class MemoryStore(Store):
         self._append(run, events, None)
         if run.wait is None:
             self._enqueue(run)
+        held = self._held_controls.pop((name, run_id), None)
+        if held is not None and held.expires_at > now:
+            if held.pause_at is not None:
+                self._latch_pause(run, held.pause_at)
+            if held.cancel_at is not None:
+                self._latch_cancel(run, held.cancel_at, held.cancel_detail)
         if idempotency_key is not None:
             delay = max(0.0, (start_at or now) - now)
             self._idempotency[(name, idempotency_key)] = _Idempotency(
@@ -389,24 +406,32 @@ class MemoryStore(Store):
     def request_cancel(
         self, name: str, run_id: str, *, detail: dict[str, Any] | None = None
     ) -> str:
-        run = self._run(name, run_id)
+        run = self._runs.get((name, run_id))
+        if run is None:
+            held = self._hold(name, run_id)
+            if held.cancel_at is None:
+                held.cancel_at, held.cancel_detail = iso(self._clock()), dict(detail or {})
+            return held.cancel_at
         if run.cancel_at is not None or run.ended:
             return run.cancel_at or iso(self._clock())
-        run.cancel_at = iso(self._clock())
+        self._latch_cancel(run, iso(self._clock()), dict(detail or {}))
+        return run.cancel_at or ""
+
+    def _latch_cancel(self, run: _Run, at: str, detail: dict[str, Any]) -> None:
+        run.cancel_at = at
         self._append(
             run,
             [
                 self._event(
                     run,
                     EventKind.RUN_CANCEL,
-                    {"requested_at": run.cancel_at, "detail": dict(detail or {})},
+                    {"requested_at": at, "detail": detail},
                 )
             ],
             None,
         )
         if run.wait is not None and not self._held(run):
             self._enqueue(run)
-        return run.cancel_at
 
     @_locked
     def get_run_controls(self, name: str, run_id: str) -> tuple[str | None, str | None]:
@@ -435,6 +460,19 @@ class MemoryStore(Store):
         page = runs[:limit]
         more = len(runs) > limit
         return [self._info(r) for r in page], (str(page[-1].order) if more else None)
+
+    @_locked
+    def run_maintenance(self, now: float | None = None) -> int:
+        """Drop expired idempotency records and held controls. Finished runs are kept: this
+        store lives no longer than its process."""
+        now = self._clock() if now is None else now
+        expired = [k for k, r in self._idempotency.items() if r.expires_at <= now]
+        held = [k for k, h in self._held_controls.items() if h.expires_at <= now]
+        for key in expired:
+            del self._idempotency[key]
+        for key in held:
+            del self._held_controls[key]
+        return len(expired) + len(held)
 
     def ping(self) -> None:
         return None
@@ -711,15 +749,28 @@ class MemoryStore(Store):
 
     @_locked
     def request_pause(self, name: str, run_id: str) -> str:
-        run = self._run(name, run_id)
+        run = self._runs.get((name, run_id))
+        if run is None:
+            held = self._hold(name, run_id)
+            held.pause_at = held.pause_at or iso(self._clock())
+            return held.pause_at
         if run.pause_at is None and not run.ended:
-            run.pause_at = iso(self._clock())
-            self._append(
-                run,
-                [self._event(run, EventKind.RUN_PAUSE_REQUESTED, {"requested_at": run.pause_at})],
-                None,
-            )
+            self._latch_pause(run, iso(self._clock()))
         return run.pause_at or iso(self._clock())
+
+    def _latch_pause(self, run: _Run, at: str) -> None:
+        run.pause_at = at
+        self._append(
+            run, [self._event(run, EventKind.RUN_PAUSE_REQUESTED, {"requested_at": at})], None
+        )
+
+    def _hold(self, name: str, run_id: str) -> _Held:
+        """A control for an id not submitted yet, kept for ``held_ttl`` seconds."""
+        now = self._clock()
+        held = self._held_controls.get((name, run_id))
+        if held is None or held.expires_at <= now:
+            held = self._held_controls[(name, run_id)] = _Held(expires_at=now + self.held_ttl)
+        return held
 
     @_locked
     def resume_paused_run(

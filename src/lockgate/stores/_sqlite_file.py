@@ -1,0 +1,229 @@
+"""Opening an SQLite file for lockgate: what is refused and why, the schema, and its format
+generation. Nothing here writes to a file before it is known to be empty or lockgate's own."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterable
+from pathlib import Path
+
+from lockgate._errors import ConfigurationError
+
+#: Bumped whenever the schema changes in a way an older lockgate cannot read.
+FORMAT_GENERATION = 1
+#: ``PRAGMA application_id`` of a lockgate file: "LKGT".
+APPLICATION_ID = 0x4C4B4754
+#: UPSERT (3.24) and partial indexes are needed; WAL needs a library built with it.
+MIN_SQLITE_VERSION = (3, 24, 0)
+#: Filesystems whose locking SQLite cannot trust across hosts or processes.
+NETWORK_FILESYSTEMS = frozenset(
+    {
+        "nfs",
+        "nfs4",
+        "cifs",
+        "smb",
+        "smb2",
+        "smbfs",
+        "smb3",
+        "fuse.sshfs",
+        "sshfs",
+        "afs",
+        "ceph",
+        "fuse.ceph",
+        "glusterfs",
+        "fuse.glusterfs",
+        "lustre",
+        "9p",
+        "davfs",
+        "fuse.s3fs",
+        "fuse.gcsfuse",
+    }
+)
+
+
+class StoreFileError(ConfigurationError):
+    """The SQLite file cannot be used as a lockgate store; it was left untouched."""
+
+
+def check_library(version: tuple[int, ...] = sqlite3.sqlite_version_info) -> None:
+    if tuple(version) < MIN_SQLITE_VERSION:
+        have = ".".join(map(str, version))
+        need = ".".join(map(str, MIN_SQLITE_VERSION))
+        raise StoreFileError(
+            f"the SQLite library is {have}; SQLiteStore needs {need} or newer (upgrade Python or "
+            f"its sqlite3 library)"
+        )
+
+
+def resolve_path(path: str | os.PathLike[str]) -> Path:
+    """The file ``path`` names, refusing what names no file."""
+    raw = os.fspath(path)
+    if not raw or raw == ":memory:" or raw.startswith("file:"):
+        raise StoreFileError(
+            f"SQLiteStore needs the path of a file, not {raw!r}; for a store in memory use "
+            f"MemoryStore"
+        )
+    resolved = Path(raw).expanduser().absolute()
+    if resolved.is_dir():
+        raise StoreFileError(f"{resolved} is a directory; give the path of a database file")
+    if not resolved.parent.is_dir():
+        raise StoreFileError(f"the directory {resolved.parent} does not exist; create it first")
+    return resolved
+
+
+def filesystem_type(path: Path, mounts: Iterable[str] | None = None) -> str | None:
+    """The type of the filesystem ``path`` lives on, from the mount table (Linux), or None."""
+    if mounts is None:
+        try:
+            with open("/proc/mounts", encoding="utf-8") as table:
+                mounts = table.read().splitlines()
+        except OSError:
+            return None
+    best, kind = "", None
+    target = str(path.resolve() if path.exists() else path.parent.resolve())
+    for line in mounts:
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = fields[1].replace("\\040", " ")
+        inside = target == point or target.startswith(point.rstrip("/") + "/") or point == "/"
+        if inside and len(point) >= len(best):
+            best, kind = point, fields[2]
+    return kind
+
+
+def check_local(path: Path, mounts: Iterable[str] | None = None) -> None:
+    kind = filesystem_type(path, mounts)
+    if kind is not None and kind.lower() in NETWORK_FILESYSTEMS:
+        raise StoreFileError(
+            f"{path} is on a network filesystem ({kind}); SQLite's locks are not reliable there, "
+            f"so runs could be claimed twice. Put the file on a local disk, or use a server store"
+        )
+
+
+def inspect_existing(path: Path) -> None:
+    """Refuse a file that is not an empty file or a lockgate store this runtime can read,
+    reading it without writing a byte."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    try:
+        probe = sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error as exc:
+        raise StoreFileError(f"cannot open {path}: {exc}") from exc
+    try:
+        application_id = probe.execute("PRAGMA application_id").fetchone()[0]
+        tables = {row[0] for row in probe.execute("SELECT name FROM sqlite_master")}
+        generation = None
+        if "lg_meta" in tables:
+            row = probe.execute(
+                "SELECT value FROM lg_meta WHERE key = 'format_generation'"
+            ).fetchone()
+            generation = int(row[0]) if row else None
+    except sqlite3.DatabaseError as exc:
+        raise StoreFileError(
+            f"{path} is not an SQLite database lockgate can read ({exc}); it was left untouched"
+        ) from exc
+    finally:
+        probe.close()
+    if application_id != APPLICATION_ID:
+        if application_id == 0 and not tables:
+            return
+        raise StoreFileError(
+            f"{path} is an SQLite database of another application; lockgate will not write to "
+            f"it. Give a new path for the store"
+        )
+    if generation is None:
+        raise StoreFileError(f"{path} is a lockgate store with no format generation; it is damaged")
+    if generation > FORMAT_GENERATION:
+        raise StoreFileError(
+            f"{path} was written by a newer lockgate (format {generation}; this one reads up to "
+            f"{FORMAT_GENERATION}); upgrade lockgate to open it"
+        )
+
+
+SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS lg_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS lg_runs (
+    name TEXT NOT NULL,
+    run_id TEXT NOT NULL,
+    ord INTEGER NOT NULL,
+    params TEXT NOT NULL,
+    metadata TEXT NOT NULL,
+    owner TEXT,
+    version TEXT NOT NULL,
+    version_behavior TEXT NOT NULL,
+    submitted_at REAL NOT NULL,
+    lock TEXT,
+    lock_expires REAL NOT NULL DEFAULT 0,
+    epoch INTEGER NOT NULL DEFAULT 0,
+    queued INTEGER,
+    wait TEXT,
+    wait_due REAL,
+    cancel_at TEXT,
+    pause_at TEXT,
+    owner_gone INTEGER NOT NULL DEFAULT 0,
+    store_requeues INTEGER NOT NULL DEFAULT 0,
+    last_seq INTEGER NOT NULL DEFAULT 0,
+    terminal TEXT,
+    ended_at REAL,
+    PRIMARY KEY (name, run_id)
+);
+CREATE INDEX IF NOT EXISTS lg_runs_queue ON lg_runs (name, queued) WHERE queued IS NOT NULL;
+CREATE INDEX IF NOT EXISTS lg_runs_due ON lg_runs (wait_due) WHERE wait_due IS NOT NULL;
+CREATE INDEX IF NOT EXISTS lg_runs_locks ON lg_runs (name, lock_expires) WHERE lock IS NOT NULL;
+CREATE INDEX IF NOT EXISTS lg_runs_order ON lg_runs (name, ord);
+CREATE INDEX IF NOT EXISTS lg_runs_ended ON lg_runs (ended_at) WHERE ended_at IS NOT NULL;
+CREATE TABLE IF NOT EXISTS lg_events (
+    name TEXT NOT NULL,
+    run_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    schema_version TEXT NOT NULL,
+    headers TEXT NOT NULL,
+    PRIMARY KEY (name, run_id, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS lg_signals (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT NOT NULL,
+    run_id TEXT NOT NULL,
+    signal TEXT NOT NULL,
+    signal_id TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    sent_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS lg_signals_run ON lg_signals (name, run_id, signal, id);
+CREATE TABLE IF NOT EXISTS lg_signal_keys (
+    name TEXT NOT NULL, run_id TEXT NOT NULL, key TEXT NOT NULL, result TEXT NOT NULL,
+    PRIMARY KEY (name, run_id, key)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS lg_updates (
+    name TEXT NOT NULL, run_id TEXT NOT NULL, update_id TEXT NOT NULL, seq INTEGER NOT NULL,
+    update_name TEXT NOT NULL, payload TEXT NOT NULL, sent_at TEXT NOT NULL,
+    PRIMARY KEY (name, run_id, update_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS lg_update_results (
+    name TEXT NOT NULL, run_id TEXT NOT NULL, update_id TEXT NOT NULL, outcome TEXT NOT NULL,
+    PRIMARY KEY (name, run_id, update_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS lg_idempotency (
+    name TEXT NOT NULL, key TEXT NOT NULL, run_id TEXT NOT NULL, body_hash TEXT,
+    expires_at REAL NOT NULL,
+    PRIMARY KEY (name, key)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS lg_versions (
+    name TEXT NOT NULL, version TEXT NOT NULL, rank INTEGER NOT NULL,
+    PRIMARY KEY (name, version)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS lg_policies (
+    name TEXT PRIMARY KEY, policy TEXT NOT NULL, recorded_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS lg_held (
+    name TEXT NOT NULL, run_id TEXT NOT NULL, cancel_at TEXT, cancel_detail TEXT,
+    pause_at TEXT, expires_at REAL NOT NULL,
+    PRIMARY KEY (name, run_id)
+) WITHOUT ROWID;
+PRAGMA application_id = {APPLICATION_ID};
+INSERT OR IGNORE INTO lg_meta (key, value) VALUES ('format_generation', '{FORMAT_GENERATION}');
+"""
