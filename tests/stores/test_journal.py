@@ -332,3 +332,15 @@ def test_batch_with_an_event_behind_its_own_terminal_is_refused_whole(
     assert not store.get_run(NAME, "r1").status.is_terminal  # type: ignore[union-attr]
     store.append_event(NAME, "r1", step_done("r1", 0), fence="lease-a")
     assert [e.run_seq for e in store.load_run(NAME, "r1")] == [1, 2]
+
+
+def test_a_terminal_append_drops_the_lock_and_the_release_after_it_is_a_no_op(
+    store: Store,
+) -> None:
+    claimed(store)
+    complete = event(EventKind.RUN_COMPLETE, "r1", result=1)
+    store.append_events(NAME, "r1", [complete], fence="lease-a")
+    assert store.lock_holder(NAME, "r1") is None
+    store.release_run(NAME, "r1", "lease-a")
+    assert store.get_pending_count(NAME) == 0
+    assert [e.kind for e in store.load_run(NAME, "r1")][-1] == EventKind.RUN_COMPLETE

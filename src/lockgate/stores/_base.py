@@ -216,7 +216,8 @@ class EventLogStore(abc.ABC):
         each event is stamped with the claim's epoch; otherwise :class:`LockLost`. A batch that
         would put any event behind a terminal one (already journaled or earlier in the batch)
         raises :class:`EventAfterTerminal` and writes nothing. Writers that do not hold the run
-        (signals, wakes, requeues) append unfenced.
+        (signals, wakes, requeues) append unfenced. A batch ending in a terminal event ends the
+        run in the same step: it leaves the queue and its waits and its lock is dropped.
         """
 
     @abc.abstractmethod

@@ -181,6 +181,7 @@ class MemoryStore(Store):
                 run.owner_gone = run.store_requeues = 0
         if run.ended:
             run.wait = None
+            run.lock = None
             self._dequeue(run)
 
     def _event(self, run: _Run, kind: str, payload: dict[str, Any]) -> RunEvent:

@@ -281,12 +281,15 @@ class SQLiteStore(Store):
         if progress:
             fields.update(owner_gone=0, store_requeues=0)
         if events and events[-1].is_terminal:
+            # A run that has ended holds nothing: its lock goes with its queue place and wait,
+            # so the holder's release that follows needs no write.
             fields.update(
                 terminal=terminal_status(events[-1]).value,
                 ended_at=self._clock(),
                 queued=None,
                 wait=None,
                 wait_due=None,
+                lock=None,
             )
         self._set(db, row, **fields)
 
@@ -480,6 +483,12 @@ class SQLiteStore(Store):
         *,
         prefer: Sequence[int] = (),
     ) -> str | None:
+        with self._read() as db:
+            queued = db.execute(
+                "SELECT 1 FROM lg_runs WHERE name = ? AND queued IS NOT NULL LIMIT 1", (name,)
+            ).fetchone()
+        if queued is None:
+            return None  # an idle poll takes no write lock
         with self._write() as db:
             now = self._clock()
             rows = db.execute(
@@ -523,6 +532,12 @@ class SQLiteStore(Store):
 
     @_translated
     def release_run(self, name: str, run_id: str, worker_id: str | None = None) -> None:
+        with self._read() as db:
+            row = self._row(db, name, run_id)
+        if row is None or (
+            row["lock"] is None and (row["terminal"] is not None or row["queued"] is not None)
+        ):
+            return  # nothing to release: spare the write lock (the usual case after a terminal)
         with self._write() as db:
             row = self._row(db, name, run_id)
             if row is None or (worker_id is not None and row["lock"] != worker_id):
