@@ -77,9 +77,11 @@ EXPECTED = {
     "UserFailure",
     "WaitOutcome",
     "WaitTimeout",
+    "WorkerOptions",
     "WorkflowClient",
     "WorkflowContext",
     "WorkflowSpec",
+    "WorkflowWorker",
     "__version__",
     "check_replay",
     "reconstruct_state",
@@ -94,6 +96,7 @@ PACKAGES = [
     "lockgate.flow",
     "lockgate.journal",
     "lockgate.stores",
+    "lockgate.worker",
     "lockgate.workflow",
 ]
 

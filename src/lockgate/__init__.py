@@ -67,6 +67,7 @@ from lockgate.stores import (
     TerminateOutcome,
     WaitOutcome,
 )
+from lockgate.worker import WorkerOptions, WorkflowWorker
 from lockgate.workflow import (
     DuplicateWorkflowWarning,
     RetryPolicy,
@@ -145,9 +146,11 @@ __all__ = [
     "UserFailure",
     "WaitOutcome",
     "WaitTimeout",
+    "WorkerOptions",
     "WorkflowClient",
     "WorkflowContext",
     "WorkflowSpec",
+    "WorkflowWorker",
     "__version__",
     "check_replay",
     "reconstruct_state",

@@ -42,6 +42,14 @@ def _parse(spec: str) -> dict[str, list[int]]:
     return armed
 
 
+def check() -> None:
+    """Parse ``LOCKGATE_FAILPOINTS`` now, so a mistake in it fails a worker at start rather
+    than inside a step."""
+    global _armed
+    if _armed is None:
+        _armed = _parse(os.environ.get(ENV, ""))
+
+
 def hit(point: str) -> None:
     """Mark that an attempt reached ``point``; die here if a test armed it."""
     global _armed

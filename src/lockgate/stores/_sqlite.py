@@ -141,7 +141,7 @@ class SQLiteStore(SQLiteWaits, Store):
                 check_same_thread=False,
             )
             conn.row_factory = sqlite3.Row
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            mode = self._enter_wal(conn)
             if str(mode).lower() != "wal":
                 raise ConfigurationError(f"{self.path}: SQLite refused WAL mode ({mode})")
             conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
@@ -151,6 +151,21 @@ class SQLiteStore(SQLiteWaits, Store):
         except sqlite3.Error as exc:
             raise StoreUnavailable(f"cannot open SQLite store {self.path}: {exc}") from exc
         return conn
+
+    def _enter_wal(self, conn: sqlite3.Connection) -> str:
+        """Switch to WAL. Processes opening a new file at the same moment can find it locked
+        while one of them converts it, and SQLite answers that at once rather than after the
+        busy timeout: wait and try again within the timeout."""
+        deadline = time.monotonic() + self.busy_timeout_s
+        delay = 0.005
+        while True:
+            try:
+                return str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 0.2)
 
     def close(self) -> None:
         with self._mutex:
@@ -277,10 +292,12 @@ class SQLiteStore(SQLiteWaits, Store):
             return None  # an idle poll takes no write lock
         with self._write() as db:
             now = self._clock()
+            # fetchall: a cursor left open past COMMIT keeps the read going, and another thread's
+            # BEGIN IMMEDIATE on this connection would fail at once instead of waiting.
             rows = db.execute(
                 "SELECT * FROM lg_runs WHERE name = ? AND queued IS NOT NULL ORDER BY queued",
                 (name,),
-            )
+            ).fetchall()
             for row in rows:
                 if (
                     row["lock"] is not None

@@ -15,6 +15,7 @@ from lockgate._errors import (
     LockLost,
     NonDeterminismError,
     PayloadTooLarge,
+    StoreUnavailable,
     UpdateError,
     describe_error,
 )
@@ -93,6 +94,8 @@ class AttemptCore:
             return method(*args, **kwargs)
         except LockLost as exc:
             raise _LeaseLost() from exc
+        except StoreUnavailable as exc:
+            raise _StoreFailed(exc) from exc
         except LockgateError:
             raise
         except Exception as exc:

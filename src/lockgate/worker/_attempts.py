@@ -1,0 +1,170 @@
+"""The attempts a worker is running: a bounded pool of tasks, one per claimed run."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+from dataclasses import dataclass
+
+from lockgate._errors import StoreUnavailable
+from lockgate.worker._runtime import Runtime, wait_all
+from lockgate.workflow._executor import Attempt
+from lockgate.workflow._spec import WorkflowSpec
+from lockgate.workflow._unwind import AttemptOutcome
+
+log = logging.getLogger("lockgate.worker")
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A run this worker holds, and the lease it holds it under."""
+
+    name: str
+    run_id: str
+    lease: str
+
+
+class AttemptPool:
+    """Runs each claimed run's attempt as its own task, at most ``max_concurrent_runs`` at
+    once across every workflow of the worker.
+
+    A claim loop reserves a slot before it claims, so a worker never holds a run it has no
+    room to start. The slot is freed when the attempt's task ends, however it ends.
+    """
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._rt = runtime
+        self._slots = asyncio.Semaphore(runtime.options.max_concurrent_runs)
+        self._running: dict[asyncio.Task[None], Claim] = {}
+        #: How many attempts ended each way, for logs and tests.
+        self.outcomes: collections.Counter[str] = collections.Counter()
+        self.started = 0
+
+    @property
+    def running(self) -> int:
+        return len(self._running)
+
+    def held(self) -> list[Claim]:
+        """The runs whose attempts are running now."""
+        return list(self._running.values())
+
+    async def reserve(self) -> bool:
+        """Wait for a free slot and take it; False, holding none, when the worker stops first."""
+        if await self.try_reserve():
+            return True
+        acquire = asyncio.ensure_future(self._slots.acquire())
+        if await self._rt.stop.race(acquire):
+            if acquire.done() and not acquire.cancelled():
+                self._slots.release()
+            acquire.cancel()
+            return False
+        return True
+
+    async def try_reserve(self) -> bool:
+        """Take a free slot if there is one, without waiting for one."""
+        if self._rt.stop.is_set or self._slots.locked():
+            return False
+        return await self._slots.acquire()  # not locked: returns without suspending
+
+    def unreserve(self) -> None:
+        """Give back a slot taken by :meth:`reserve` that no attempt will use."""
+        self._slots.release()
+
+    def launch(self, spec: WorkflowSpec, run_id: str, lease: str) -> None:
+        """Start the attempt of a claimed run in the slot reserved for it."""
+        claim = Claim(spec.name, run_id, lease)
+        task = asyncio.create_task(
+            self._attempt(spec, claim), name=f"lockgate-attempt:{spec.name}:{run_id}"
+        )
+        self._running[task] = claim
+        self.started += 1
+        task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        self._running.pop(task, None)
+        self._slots.release()
+        if not task.cancelled() and task.exception() is not None:
+            log.error("attempt task %s died", task.get_name(), exc_info=task.exception())
+
+    async def wait_any(self) -> None:
+        """Wait until at least one running attempt ends (at once if none is running)."""
+        if self._running:
+            await asyncio.wait(set(self._running), return_when=asyncio.FIRST_COMPLETED)
+
+    async def _attempt(self, spec: WorkflowSpec, claim: Claim) -> None:
+        rt = self._rt
+        try:
+            events = await rt.io(rt.store.load_run, spec.name, claim.run_id)
+        except Exception as exc:
+            log.warning(
+                "run %s of %s: loading the journal failed: %s", claim.run_id, spec.name, exc
+            )
+            with contextlib.suppress(Exception):
+                await rt.io(
+                    rt.store.requeue_run,
+                    spec.name,
+                    claim.run_id,
+                    claim.lease,
+                    reason="store_unavailable",
+                )
+            return
+        attempt = Attempt(
+            store=rt.store,
+            spec=spec,
+            run_id=claim.run_id,
+            lease=claim.lease,
+            clock=rt.clock,
+            events=events,
+            event_buffer_size=rt.options.event_buffer_size,
+            step_boundary_durability=rt.options.step_boundary_durability,
+            should_stop=lambda: rt.stop.is_set,
+        )
+        try:
+            outcome = await attempt.execute()
+        except StoreUnavailable as exc:
+            # The attempt has already put the run back, counted against its store budget.
+            log.warning("run %s of %s: %s", claim.run_id, spec.name, exc)
+            self.outcomes["store_unavailable"] += 1
+            return
+        except Exception:
+            # An engine fault, not the body's (the body's own errors end the run in error).
+            # Requeue it as a lost attempt, so a run that keeps hitting it ends after
+            # max_retries instead of looping.
+            log.exception("run %s of %s: the attempt failed", claim.run_id, spec.name)
+            self.outcomes["crashed"] += 1
+            with contextlib.suppress(Exception):
+                await rt.io(
+                    rt.store.requeue_run, spec.name, claim.run_id, claim.lease, reason="owner_gone"
+                )
+            return
+        self.outcomes[outcome.value] += 1
+        if outcome == AttemptOutcome.ABANDONED:
+            log.warning("run %s of %s: the attempt lost its lease", claim.run_id, spec.name)
+        else:
+            log.debug("run %s of %s: %s", claim.run_id, spec.name, outcome.value)
+
+    async def drain(self, seconds: float) -> list[Claim]:
+        """Give running attempts up to ``seconds`` to end (a stopping worker's attempts hand
+        their run back at their next boundary), then cancel the rest and hand back each run
+        they still hold. Returns the claims that had to be cancelled."""
+        rt = self._rt
+        await wait_all(set(self._running), rt.clock, seconds)
+        left = dict(self._running)
+        for task in left:
+            task.cancel()
+        if left:
+            await asyncio.gather(*left, return_exceptions=True)
+        for claim in left.values():
+            log.warning(
+                "run %s of %s: still running after the shutdown grace; handing it back",
+                claim.run_id,
+                claim.name,
+            )
+            try:
+                await rt.give_back(claim.name, claim.run_id, claim.lease)
+            except Exception as exc:
+                # Its lease lapses instead, and an orphan scan requeues it.
+                log.warning("run %s: hand-back failed: %s", claim.run_id, exc)
+        return list(left.values())

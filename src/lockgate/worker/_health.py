@@ -1,0 +1,105 @@
+"""A worker's health endpoint: a minimal HTTP/1.1 server on asyncio streams.
+
+``GET /livez`` answers 200 while the worker's event loop is serving requests, which is what a
+liveness probe needs to know. ``GET /readyz`` answers 200 when the store answers a ping, and 503
+(with the error) when it does not or when the worker is shutting down, so a load balancer or
+orchestrator stops counting on it. Anything else is 404. One request per connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from lockgate.stores._base import Store
+
+log = logging.getLogger("lockgate.worker")
+
+#: Seconds a client gets to send its request, and a ping gets to answer.
+REQUEST_TIMEOUT_S = 5.0
+PING_TIMEOUT_S = 5.0
+#: Header lines read (and ignored) per request before the connection is dropped.
+MAX_HEADER_LINES = 100
+
+_REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
+
+
+class HealthServer:
+    """Serves ``/livez`` and ``/readyz`` for one worker. :meth:`start` binds; :attr:`address`
+    is then the ``(host, port)`` it listens on (a real port when asked for port 0)."""
+
+    def __init__(self, *, worker_id: str, store: Store, stopping: Callable[[], bool]) -> None:
+        self._worker_id = worker_id
+        self._store = store
+        self._stopping = stopping
+        self._server: asyncio.Server | None = None
+        self.address: tuple[str, int] | None = None
+
+    async def start(self, host: str, port: int) -> None:
+        self._server = await asyncio.start_server(self._serve, host, port)
+        sockname = self._server.sockets[0].getsockname()
+        self.address = (str(sockname[0]), int(sockname[1]))
+        log.info("health endpoint listening on http://%s:%d", *self.address)
+
+    async def close(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+            await server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            async with asyncio.timeout(REQUEST_TIMEOUT_S):
+                method, path = await _read_request(reader)
+            status, body = await self.answer(method, path)
+            payload = json.dumps(body).encode()
+            head = (
+                f"HTTP/1.1 {status} {_REASONS[status]}\r\n"
+                "Content-Type: application/json\r\n"
+                f"Content-Length: {len(payload)}\r\n"
+                "Connection: close\r\n\r\n"
+            ).encode()
+            writer.write(head if method == "HEAD" else head + payload)
+            await writer.drain()
+        except (TimeoutError, OSError, ValueError, asyncio.IncompleteReadError):
+            pass  # a client that went away or sent garbage gets nothing more
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+
+    async def answer(self, method: str, path: str) -> tuple[int, dict[str, Any]]:
+        """The status and JSON body for a request."""
+        route = path.split("?", 1)[0]
+        if route not in ("/livez", "/readyz"):
+            return 404, {"status": "not_found", "path": route}
+        if method not in ("GET", "HEAD"):
+            return 405, {"status": "method_not_allowed", "method": method}
+        if route == "/livez":
+            return 200, {"status": "ok", "worker_id": self._worker_id}
+        if self._stopping():
+            return 503, {"status": "stopping", "worker_id": self._worker_id}
+        try:
+            # On a thread even for an in-memory store: a hung store must not hang the loop.
+            async with asyncio.timeout(PING_TIMEOUT_S):
+                await asyncio.to_thread(self._store.ping)
+        except Exception as exc:
+            error = str(exc) or type(exc).__name__
+            return 503, {"status": "unavailable", "worker_id": self._worker_id, "error": error}
+        return 200, {"status": "ok", "worker_id": self._worker_id}
+
+
+async def _read_request(reader: asyncio.StreamReader) -> tuple[str, str]:
+    """The method and path of one request; its headers are read and dropped."""
+    parts = (await reader.readline()).decode("latin-1").split()
+    if len(parts) != 3 or not parts[2].startswith("HTTP/"):
+        raise ValueError("not an HTTP request line")
+    for _ in range(MAX_HEADER_LINES):
+        line = await reader.readline()
+        if line in (b"\r\n", b"\n", b""):
+            return parts[0].upper(), parts[1]
+    raise ValueError("too many header lines")

@@ -1,0 +1,128 @@
+"""The loops a worker runs beside its attempts: one claim loop per workflow, and periodic
+duties (timers, orphan scans, store maintenance).
+
+Each loop returns when the worker stops. A store that is briefly unavailable is logged and
+tried again later; any other exception ends the loop and, through the worker, stops it.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Awaitable, Callable
+
+from lockgate._errors import StoreUnavailable
+from lockgate.stores._types import WaitOutcome
+from lockgate.worker._attempts import AttemptPool
+from lockgate.worker._runtime import Runtime
+from lockgate.workflow._spec import WorkflowSpec
+
+log = logging.getLogger("lockgate.worker")
+
+#: An idle claim loop backs off to at most this many poll intervals between claims.
+MAX_BACKOFF_FACTOR = 10
+
+
+def claim_backoff(poll_interval: float, misses: int) -> float:
+    """Seconds to wait after ``misses`` empty claims in a row: doubling from the poll interval
+    up to ``MAX_BACKOFF_FACTOR`` times it, jittered by +-20% so workers that start together
+    do not poll the store in lockstep."""
+    factor = min(2.0 ** max(0, misses - 1), MAX_BACKOFF_FACTOR)
+    return poll_interval * factor * random.uniform(0.8, 1.2)
+
+
+async def claim_one(rt: Runtime, pool: AttemptPool, spec: WorkflowSpec) -> bool:
+    """Claim the next queued run of ``spec`` into a slot already reserved, and start its
+    attempt. False, with the slot given back, when nothing was claimable."""
+    lease = rt.new_lease()
+    try:
+        run_id = await rt.io(rt.store.claim_next_run, spec.name, lease, spec.version)
+    except BaseException:
+        pool.unreserve()
+        raise
+    if run_id is None:
+        pool.unreserve()
+        return False
+    if rt.stop.is_set:
+        # The stop came while the claim was in flight: return the run before it starts.
+        pool.unreserve()
+        await rt.give_back(spec.name, run_id, lease)
+        return True
+    pool.launch(spec, run_id, lease)
+    return True
+
+
+async def claim_loop(rt: Runtime, pool: AttemptPool, spec: WorkflowSpec) -> None:
+    """Claim runs of ``spec`` while the worker runs, one per free slot.
+
+    Claims go back to back while they find work; empty ones back off (``claim_backoff``)
+    until one succeeds again. The loop is never cancelled in the middle of a claim: it
+    checks the stop between claims, so a run is never claimed and then forgotten."""
+    misses = 0
+    poll = rt.options.claim_poll_interval
+    while await pool.reserve():
+        try:
+            found = await claim_one(rt, pool, spec)
+        except StoreUnavailable as exc:
+            log.warning("claiming %s failed: %s", spec.name, exc)
+            found = False
+        if found:
+            misses = 0
+            continue
+        misses += 1
+        if await rt.stop.sleep(rt.clock, claim_backoff(poll, misses)):
+            return
+
+
+async def fire_due_timers(rt: Runtime) -> bool:
+    """End up to ``timer_max_batch`` waits due now (sleeps wake, signal waits time out) and
+    queue their runs. True when the batch was full and ended some: more may be due now.
+
+    Every due wait in the store is ended, not only those of this worker's workflows: ending
+    one only queues its run, and a worker of that workflow will claim it."""
+    now = rt.clock()
+    batch = rt.options.timer_max_batch
+    due = await rt.io(rt.store.get_sleeping_runs, now, batch)
+    ended = 0
+    for name, run_id in due:
+        outcome = await rt.io(rt.store.wake_due, name, run_id, due_by=now)
+        ended += outcome == WaitOutcome.RESOLVED
+    return len(due) >= batch and ended > 0
+
+
+async def recover_orphans(rt: Runtime) -> bool:
+    """Requeue the runs of this worker's workflows whose holder's lease lapsed (a worker that
+    died or froze). The store counts each as ``owner_gone`` against the run's retries."""
+    for name in rt.specs:
+        recovered = await rt.io(rt.store.recover_pending_runs, name)
+        if recovered:
+            log.info("requeued %d run(s) of %s whose lease lapsed", len(recovered), name)
+    return False
+
+
+async def maintain(rt: Runtime) -> bool:
+    """Let the store clean up (finished-run retention, expired idempotency records)."""
+    removed = await rt.io(rt.store.run_maintenance)
+    if removed:
+        log.info("store maintenance removed %d record(s)", removed)
+    return False
+
+
+Duty = Callable[[Runtime], Awaitable[bool]]
+
+
+async def every(rt: Runtime, duty: Duty, interval: float, *, at_start: bool = True) -> None:
+    """Run ``duty`` every ``interval`` seconds until the worker stops (first at once when
+    ``at_start``). A duty that returns True has more to do and runs again without waiting."""
+    if not at_start and await rt.stop.sleep(rt.clock, interval):
+        return
+    while not rt.stop.is_set:
+        try:
+            again = await duty(rt)
+        except StoreUnavailable as exc:
+            log.warning("%s failed: %s", duty.__name__, exc)
+            again = False
+        if again:
+            continue
+        if await rt.stop.sleep(rt.clock, interval):
+            return

@@ -1,0 +1,84 @@
+"""The tuning knobs of a worker, checked once when they are built."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from lockgate._errors import ConfigurationError
+
+
+def _refuse(field_name: str, wanted: str, value: object) -> ConfigurationError:
+    return ConfigurationError(f"WorkerOptions({field_name}=...) must be {wanted}, got {value!r}")
+
+
+def _check_count(field_name: str, value: object, *, minimum: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise _refuse(field_name, f"an integer >= {minimum}", value)
+
+
+def _check_seconds(field_name: str, value: object, *, allow_zero: bool = False) -> None:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value < 0
+        or (value == 0 and not allow_zero)
+    ):
+        bound = ">= 0" if allow_zero else "> 0"
+        raise _refuse(field_name, f"a finite number of seconds {bound}", value)
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    """How a :class:`WorkflowWorker` paces itself. Every interval is in seconds.
+
+    ``max_concurrent_runs`` bounds the attempts one worker runs at once, across all of its
+    workflows. An idle claim loop polls every ``claim_poll_interval``, backing off up to ten
+    times that while the queue stays empty. Every ``timer_poll_interval_s`` the worker ends up
+    to ``timer_max_batch`` due sleeps and signal-wait deadlines; every ``orphan_scan_interval``
+    it requeues runs whose holder's lease lapsed; every ``maintenance_interval`` it asks the
+    store to clean up. On stop, running attempts get ``shutdown_grace`` to reach a boundary
+    and hand their run back; any still running then are cancelled and handed back.
+
+    ``event_buffer_size`` and ``step_boundary_durability`` go to every attempt: with
+    durability on, a step's outcome is in the store before the body moves past it; off, up to
+    ``event_buffer_size`` events are batched into one append, and a crash may run again a step
+    whose outcome was still buffered. ``health_port`` (0 picks a free port) serves
+    ``/livez`` and ``/readyz`` on ``health_host``; None serves nothing.
+    """
+
+    max_concurrent_runs: int = 50
+    claim_poll_interval: float = 0.1
+    timer_poll_interval_s: float = 5.0
+    timer_max_batch: int = 100
+    orphan_scan_interval: float = 60.0
+    shutdown_grace: float = 30.0
+    maintenance_interval: float = 300.0
+    event_buffer_size: int = 64
+    step_boundary_durability: bool = True
+    health_port: int | None = None
+    health_host: str = "127.0.0.1"
+
+    def __post_init__(self) -> None:
+        for count in ("max_concurrent_runs", "timer_max_batch", "event_buffer_size"):
+            _check_count(count, getattr(self, count))
+        for interval in (
+            "claim_poll_interval",
+            "timer_poll_interval_s",
+            "orphan_scan_interval",
+            "maintenance_interval",
+        ):
+            _check_seconds(interval, getattr(self, interval))
+        _check_seconds("shutdown_grace", self.shutdown_grace, allow_zero=True)
+        if not isinstance(self.step_boundary_durability, bool):
+            raise _refuse(
+                "step_boundary_durability", "True or False", self.step_boundary_durability
+            )
+        port = self.health_port
+        if port is not None and (
+            isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65_535
+        ):
+            raise _refuse("health_port", "None or a port number from 0 to 65535", port)
+        if not isinstance(self.health_host, str) or not self.health_host:
+            raise _refuse("health_host", "a host name or address", self.health_host)

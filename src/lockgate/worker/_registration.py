@@ -1,0 +1,52 @@
+"""What a worker tells the store about its workflows when it starts: their versions, and the
+flow-control policy each declares, so a process that submits by name without importing the
+workflow can stamp the same gates."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lockgate.flow import Limit, Rate
+from lockgate.flow._policies import KeySpec
+from lockgate.worker._runtime import Runtime
+from lockgate.workflow._spec import WorkflowSpec
+
+
+def _key(key: KeySpec) -> dict[str, Any]:
+    # A key function cannot be stored; the record says one exists, so a submitter that has
+    # only the record knows it cannot resolve the key itself.
+    if isinstance(key, str):
+        return {"key": key, "key_callable": False}
+    return {"key": None, "key_callable": True}
+
+
+def _limit(limit: Limit | None) -> dict[str, Any] | None:
+    if limit is None:
+        return None
+    return {**_key(limit.key), "max": limit.max}
+
+
+def _rate(rate: Rate | None) -> dict[str, Any] | None:
+    if rate is None:
+        return None
+    return {**_key(rate.key), "per_second": float(rate.per_second), "burst": rate.capacity}
+
+
+def policy_record(spec: WorkflowSpec) -> dict[str, Any]:
+    """The JSON form of ``spec``'s ``Limit`` and ``Rate``, with the version declaring them."""
+    return {
+        "version": spec.version,
+        "concurrency": _limit(spec.concurrency),
+        "rate": _rate(spec.rate_limit),
+    }
+
+
+async def register_workflows(rt: Runtime) -> None:
+    """Register each served workflow's version and record its policy, where the store keeps
+    them (the ``versions`` and ``policies`` groups). Idempotent: every start repeats it."""
+    capabilities = rt.store.capabilities()
+    for spec in rt.specs.values():
+        if "versions" in capabilities:
+            await rt.io(rt.store.register_version, spec.name, spec.version)
+        if "policies" in capabilities:
+            await rt.io(rt.store.record_workflow_policy, spec.name, policy_record(spec))

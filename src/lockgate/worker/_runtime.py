@@ -1,0 +1,120 @@
+"""What every part of a worker shares: the store and clock, the served workflows, and the
+stop request they all watch."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from typing import Any
+
+from lockgate._clock import Clock
+from lockgate.stores._base import Store
+from lockgate.worker._options import WorkerOptions
+from lockgate.workflow._spec import WorkflowSpec
+
+
+class StopSignal:
+    """A worker's stop request: a flag, and an event its loops wait on.
+
+    :meth:`set` is idempotent and safe from any thread and from a signal handler: it raises the
+    flag at once and wakes the waiters through ``call_soon_threadsafe``. Once set it stays set.
+    """
+
+    def __init__(self) -> None:
+        self._flag = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._event: asyncio.Event | None = None
+
+    @property
+    def is_set(self) -> bool:
+        return self._flag
+
+    def bind(self) -> None:
+        """Attach to the running event loop, so :meth:`set` can wake waiters on it."""
+        self._loop = asyncio.get_running_loop()
+        self._event = asyncio.Event()
+        if self._flag:
+            self._event.set()
+
+    def set(self) -> None:
+        self._flag = True
+        loop, event = self._loop, self._event
+        if loop is None or event is None:
+            return
+        # The loop may be gone (a stop after run() returned): nothing waits any more then.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(event.set)
+
+    async def wait(self) -> None:
+        if self._event is None:
+            raise RuntimeError("StopSignal.wait() before bind()")
+        await self._event.wait()
+
+    async def race(self, awaitable: asyncio.Future[Any]) -> bool:
+        """Wait for ``awaitable`` or the stop, whichever comes first; True when the stop did.
+
+        ``awaitable`` is left as it is (done or pending): the caller decides what to do with
+        it. The stop wins ties, so a caller never starts new work once stopping."""
+        if not self._flag:
+            stopped = asyncio.ensure_future(self.wait())
+            try:
+                await asyncio.wait({awaitable, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stopped.cancel()
+        return self._flag
+
+    async def sleep(self, clock: Clock, seconds: float) -> bool:
+        """Sleep ``seconds`` on ``clock``, cut short by the stop; True when stopping."""
+        sleeper = asyncio.ensure_future(clock.sleep(seconds))
+        try:
+            return await self.race(sleeper)
+        finally:
+            sleeper.cancel()
+
+
+async def wait_all(tasks: Collection[asyncio.Future[Any]], clock: Clock, seconds: float) -> None:
+    """Wait until every task in ``tasks`` is done, for at most ``seconds`` on ``clock``."""
+    pending = {task for task in tasks if not task.done()}
+    if not pending:
+        return
+    timer = asyncio.ensure_future(clock.sleep(seconds))
+    try:
+        while pending and not timer.done():
+            await asyncio.wait({*pending, timer}, return_when=asyncio.FIRST_COMPLETED)
+            pending = {task for task in pending if not task.done()}
+    finally:
+        timer.cancel()
+
+
+@dataclass
+class Runtime:
+    """The shared state of one worker, handed to each of its parts."""
+
+    store: Store
+    clock: Clock
+    options: WorkerOptions
+    worker_id: str
+    specs: dict[str, WorkflowSpec]
+    stop: StopSignal = field(default_factory=StopSignal)
+
+    async def io(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Call a store method, on a worker thread when the store may block on I/O."""
+        if self.store.blocking_io:
+            return await asyncio.to_thread(method, *args, **kwargs)
+        return method(*args, **kwargs)
+
+    def new_lease(self) -> str:
+        """A fresh lease for one claim: this worker's id, then a per-claim suffix, so a lock
+        holder names the worker that holds it."""
+        return f"{self.worker_id}/{uuid.uuid4().hex[:12]}"
+
+    async def give_back(self, name: str, run_id: str, lease: str) -> None:
+        """Return a claim unrun and uncounted, if ``lease`` still holds it. A store without
+        the ``hand_back`` group releases it instead, which also queues a run not parked."""
+        if "hand_back" in self.store.capabilities():
+            await self.io(self.store.hand_back_run, name, run_id, lease)
+        else:
+            await self.io(self.store.release_run, name, run_id, lease)

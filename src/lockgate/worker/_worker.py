@@ -1,0 +1,306 @@
+"""The worker: runs the claimed runs of its workflows against a shared store until stopped."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import threading
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from lockgate import _failpoints as failpoints
+from lockgate._clock import Clock, as_clock
+from lockgate._errors import ConfigurationError
+from lockgate.client._client import WorkflowClient
+from lockgate.stores._base import Store
+from lockgate.worker._attempts import AttemptPool
+from lockgate.worker._health import HealthServer
+from lockgate.worker._loops import (
+    claim_loop,
+    claim_one,
+    every,
+    fire_due_timers,
+    maintain,
+    recover_orphans,
+)
+from lockgate.worker._options import WorkerOptions
+from lockgate.worker._registration import register_workflows
+from lockgate.worker._runtime import Runtime, wait_all
+from lockgate.workflow._spec import WorkflowSpec, spec_of
+
+log = logging.getLogger("lockgate.worker")
+
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def _served(workflows: Iterable[Callable[..., Any]]) -> dict[str, WorkflowSpec]:
+    if isinstance(workflows, str | bytes) or not isinstance(workflows, Iterable):
+        raise ConfigurationError("WorkflowWorker(workflows=...) takes @workflow functions")
+    specs: dict[str, WorkflowSpec] = {}
+    for fn in workflows:
+        spec = spec_of(fn)
+        known = specs.get(spec.name)
+        if known is not None and known.fn is not spec.fn:
+            raise ConfigurationError(
+                f"WorkflowWorker got two different workflows named {spec.name!r}"
+            )
+        specs[spec.name] = spec
+    if not specs:
+        raise ConfigurationError("WorkflowWorker(workflows=...) needs at least one workflow")
+    return specs
+
+
+def _worker_id(worker_id: str | None) -> str:
+    if worker_id is None:
+        return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    if not isinstance(worker_id, str) or not worker_id or any(c in worker_id for c in "/ \t\n"):
+        # A lease is "<worker_id>/<suffix>": a slash or blank in the id would blur which part
+        # names the worker.
+        raise ConfigurationError(
+            f"WorkflowWorker(worker_id=...) must be a non-empty string without '/' or spaces, "
+            f"got {worker_id!r}"
+        )
+    return worker_id
+
+
+class WorkflowWorker:
+    """Runs the workflows it is given: claims their queued runs from ``store`` and executes
+    each attempt, alongside the duties that keep runs moving.
+
+    :meth:`run` serves until :meth:`stop` (or SIGTERM/SIGINT when it runs in the main thread):
+    one claim loop per workflow, at most ``options.max_concurrent_runs`` attempts at once, a
+    timer loop that wakes due sleeps and times out due signal waits, an orphan scan that
+    requeues runs whose lease lapsed, and store maintenance. At start it records each
+    workflow's version and flow-control policy in the store.
+
+    Stopping is graceful: claiming stops at once; running attempts hand their run back to the
+    queue at their next boundary, within ``options.shutdown_grace``; any still running then
+    are cancelled and handed back. A handed-back run counts no retry and another worker
+    resumes it from its journal. A worker that has stopped stays stopped.
+
+    :meth:`run_until_idle` is burst mode: drain what is runnable now, then return.
+    """
+
+    def __init__(
+        self,
+        *,
+        workflows: Iterable[Callable[..., Any]],
+        store: Store,
+        worker_id: str | None = None,
+        options: WorkerOptions | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        options = options if options is not None else WorkerOptions()
+        if not isinstance(options, WorkerOptions):
+            raise ConfigurationError(
+                f"WorkflowWorker(options=...) must be a WorkerOptions, not {type(options).__name__}"
+            )
+        self.store = store
+        self.options = options
+        self.worker_id = _worker_id(worker_id)
+        self.clock = as_clock(clock)
+        self._rt = Runtime(
+            store=store,
+            clock=self.clock,
+            options=options,
+            worker_id=self.worker_id,
+            specs=_served(workflows),
+        )
+        self._pool = AttemptPool(self._rt)
+        #: A client over the worker's store, on the worker's clock.
+        self.client = WorkflowClient(store, clock=self.clock)
+        self._health: HealthServer | None = None
+        self._failure: BaseException | None = None
+        self._active = False
+
+    @property
+    def workflows(self) -> list[str]:
+        """The names of the workflows this worker serves."""
+        return list(self._rt.specs)
+
+    @property
+    def stopping(self) -> bool:
+        """True from the moment a stop was asked for (it stays True)."""
+        return self._rt.stop.is_set
+
+    @property
+    def running_attempts(self) -> int:
+        """How many attempts are running now."""
+        return self._pool.running
+
+    @property
+    def health_address(self) -> tuple[str, int] | None:
+        """``(host, port)`` of the health endpoint once it listens, else None."""
+        return self._health.address if self._health is not None else None
+
+    def stop(self) -> None:
+        """Ask the worker to stop. Idempotent; safe from any thread and from a signal handler.
+        :meth:`run` returns once the shutdown is done."""
+        self._rt.stop.set()
+
+    # -- serving -------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Serve until :meth:`stop`, then shut down gracefully and return.
+
+        Raises what a background loop failed with (after shutting down), and what the store
+        raised while the worker registered its workflows at start."""
+        self._enter()
+        failpoints.check()
+        handled = self._install_signal_handlers()
+        loops: list[asyncio.Task[None]] = []
+        grace = self.options.shutdown_grace
+        try:
+            await register_workflows(self._rt)
+            if self.options.health_port is not None:
+                self._health = HealthServer(
+                    worker_id=self.worker_id, store=self.store, stopping=lambda: self.stopping
+                )
+                await self._health.start(self.options.health_host, self.options.health_port)
+            loops = self._start_loops()
+            log.info("worker %s serving %s", self.worker_id, ", ".join(self._rt.specs))
+            await self._rt.stop.wait()
+        except asyncio.CancelledError:
+            grace = 0.0  # cancelled from outside: hand everything back now
+            raise
+        finally:
+            self.stop()
+            await self._shut_down(loops, grace)
+            for sig in handled:
+                asyncio.get_running_loop().remove_signal_handler(sig)
+            self._active = False
+        if self._failure is not None:
+            raise self._failure
+
+    async def run_until_idle(self) -> int:
+        """Burst mode: end due waits and run every runnable run, until nothing is claimable
+        and nothing is running; return how many attempts ran.
+
+        Runs parked on a wait not yet due (a sleep, a signal) are left parked. Attempts run
+        concurrently, bounded by ``max_concurrent_runs``, as under :meth:`run`. A store error
+        is raised to the caller once the attempts already running have ended."""
+        self._enter()
+        started = self._pool.started
+        grace = self.options.shutdown_grace
+        try:
+            await register_workflows(self._rt)
+            await recover_orphans(self._rt)
+            await self._drain_runnable()
+        except asyncio.CancelledError:
+            grace = 0.0
+            raise
+        finally:
+            await self._pool.drain(grace)
+            self._active = False
+        return self._pool.started - started
+
+    def _enter(self) -> None:
+        if self._active:
+            raise RuntimeError(f"worker {self.worker_id} is already running")
+        self._active = True
+        self._rt.stop.bind()
+
+    async def _drain_runnable(self) -> None:
+        rt, pool = self._rt, self._pool
+        timers = "timers" in self.store.capabilities()
+        while not rt.stop.is_set:
+            while timers and await fire_due_timers(rt):
+                pass
+            launched = 0
+            for spec in rt.specs.values():
+                while await pool.try_reserve():
+                    if not await claim_one(rt, pool, spec):
+                        break
+                    launched += 1
+            if launched:
+                continue
+            if not pool.running:
+                return
+            await pool.wait_any()
+
+    def _start_loops(self) -> list[asyncio.Task[None]]:
+        rt, options = self._rt, self.options
+        loops = [
+            asyncio.create_task(claim_loop(rt, self._pool, spec), name=f"lockgate-claim:{name}")
+            for name, spec in rt.specs.items()
+        ]
+        if "timers" in self.store.capabilities():
+            loops.append(
+                asyncio.create_task(
+                    every(rt, fire_due_timers, options.timer_poll_interval_s),
+                    name="lockgate-timers",
+                )
+            )
+        loops.append(
+            asyncio.create_task(
+                every(rt, recover_orphans, options.orphan_scan_interval),
+                name="lockgate-orphans",
+            )
+        )
+        loops.append(
+            asyncio.create_task(
+                every(rt, maintain, options.maintenance_interval, at_start=False),
+                name="lockgate-maintenance",
+            )
+        )
+        for task in loops:
+            task.add_done_callback(self._loop_ended)
+        return loops
+
+    def _loop_ended(self, task: asyncio.Task[None]) -> None:
+        """A loop returns only once the worker stops; one that raised takes the worker down
+        with it, and :meth:`run` raises its error after shutting down."""
+        if task.cancelled() or task.exception() is None:
+            return
+        error = task.exception()
+        log.error("worker %s: %s failed; stopping", self.worker_id, task.get_name(), exc_info=error)
+        if self._failure is None:
+            self._failure = error
+        self.stop()
+
+    async def _shut_down(self, loops: list[asyncio.Task[None]], grace: float) -> None:
+        deadline = self.clock() + grace
+        claimers = [t for t in loops if t.get_name().startswith("lockgate-claim:")]
+        for task in loops:
+            if task not in claimers:
+                task.cancel()
+        # A claim loop is left to return by itself: cancelled in the middle of a claim, it
+        # would leave a run claimed by nobody until its lease lapsed.
+        await wait_all(claimers, self.clock, grace)
+        for task in claimers:
+            task.cancel()
+        await asyncio.gather(*loops, return_exceptions=True)
+        handed = await self._pool.drain(max(0.0, deadline - self.clock()))
+        if self._health is not None:
+            await self._health.close()
+        log.info(
+            "worker %s stopped%s",
+            self.worker_id,
+            f"; {len(handed)} attempt(s) cancelled and handed back" if handed else "",
+        )
+
+    # -- signals -------------------------------------------------------------------------------
+
+    def _install_signal_handlers(self) -> list[signal.Signals]:
+        """Stop on SIGTERM and SIGINT, when running in the main thread (the only place the
+        event loop can take signals). Returns the signals handled, to remove on exit."""
+        if threading.current_thread() is not threading.main_thread():
+            return []
+        loop = asyncio.get_running_loop()
+        handled = []
+        for sig in _STOP_SIGNALS:
+            try:
+                loop.add_signal_handler(sig, self._on_signal, sig)
+            except (NotImplementedError, RuntimeError, ValueError):
+                continue  # an event loop without signal support (e.g. on Windows)
+            handled.append(sig)
+        return handled
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        if not self.stopping:
+            log.info("worker %s: %s received; shutting down", self.worker_id, sig.name)
+        self.stop()

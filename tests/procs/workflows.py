@@ -1,0 +1,65 @@
+"""Workflows that worker processes started by tests serve.
+
+Every execution of a step's effect appends one line to the file ``LOCKGATE_TEST_RECORD`` names::
+
+    <run_id> <call_index> <done_already> <pid>
+
+``done_already`` is 1 when the run's journal, read at that moment through a store of its own
+(a separate connection to the file ``LOCKGATE_TEST_STORE`` names), already held ``step:done``
+for that call: a line with 1 is a step that ran again after its outcome was journaled, which
+must never happen. Lines are written with ``O_APPEND`` so processes never interleave them.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+
+from lockgate import StepContext, WorkflowContext, step, workflow
+from lockgate.stores import SQLiteStore
+
+RECORD_ENV = "LOCKGATE_TEST_RECORD"
+STORE_ENV = "LOCKGATE_TEST_STORE"
+
+
+@functools.cache
+def observer() -> SQLiteStore:
+    """This process's second view of the store, apart from the worker's own."""
+    return SQLiteStore(os.environ[STORE_ENV])
+
+
+def done_already(ctx: StepContext) -> bool:
+    journal = observer().load_run(ctx.run_name, ctx.run_id)
+    return any(
+        event.kind == "step:done" and event.payload.get("call_index") == ctx.call_index
+        for event in journal
+    )
+
+
+def record(ctx: StepContext) -> None:
+    line = f"{ctx.run_id} {ctx.call_index} {int(done_already(ctx))} {os.getpid()}\n"
+    fd = os.open(os.environ[RECORD_ENV], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+@step
+def effect(label: str, pause: float, ctx: StepContext) -> str:
+    """The step every test workflow makes: record the execution, then take ``pause`` seconds
+    (on a worker thread), so a test can catch a worker in the middle of it."""
+    record(ctx)
+    time.sleep(pause)
+    return label
+
+
+@workflow(name="proc_steps", version="1")
+async def proc_steps(ctx: WorkflowContext, n: int, steps: int = 2, pause: float = 0.0) -> int:
+    labels = [await effect(f"step-{i}", pause) for i in range(steps)]
+    assert labels == [f"step-{i}" for i in range(steps)]
+    return n * 2
+
+
+WORKFLOWS = [proc_steps]
