@@ -18,7 +18,7 @@ $(VENV)/.dev: pyproject.toml | $(BIN)/python
 	touch $@ $(VENV)/.core
 
 demo: $(VENV)/.core
-	$(BIN)/python -m lockgate.demo
+	$(BIN)/lockgate demo
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check src tests bench

@@ -84,6 +84,7 @@ EXPECTED = {
     "WorkflowWorker",
     "__version__",
     "check_replay",
+    "open_store",
     "reconstruct_state",
     "run_and_await",
     "step",
@@ -92,6 +93,7 @@ EXPECTED = {
 
 PACKAGES = [
     "lockgate",
+    "lockgate.cli",
     "lockgate.client",
     "lockgate.flow",
     "lockgate.journal",

@@ -66,6 +66,7 @@ from lockgate.stores import (
     StoreFileError,
     TerminateOutcome,
     WaitOutcome,
+    open_store,
 )
 from lockgate.worker import WorkerOptions, WorkflowWorker
 from lockgate.workflow import (
@@ -153,6 +154,7 @@ __all__ = [
     "WorkflowWorker",
     "__version__",
     "check_replay",
+    "open_store",
     "reconstruct_state",
     "run_and_await",
     "step",

@@ -20,7 +20,7 @@ POINTS = (
     "before_step_effect",  # step:pending journaled, the step's effect not yet run
     "after_step_effect",  # the effect ran; its step:done not yet appended
     "after_step_append",  # step:done appended
-    "after_terminal_append",  # the terminal appended; the lease not yet released
+    "after_terminal_append",  # the terminal appended (the store dropped the lock with it)
 )
 
 _armed: dict[str, list[int]] | None = None

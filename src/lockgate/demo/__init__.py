@@ -1,5 +1,5 @@
-"""The README's demo: a durable workflow that survives losing its process mid-run."""
+"""The demo: orders on an SQLite file, served by worker processes, one of which dies mid-run."""
 
-from lockgate.demo._demo import main
+from lockgate.demo._demo import main, run_demo
 
-__all__ = ["main"]
+__all__ = ["main", "run_demo"]

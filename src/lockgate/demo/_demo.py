@@ -1,118 +1,243 @@
-"""A short tour: submit an order workflow, lose its attempt mid-run, resume it from the
-journal, answer its signal, and print what happened at each step."""
+"""A short tour on a real store: five orders in an SQLite file, served by ``lockgate worker``
+processes. The first worker dies inside a step; a second takes its runs over once their leases
+lapse and replays their journals, so finished steps are not run again. One order waits for an
+approval signal, one is cancelled while it sleeps. The runs' states are shown as they change."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
+import signal
+import subprocess
 import sys
-from typing import Any
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, TextIO
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
-from lockgate import (
-    InlineWorkflowRunner,
-    MemoryStore,
-    RunEvent,
-    StepContext,
-    WorkflowContext,
-    step,
-    workflow,
+from lockgate._errors import ConfigurationError
+from lockgate.cli._output import event_detail
+from lockgate.client._client import RunHandle, WorkflowClient
+from lockgate.demo._board import Board
+from lockgate.demo._orders import CRASH_EXIT, DEMO_DIR_ENV
+from lockgate.journal._events import RunStatus
+from lockgate.stores._base import Store
+from lockgate.stores._open import open_store
+
+ORDERS: dict[str, dict[str, Any]] = {
+    "A-100": {"items": 2, "amount": 1200},
+    "A-101": {"items": 1, "amount": 9900},
+    "A-102": {"items": 3, "amount": 4200, "crash": True},
+    "A-103": {"items": 1, "amount": 800},
+    "A-104": {"items": 5, "amount": 2500},
+}
+APPROVE, CRASH, CANCEL = "A-101", "A-102", "A-103"
+#: Short leases so the demo's lost worker is noticed in seconds rather than the default 30.
+STORE_OPTIONS = {"lock_ttl": "2", "heartbeat_interval": "0.5", "synchronous": "normal"}
+WORKER_FLAGS = (
+    "--concurrency=8",
+    "--timer-interval=0.2",
+    "--orphan-scan-interval=0.5",
+    "--shutdown-grace=2",
 )
-
-EXECUTIONS: dict[str, int] = {}
-CRASH_AFTER_RESERVE = {"armed": True}
-
-
-def _say(text: str) -> None:
-    print(text, flush=True)
+DEADLINE_S = 40.0
+TERMINAL = frozenset(str(s) for s in RunStatus if s.is_terminal)
 
 
-@step
-async def reserve_stock(order_id: str, items: int) -> dict[str, Any]:
-    EXECUTIONS["reserve_stock"] = EXECUTIONS.get("reserve_stock", 0) + 1
-    await asyncio.sleep(0.05)
-    return {"order_id": order_id, "reserved": items}
+def demo_url(store_url: str | None, folder: Path) -> str:
+    """The demo's store URL: ``store_url`` or a file in ``folder``, with short leases."""
+    base = store_url or f"sqlite:///{quote(str(folder / 'demo.db'))}"
+    parts = urlsplit(base)
+    if parts.scheme != "sqlite":
+        raise ConfigurationError(f"the demo runs on an sqlite:/// store, not {base!r}")
+    query = dict(parse_qsl(parts.query, keep_blank_values=True))
+    query = {**STORE_OPTIONS, **query}
+    # Not urlunsplit: it folds the empty host of sqlite:////abs into sqlite://abs.
+    return base.partition("?")[0] + "?" + urlencode(query)
 
 
-@step
-async def charge_card(order_id: str, amount: int, ctx: StepContext) -> str:
-    EXECUTIONS["charge_card"] = EXECUTIONS.get("charge_card", 0) + 1
-    if CRASH_AFTER_RESERVE["armed"]:
-        CRASH_AFTER_RESERVE["armed"] = False
-        raise KeyboardInterrupt("the worker process died")
-    return f"ch_{ctx.run_id[:8]}_{ctx.call_index}_try{ctx.attempt}"
+class Tour:
+    """The demo's story, told on ``board`` while it drives ``store``."""
+
+    def __init__(self, url: str, folder: Path, board: Board) -> None:
+        self.url = url
+        self.folder = folder
+        self.board = board
+        self.workers: list[subprocess.Popen[bytes]] = []
+        self.handles: dict[str, RunHandle] = {}
+        self.done: set[str] = set()
+
+    def start_worker(self) -> subprocess.Popen[bytes]:
+        number = len(self.workers) + 1
+        log = open(self.folder / f"worker-{number}.log", "wb")  # noqa: SIM115 - the child owns it
+        command = [sys.executable, "-m", "lockgate", "worker", "lockgate.demo._orders"]
+        process = subprocess.Popen(
+            [*command, "--store", self.url, *WORKER_FLAGS],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, DEMO_DIR_ENV: str(self.folder)},
+        )
+        log.close()
+        self.workers.append(process)
+        self.board.say(f"worker {number} started (pid {process.pid})")
+        return process
+
+    def stop_workers(self) -> None:
+        for process in self.workers:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in self.workers:
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    def rows(self, store: Store) -> list[tuple[str, ...]]:
+        rows: list[tuple[str, ...]] = []
+        for order, handle in self.handles.items():
+            info = store.get_run(handle.name, handle.run_id)
+            last = store.get_last_event(handle.name, handle.run_id)
+            status = str(info.status) if info else "?"
+            what = "-" if last is None else f"{last.kind} {event_detail(last)}".strip()
+            if last is not None and last.kind == "run:init":
+                what = "run:init (queued)"
+            rows.append((order, status, what[:60], handle.run_id[:8]))
+        return rows
+
+    async def tour(self) -> int:
+        store = open_store(self.url)
+        try:
+            return await self._tour(store)
+        finally:
+            store.close()
+
+    async def _tour(self, store: Store) -> int:
+        say = self.board.say
+        client = WorkflowClient(store)
+        say(f"lockgate demo: orders in the SQLite file {getattr(store, 'path', self.url)}")
+        for order, params in ORDERS.items():
+            self.handles[order] = await client.submit("demo_order", {"order_id": order, **params})
+        say(f"submitted {len(ORDERS)} orders with no worker running: they wait in the file")
+        self.board.show(self.rows(store))
+        first = self.start_worker()
+        deadline = time.monotonic() + DEADLINE_S
+        while time.monotonic() < deadline:
+            rows = self.rows(store)
+            self.board.show(rows)
+            statuses = {row[0]: row[1] for row in rows}
+            if all(s in TERMINAL for s in statuses.values()):
+                return self._summary(store)
+            await self._react(client, first, statuses)
+            await asyncio.sleep(0.1)
+        say(f"the demo did not finish within {DEADLINE_S:g}s; worker logs follow")
+        self._dump_logs()
+        return 1
+
+    async def _react(
+        self, client: WorkflowClient, first: subprocess.Popen[bytes], statuses: dict[str, str]
+    ) -> None:
+        say = self.board.say
+        if "crash" not in self.done and first.poll() is not None:
+            self.done.add("crash")
+            code = first.returncode
+            why = "inside charge_card of " + CRASH if code == CRASH_EXIT else "unexpectedly"
+            say(f"worker 1 died (exit {code}) {why}; the runs it held keep their journals")
+            self.start_worker()
+            say("worker 2 takes over each run once its lease (2s) lapses, replaying its journal")
+        if "approve" not in self.done and statuses.get(APPROVE) == "signal_waiting":
+            self.done.add("approve")
+            await self.handles[APPROVE].signal("approve", {"by": "dana"}, signal_id="ok-A-101")
+            say(f"{APPROVE} is over 5000 and waits for approval: sent signal 'approve'")
+        if "cancel" not in self.done and statuses.get(CANCEL) == "sleeping":
+            self.done.add("cancel")
+            await self.handles[CANCEL].cancel(reason="customer changed their mind")
+            say(f"{CANCEL} cancelled while it sleeps: a worker ends it at once")
+
+    def _summary(self, store: Store) -> int:
+        say = self.board.say
+        say("every run has ended; stopping the worker with SIGTERM")
+        self.stop_workers()
+        self.board.close()
+        effects = self._effects()
+        lines = ["", "step executions (from each step's side effect, across both workers):"]
+        lines.append(f"  {'ORDER':<6} {'reserve_stock':>13} {'charge_card':>11} {'ship':>4}")
+        for order in ORDERS:
+            counts = [effects[(order, s)] for s in ("reserve_stock", "charge_card", "ship")]
+            lines.append(f"  {order:<6} {counts[0]:>13} {counts[1]:>11} {counts[2]:>4}")
+        ok = self._as_expected(store, effects)
+        lines += ["", *self._lessons(ok)]
+        print("\n".join(lines), flush=True)
+        return 0 if ok else 1
+
+    def _effects(self) -> Counter[tuple[str, str]]:
+        path = self.folder / "effects.log"
+        lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
+        return Counter((line.split()[0], line.split()[1]) for line in lines if line.strip())
+
+    def _as_expected(self, store: Store, effects: Counter[tuple[str, str]]) -> bool:
+        for order, handle in self.handles.items():
+            info = store.get_run(handle.name, handle.run_id)
+            wanted = RunStatus.CANCELLED if order == CANCEL else RunStatus.COMPLETE
+            if info is None or info.status != wanted:
+                return False
+        shipped = all(effects[(o, "ship")] == (0 if o == CANCEL else 1) for o in ORDERS)
+        return shipped and effects[(CRASH, "reserve_stock")] == 1
+
+    def _lessons(self, ok: bool) -> list[str]:
+        if not ok:
+            self._dump_logs()
+            return ["UNEXPECTED: a run ended otherwise, or a journaled step ran again"]
+        keys = self._charge_keys()
+        again = sorted(order for order, used in keys.items() if len(used) > 1)
+        same = all(len(set(used)) == 1 for used in keys.values())
+        return [
+            f"Worker 1 died while {', '.join(again)} were inside charge_card. Worker 2 took",
+            "them over and replayed their journals: reserve_stock had finished and was journaled,",
+            "so it did not run again; charge_card had not, so it ran a second time"
+            + (", with the same" if same else ", with a DIFFERENT (!)"),
+            "ctx.idempotency_key: a payment API given that key charges once. Every order that",
+            "was not cancelled shipped exactly once.",
+        ]
+
+    def _charge_keys(self) -> dict[str, list[str]]:
+        """The idempotency key each execution of charge_card passed, by order."""
+        path = self.folder / "effects.log"
+        keys: dict[str, list[str]] = {}
+        for line in path.read_text(encoding="utf-8").splitlines():
+            order, step_name, _, key = line.split()
+            if step_name == "charge_card":
+                keys.setdefault(order, []).append(key)
+        return keys
+
+    def _dump_logs(self) -> None:
+        for log in sorted(self.folder.glob("worker-*.log")):
+            tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-15:]
+            print(f"--- {log.name}", *tail, sep="\n", file=sys.stderr)
 
 
-@step(effect="write")
-async def ship(order_id: str, approved_by: str) -> str:
-    EXECUTIONS["ship"] = EXECUTIONS.get("ship", 0) + 1
-    return f"shipment for {order_id}, approved by {approved_by}"
-
-
-@workflow(name="demo_order")
-async def demo_order(
-    ctx: WorkflowContext, order_id: str, items: int, amount: int
-) -> dict[str, Any]:
-    reservation = await reserve_stock(order_id, items)
-    charge_id = await charge_card(order_id, amount)
-    await ctx.sleep(0.5)
-    approval = await ctx.wait_for_signal("approve", timeout=60)
-    shipment = await ship(order_id, approval["by"])
-    return {"reservation": reservation, "charge": charge_id, "shipment": shipment}
-
-
-def _show(events: list[RunEvent], start: int) -> int:
-    for event in events[start:]:
-        detail = event.payload.get("step_id") or event.payload.get("signal") or ""
-        _say(f"      #{event.run_seq:<2} {event.kind:<22} {detail}")
-    return len(events)
-
-
-async def _tour() -> int:
-    store = MemoryStore(lock_ttl=0.3, heartbeat_interval=0.1)
-    runner = InlineWorkflowRunner(store=store, workflows=[demo_order])
-    client = runner.client
-    _say("lockgate demo: a durable order workflow on the in-process MemoryStore\n")
-    handle = await client.submit("demo_order", {"order_id": "A-100", "items": 3, "amount": 4200})
-    _say(f"1. submitted run {handle.run_id[:12]}... status={(await handle.status()).value}")
-    shown = 0
-    _say("2. first attempt: reserve_stock runs, then the process dies inside charge_card")
+def run_demo(store_url: str | None = None, *, live: bool | None = None) -> int:
+    """Run the tour. ``store_url`` (an ``sqlite:///`` URL) keeps its runs after it ends;
+    ``live`` forces the live table on or off (default: on when stdout is a terminal)."""
+    stream: TextIO = sys.stdout
+    folder = Path(tempfile.mkdtemp(prefix="lockgate-demo-"))
+    board = Board(stream, live=stream.isatty() if live is None else live)
+    tour: Tour | None = None
     try:
-        await runner.run("demo_order", handle.run_id)
-    except KeyboardInterrupt as crash:
-        _say(f"   !! {crash}; its lease is left to expire")
-    shown = _show(await handle.events(), shown)
-    await asyncio.sleep(store.lock_ttl + 0.05)
-    recovered = store.recover_pending_runs("demo_order")
-    _say(f"3. lease expired; recovered {len(recovered)} run and requeued it")
-    _say("4. second attempt replays the journal: reserve_stock is NOT run again")
-    await runner.run("demo_order", handle.run_id)
-    shown = _show(await handle.events(), shown)
-    _say(f"   status={(await handle.status()).value}: parked, holding no worker")
-    await asyncio.sleep(0.55)
-    woken = await runner.fire_due_timers()
-    _say(f"5. timer fired ({woken} woken); the run now waits for the 'approve' signal")
-    await runner.run("demo_order", handle.run_id)
-    shown = _show(await handle.events(), shown)
-    _say(f"   status={(await handle.status()).value}")
-    _say("6. a manager approves (sent twice with one signal_id: applied once)")
-    for _ in range(2):
-        await handle.signal("approve", {"by": "dana"}, signal_id="approval-A-100")
-    result = await handle.result(timeout=10)
-    _show(await handle.events(), shown)
-    _say(f"\nresult: {result}")
-    _say(f"executions per step: {EXECUTIONS}")
-    ok = EXECUTIONS.get("reserve_stock") == 1 and EXECUTIONS.get("ship") == 1
-    _say(
-        "reserve_stock and ship ran once; charge_card ran twice because the crash came\n"
-        "before its outcome was journaled (pass ctx.idempotency_key to your payment API)"
-        if ok
-        else "UNEXPECTED: a journaled step ran again"
-    )
-    return 0 if ok else 1
-
-
-def main() -> int:
-    try:
-        return asyncio.run(_tour())
+        tour = Tour(demo_url(store_url, folder), folder, board)
+        return asyncio.run(tour.tour())
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    finally:
+        if tour is not None:
+            tour.stop_workers()
+        board.close()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def main() -> int:
+    return run_demo()

@@ -14,18 +14,21 @@ from lockgate.stores._base import (
     VersionStore,
 )
 from lockgate.stores._memory import MemoryStore
+from lockgate.stores._open import STORE_URL_ENV, open_store
 from lockgate.stores._sqlite import SQLiteStore
 from lockgate.stores._sqlite_file import StoreFileError
-from lockgate.stores._types import RunInfo, TerminateOutcome, WaitOutcome, WaitSpec
+from lockgate.stores._types import RunControls, RunInfo, TerminateOutcome, WaitOutcome, WaitSpec
 
 __all__ = [
     "CAPABILITY_GROUPS",
+    "STORE_URL_ENV",
     "ControlStore",
     "EventLogStore",
     "IdempotencyStore",
     "LifecycleStore",
     "MemoryStore",
     "PolicyStore",
+    "RunControls",
     "RunInfo",
     "SQLiteStore",
     "SignalStore",
@@ -37,4 +40,5 @@ __all__ = [
     "VersionStore",
     "WaitOutcome",
     "WaitSpec",
+    "open_store",
 ]

@@ -20,7 +20,13 @@ from typing import Any, ClassVar
 
 from lockgate._errors import CapabilityMissing
 from lockgate.journal._events import RunEvent
-from lockgate.stores._types import RunInfo, TerminateOutcome, WaitOutcome, WaitSpec
+from lockgate.stores._types import (
+    RunControls,
+    RunInfo,
+    TerminateOutcome,
+    WaitOutcome,
+    WaitSpec,
+)
 
 
 class LifecycleStore(abc.ABC):
@@ -149,6 +155,12 @@ class LifecycleStore(abc.ABC):
     @abc.abstractmethod
     def get_run_controls(self, name: str, run_id: str) -> tuple[str | None, str | None]:
         """``(cancel_requested_at, pause_requested_at)`` in one read."""
+
+    def poll_run(self, name: str, run_id: str) -> RunControls:
+        """The run's controls and whether updates wait for it, in one read where the store can:
+        what a running attempt checks at every boundary."""
+        cancel_at, pause_at = self.get_run_controls(name, run_id)
+        return RunControls(cancel_at, pause_at)
 
     def get_cancel_requested_at(self, name: str, run_id: str) -> str | None:
         return self.get_run_controls(name, run_id)[0]

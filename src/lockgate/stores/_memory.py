@@ -37,7 +37,13 @@ from lockgate.stores._records import (
     terminated_payload,
     with_payload,
 )
-from lockgate.stores._types import RunInfo, TerminateOutcome, WaitOutcome, WaitSpec
+from lockgate.stores._types import (
+    RunControls,
+    RunInfo,
+    TerminateOutcome,
+    WaitOutcome,
+    WaitSpec,
+)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -438,6 +444,11 @@ class MemoryStore(Store):
     def get_run_controls(self, name: str, run_id: str) -> tuple[str | None, str | None]:
         run = self._run(name, run_id)
         return run.cancel_at, run.pause_at
+
+    @_locked
+    def poll_run(self, name: str, run_id: str) -> RunControls:
+        run = self._run(name, run_id)
+        return RunControls(run.cancel_at, run.pause_at, bool(run.updates))
 
     @_locked
     def get_run(self, name: str, run_id: str) -> RunInfo | None:

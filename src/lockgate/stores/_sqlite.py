@@ -45,7 +45,7 @@ from lockgate.stores._sqlite_file import (
 from lockgate.stores._sqlite_rows import dumps
 from lockgate.stores._sqlite_translate import translated
 from lockgate.stores._sqlite_waits import SQLiteWaits
-from lockgate.stores._types import RunInfo, WaitSpec
+from lockgate.stores._types import RunControls, RunInfo, WaitSpec
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -122,15 +122,18 @@ class SQLiteStore(SQLiteWaits, Store):
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> SQLiteStore:
-        """``sqlite:///relative.db`` or ``sqlite:////absolute.db``; ``options`` as the
-        constructor's."""
-        parts = urlsplit(url)
-        if parts.scheme != "sqlite" or not parts.path.startswith("/") or parts.netloc:
+        """``sqlite:///relative.db`` or ``sqlite:////absolute.db``, with constructor options
+        in the query string or as keywords, parsed and checked as :func:`open_store` does."""
+        from lockgate.stores._open import open_store
+
+        if urlsplit(url).scheme != "sqlite":
             raise ConfigurationError(
                 f"not an SQLite store URL: {url!r} (use sqlite:///relative.db or "
                 f"sqlite:////absolute/path.db)"
             )
-        return cls(parts.path[1:], **options)
+        store = open_store(url, **options)
+        assert isinstance(store, cls)
+        return store
 
     def _connect(self) -> sqlite3.Connection:
         try:
@@ -427,6 +430,19 @@ class SQLiteStore(SQLiteWaits, Store):
         if row is None:
             raise RunNotFoundError(name, run_id)
         return row["cancel_at"], row["pause_at"]
+
+    @translated
+    def poll_run(self, name: str, run_id: str) -> RunControls:
+        with self._read() as db:
+            row = db.execute(
+                "SELECT cancel_at, pause_at, EXISTS (SELECT 1 FROM lg_updates u WHERE u.name = "
+                "r.name AND u.run_id = r.run_id) AS updates FROM lg_runs r WHERE r.name = ? AND "
+                "r.run_id = ?",
+                (name, run_id),
+            ).fetchone()
+        if row is None:
+            raise RunNotFoundError(name, run_id)
+        return RunControls(row["cancel_at"], row["pause_at"], bool(row["updates"]))
 
     @translated
     def get_run(self, name: str, run_id: str) -> RunInfo | None:

@@ -60,6 +60,16 @@ class WaitSpec:
 
 
 @dataclass(frozen=True)
+class RunControls:
+    """What a running attempt checks at each boundary. ``updates_pending`` is None when the
+    store cannot tell in the same read (the attempt then looks)."""
+
+    cancel_requested_at: str | None
+    pause_requested_at: str | None
+    updates_pending: bool | None = None
+
+
+@dataclass(frozen=True)
 class RunInfo:
     """A run as the store sees it now."""
 

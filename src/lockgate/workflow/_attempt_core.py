@@ -22,7 +22,7 @@ from lockgate._errors import (
 from lockgate.journal._events import EventKind, RunEvent, payload_size
 from lockgate.journal._replay import CallRecord, reconstruct_state
 from lockgate.stores._base import Store
-from lockgate.stores._types import WaitOutcome, WaitSpec
+from lockgate.stores._types import RunControls, WaitOutcome, WaitSpec
 from lockgate.workflow._context import enter_boundary, exit_boundary
 from lockgate.workflow._spec import WorkflowSpec, json_ready
 from lockgate.workflow._unwind import (
@@ -188,8 +188,8 @@ class AttemptCore:
         if self.mode == "query":
             raise _ReplayExhausted()
         await self._hand_back_if_stopping()
-        await self._check_controls(index)
-        await self._apply_new_updates(index)
+        controls = await self._check_controls(index)
+        await self._apply_new_updates(index, controls.updates_pending)
 
     async def _hand_back_if_stopping(self) -> None:
         """At a live boundary of a worker that is shutting down: journal what is buffered and
@@ -200,19 +200,21 @@ class AttemptCore:
         await self._io(self.store.hand_back_run, self.spec.name, self.run_id, self.lease)
         raise _HandedBack()
 
-    async def _check_controls(self, index: int) -> None:
+    async def poll(self) -> RunControls:
+        controls: RunControls = await self._io(self.store.poll_run, self.spec.name, self.run_id)
+        return controls
+
+    async def _check_controls(self, index: int) -> RunControls:
         while True:
-            cancel_at, pause_at = await self._io(
-                self.store.get_run_controls, self.spec.name, self.run_id
-            )
-            if cancel_at is not None:
+            controls = await self.poll()
+            if controls.cancel_requested_at is not None:
                 self._cancel_seen = True
                 if self._cancel_raised:
-                    return  # the body is cleaning up after the cancel: let its steps run
+                    return controls  # the body is cleaning up after the cancel: let it
                 self._cancel_raised = True
                 raise _Cancelled()
-            if pause_at is None:
-                return
+            if controls.pause_requested_at is None:
+                return controls
             wait_id = f"pause:{uuid.uuid4().hex[:12]}"
             paused = self._event(EventKind.RUN_PAUSED, {"wait_id": wait_id, "call_index": index})
             if await self._park([paused], WaitSpec("pause", wait_id, index)) == WaitOutcome.PARKED:
@@ -237,9 +239,9 @@ class AttemptCore:
             self.event_count += len(events)
             self._parked = True
             return outcome
-        await self._apply_new_updates(wait.call_index)
-        cancel_at, _ = await self._io(self.store.get_run_controls, self.spec.name, self.run_id)
-        if cancel_at is not None:
+        controls = await self.poll()
+        await self._apply_new_updates(wait.call_index, controls.updates_pending)
+        if controls.cancel_requested_at is not None:
             # A run with a latched cancel cannot park, not even to clean up: it ends here.
             self._cancel_seen = self._cancel_raised = True
             raise _Cancelled()
@@ -326,11 +328,13 @@ class AttemptCore:
             if self.mode == "live" and update_id not in self.state.journaled_update_outcomes:
                 await self._journal_outcome(update_id, outcome)
 
-    async def _apply_new_updates(self, frontier: int) -> None:
-        if self.mode != "live" or not self._has_updates:
+    async def _apply_new_updates(self, frontier: int, pending: bool | None = None) -> None:
+        """Apply updates queued for the run at call ``frontier``. ``pending`` is what the last
+        poll said (False skips the read; None means look)."""
+        if self.mode != "live" or not self._has_updates or pending is False:
             return
-        pending = await self._io(self.store.peek_pending_updates, self.spec.name, self.run_id)
-        for update in pending:
+        queued = await self._io(self.store.peek_pending_updates, self.spec.name, self.run_id)
+        for update in queued:
             update_id = str(update["update_id"])
             if update_id in self.state.journaled_update_ids:
                 journaled = self.state.journaled_update_outcomes.get(update_id)

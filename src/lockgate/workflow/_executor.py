@@ -453,10 +453,9 @@ class Attempt(AttemptCore):
         start = self.state.calls.get(-1)
         if start is not None and start.outcome is None and start.due_at is not None:
             await self._wait_out(WaitSpec("start", "start", -1, due_at=start.due_at), [])
-        if not any(index >= 0 for index in self.state.calls):
-            cancel_at, _ = await self._io(self.store.get_run_controls, self.spec.name, self.run_id)
-            if cancel_at is not None:
-                raise _Cancelled()
+        started = any(index >= 0 for index in self.state.calls)
+        if not started and (await self.poll()).cancel_requested_at is not None:
+            raise _Cancelled()
 
     async def _body_to_terminal(self) -> AttemptOutcome:
         await self._start()
@@ -487,9 +486,9 @@ class Attempt(AttemptCore):
             return await self._finish_error(run_error_payload(exc), AttemptOutcome.FAILED)
         await self._replay_updates(self.call_index)
         self._check_body_reached_journal_end()
-        await self._apply_new_updates(self.call_index)
-        cancel_at, _ = await self._io(self.store.get_run_controls, self.spec.name, self.run_id)
-        if cancel_at is not None or self._cancel_raised:
+        controls = await self.poll()
+        await self._apply_new_updates(self.call_index, controls.updates_pending)
+        if controls.cancel_requested_at is not None or self._cancel_raised:
             raise _Cancelled()
         if not json_ready(result):
             return await self._finish_error(
@@ -522,13 +521,13 @@ class Attempt(AttemptCore):
         return outcome
 
     async def _finish(self, terminal: RunEvent) -> None:
-        """Append the buffer and the terminal in one fenced batch, then release the lease."""
+        """Append the buffer and the terminal in one fenced batch. The store drops the run's
+        lock with the terminal (see ``EventLogStore.append_events``): no release follows."""
         events, self._buffer = [*self._buffer, terminal], []
         await self._io(
             self.store.append_events, self.spec.name, self.run_id, events, fence=self.lease
         )
         failpoints.hit("after_terminal_append")
-        await self._io(self.store.release_run, self.spec.name, self.run_id, self.lease)
 
     async def query(self, query: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Replay the journal read-only, then call the ``query`` handler it registered."""

@@ -1,0 +1,38 @@
+"""The workflow the SQLite benchmark runs, and the worker process that serves it.
+
+Run as a script: ``python bench/_one_step.py STORE_PATH SYNCHRONOUS`` serves it until SIGTERM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+from lockgate import SQLiteStore, WorkflowContext, step, workflow
+from lockgate.worker import WorkerOptions, WorkflowWorker
+
+
+@step(name="bench_touch")
+async def touch(n: int) -> int:
+    return n + 1
+
+
+@workflow(name="bench_one_step")
+async def one_step(ctx: WorkflowContext, n: int) -> int:
+    return await touch(n)
+
+
+async def serve(path: str, synchronous: str) -> None:
+    store = SQLiteStore(path, synchronous=synchronous)  # type: ignore[arg-type]
+    options = WorkerOptions(
+        max_concurrent_runs=32,
+        claim_poll_interval=0.002,
+        timer_poll_interval_s=1.0,
+        orphan_scan_interval=30.0,
+    )
+    worker = WorkflowWorker(workflows=[one_step], store=store, options=options)
+    await worker.run()
+
+
+if __name__ == "__main__":
+    asyncio.run(serve(sys.argv[1], sys.argv[2]))

@@ -1,0 +1,5 @@
+"""``python -m lockgate``: the ``lockgate`` command line."""
+
+from lockgate.cli import main
+
+raise SystemExit(main())

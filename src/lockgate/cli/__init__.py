@@ -1,0 +1,5 @@
+"""The ``lockgate`` command line: workers, runs and stores from a shell."""
+
+from lockgate.cli._main import main
+
+__all__ = ["main"]

@@ -1,0 +1,182 @@
+"""``lockgate worker``, ``submit``, ``store`` and ``demo``."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+from typing import Any
+
+from lockgate._errors import CapabilityMissing
+from lockgate.cli._exits import OK, USAGE, Failure
+from lockgate.cli._load import import_module, load_workflows, workflow_names
+from lockgate.cli._output import fields, flatten, json_line, note, out
+from lockgate.cli._params import Subparsers, json_object, port, positive_int, seconds
+from lockgate.client._client import WorkflowClient
+from lockgate.stores._base import Store
+from lockgate.worker import WorkerOptions
+from lockgate.workflow._spec import get_workflow
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _describe(store: Store) -> str:
+    path = getattr(store, "path", None)
+    return f"{type(store).__name__}({str(path)!r})" if path is not None else type(store).__name__
+
+
+async def worker(args: argparse.Namespace, store: Store) -> int:
+    from lockgate.worker import WorkflowWorker
+
+    workflows = load_workflows(args.target)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    given = {field: value for field, value in _worker_options(args).items() if value is not None}
+    options = WorkerOptions(**given)
+    runner = WorkflowWorker(workflows=workflows, store=store, options=options)
+    note(
+        f"worker serving {', '.join(workflow_names(workflows))} on {_describe(store)}, "
+        f"up to {options.max_concurrent_runs} runs at once; stop with Ctrl-C or SIGTERM"
+    )
+    await runner.run()
+    note("worker stopped")
+    return OK
+
+
+def _worker_options(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "max_concurrent_runs": args.concurrency,
+        "claim_poll_interval": args.poll_interval,
+        "timer_poll_interval_s": args.timer_interval,
+        "orphan_scan_interval": args.orphan_scan_interval,
+        "shutdown_grace": args.shutdown_grace,
+        "health_port": args.health_port,
+    }
+
+
+def _known_here_or_there(store: Store, name: str) -> bool:
+    """True when a worker has recorded ``name``'s policy on the store or a run of it exists."""
+    try:
+        if store.get_workflow_policy(name) is not None:
+            return True
+    except CapabilityMissing:
+        pass
+    runs, _ = store.list_runs(name, limit=1)
+    return bool(runs)
+
+
+def _check_workflow(store: Store, name: str, app: str | None) -> None:
+    if app is not None:
+        import_module(app)
+        if get_workflow(name) is None:
+            raise Failure(f"unknown workflow {name}: --app {app} does not declare it")
+        return
+    if get_workflow(name) is None and not _known_here_or_there(store, name):
+        raise Failure(
+            f"unknown workflow {name}: no worker has served it on this store; start one "
+            f"with `lockgate worker MODULE` or pass --app MODULE"
+        )
+
+
+async def submit(args: argparse.Namespace, store: Store) -> int:
+    params = json_object(args.params, "--params")
+    _check_workflow(store, args.name, args.app)
+    client = WorkflowClient(store)
+    handle = await client.submit(
+        args.name, params, idempotency_key=args.idempotency_key, delay=args.delay
+    )
+    out(handle.run_id)
+    if args.wait:
+        result = await handle.result(timeout=args.timeout)
+        out(json.dumps(result, sort_keys=True))
+    return OK
+
+
+def _store_method(store: Store, method: str) -> Any:
+    found = getattr(store, method, None)
+    if not callable(found):
+        raise Failure(f"{type(store).__name__} has no {method}()", USAGE)
+    return found
+
+
+def store_info(args: argparse.Namespace, store: Store) -> int:
+    info = _store_method(store, "info")()
+    if args.json:
+        json_line(info)
+    else:
+        out(fields(flatten(info)))
+    return OK
+
+
+def store_backup(args: argparse.Namespace, store: Store) -> int:
+    written = _store_method(store, "backup")(args.dest)
+    target = os.fspath(written) if isinstance(written, str | os.PathLike) else args.dest
+    out(f"backed up {_describe(store)} to {target} ({os.path.getsize(target)} bytes)")
+    return OK
+
+
+def demo(args: argparse.Namespace) -> int:
+    from lockgate.demo import run_demo
+
+    return run_demo(args.store, live=False if args.plain else None)
+
+
+def add_run_parsers(group: Subparsers, common: list[argparse.ArgumentParser]) -> None:
+    """``worker`` and ``submit``."""
+    p = group.add_parser("worker", parents=common, help="run a worker until interrupted")
+    p.add_argument(
+        "target",
+        metavar="MODULE[:ATTR]",
+        help="module whose @workflow functions to serve, or MODULE:ATTR naming one or a list",
+    )
+    defaults = {f.name: f.default for f in dataclasses.fields(WorkerOptions)}
+    p.add_argument(
+        "--concurrency",
+        type=positive_int,
+        metavar="N",
+        help=f"runs at once ({defaults['max_concurrent_runs']})",
+    )
+    p.add_argument("--log-level", choices=LOG_LEVELS, default="warning", help="(warning)")
+    for flag, field, what in (
+        ("--poll-interval", "claim_poll_interval", "poll an empty queue every S seconds"),
+        ("--timer-interval", "timer_poll_interval_s", "wake due sleeps, time out signal waits"),
+        ("--orphan-scan-interval", "orphan_scan_interval", "requeue runs whose lease lapsed"),
+        ("--shutdown-grace", "shutdown_grace", "on stop, S seconds for attempts to hand back"),
+    ):
+        p.add_argument(flag, type=seconds, metavar="S", help=f"{what} ({defaults[field]}s)")
+    p.add_argument("--health-port", type=port, metavar="PORT", help="serve /livez and /readyz")
+    p.set_defaults(run=worker)
+
+    p = group.add_parser("submit", parents=common, help="start a run; prints its id")
+    p.add_argument("name", metavar="NAME", help="workflow name")
+    p.add_argument("--params", default="{}", metavar="JSON", help="a JSON object ({})")
+    p.add_argument("--idempotency-key", metavar="K", help="a repeat with K returns the same run")
+    p.add_argument("--delay", type=seconds, metavar="S", help="start the run S seconds from now")
+    p.add_argument("--wait", action="store_true", help="wait for the result and print it")
+    p.add_argument("--timeout", type=seconds, metavar="S", help="give up waiting after S seconds")
+    p.add_argument("--app", metavar="MODULE", help="import MODULE to check params against")
+    p.set_defaults(run=submit)
+
+
+def add_admin_parsers(group: Subparsers, common: list[argparse.ArgumentParser]) -> None:
+    """``store`` and ``demo``."""
+    store = group.add_parser("store", help="the store itself")
+    sub = store.add_subparsers(dest="store_command", metavar="COMMAND", required=True)
+    p = sub.add_parser("info", parents=common, help="what the store holds and how it is set")
+    p.add_argument("--json", action="store_true", help="one JSON object")
+    p.set_defaults(run=store_info)
+    p = sub.add_parser("backup", parents=common, help="copy the store to a new file")
+    p.add_argument("dest", metavar="DEST", help="path of the copy; must not exist")
+    p.set_defaults(run=store_backup)
+
+    p = group.add_parser("demo", help="a durable workflow on SQLite with a worker, live")
+    p.add_argument(
+        "--store",
+        metavar="URL",
+        help="an sqlite:/// URL to keep the demo's runs in (default: a temporary file)",
+    )
+    p.add_argument("--plain", action="store_true", help="plain lines, even on a terminal")
+    p.set_defaults(run=None, demo=demo)

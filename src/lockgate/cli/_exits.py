@@ -1,0 +1,67 @@
+"""Exit codes, and which failures are the user's to fix (2) and which are the operation's (1)."""
+
+from __future__ import annotations
+
+import sys
+
+from lockgate._errors import (
+    CapabilityMissing,
+    ConfigurationError,
+    DuplicateRunError,
+    IdempotencyConflict,
+    InvalidParamsError,
+    PayloadTooLarge,
+    RunNotFoundError,
+)
+
+OK = 0
+FAILED = 1
+USAGE = 2
+INTERRUPTED = 130
+BROKEN_PIPE = 141
+
+#: Errors that say the command was given something that cannot work: fix the command line,
+#: the store URL or the environment and run it again.
+USAGE_ERRORS: tuple[type[BaseException], ...] = (
+    ConfigurationError,
+    InvalidParamsError,
+    PayloadTooLarge,
+    RunNotFoundError,
+    CapabilityMissing,
+    IdempotencyConflict,
+    DuplicateRunError,
+    ValueError,
+    FileExistsError,
+    FileNotFoundError,
+    IsADirectoryError,
+    NotADirectoryError,
+    PermissionError,
+)
+
+
+class Failure(Exception):
+    """A command ending with ``code`` and a one-line message for stderr."""
+
+    def __init__(self, message: str, code: int = USAGE) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def exit_code_for(exc: BaseException) -> int:
+    if isinstance(exc, Failure):
+        return exc.code
+    return USAGE if isinstance(exc, USAGE_ERRORS) else FAILED
+
+
+def one_line(text: str) -> str:
+    """``text`` folded onto one line, so stderr carries exactly one line per failure."""
+    return "; ".join(line.strip() for line in str(text).splitlines() if line.strip())
+
+
+def report(exc: BaseException) -> int:
+    """Print ``exc`` as one line on stderr and return its exit code."""
+    message = one_line(str(exc)) or type(exc).__name__
+    if isinstance(exc, OSError) and exc.filename is not None and str(exc.filename) not in message:
+        message = f"{message}: {exc.filename}"
+    print(f"lockgate: error: {message}", file=sys.stderr, flush=True)
+    return exit_code_for(exc)

@@ -1,0 +1,84 @@
+"""``lockgate``: argument parsing, dispatch, and exit codes.
+
+Every command is a thin layer over the public client and the store: it opens the store the
+``--store`` URL (or ``LOCKGATE_STORE_URL``) names, does one thing, and exits 0 when it did it,
+1 when the run or the operation failed, 2 when the command cannot work as given. A failure is
+one line on stderr; set ``LOCKGATE_DEBUG=1`` to get the traceback as well.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import inspect
+import os
+import sys
+from collections.abc import Sequence
+
+from lockgate import __version__
+from lockgate._errors import LockgateError
+from lockgate.cli import _commands, _runs
+from lockgate.cli._exits import BROKEN_PIPE, INTERRUPTED, Failure, report
+from lockgate.stores._open import STORE_URL_ENV, open_store
+
+DEBUG_ENV = "LOCKGATE_DEBUG"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--store",
+        metavar="URL",
+        help=f"store URL, e.g. sqlite:///lockgate.db (default: ${STORE_URL_ENV})",
+    )
+    parser = argparse.ArgumentParser(
+        prog="lockgate",
+        description="Run workers, start runs and look after them on a lockgate store.",
+        epilog="exit codes: 0 done, 1 the run or operation failed, 2 usage or configuration "
+        "error. Docs: docs/cli.md",
+    )
+    parser.add_argument("--version", action="version", version=f"lockgate {__version__}")
+    group = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _commands.add_run_parsers(group, [common])
+    _runs.add_parsers(group, [common])
+    _commands.add_admin_parsers(group, [common])
+    return parser
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.run is None:
+        code: int = args.demo(args)
+        return code
+    store = open_store(args.store)
+    try:
+        outcome = args.run(args, store)
+        code = asyncio.run(outcome) if inspect.iscoroutine(outcome) else outcome
+    finally:
+        store.close()
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``lockgate`` command line with ``argv`` (default ``sys.argv[1:]``) and return
+    its exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:
+        return exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 2)
+    try:
+        return _dispatch(args)
+    except KeyboardInterrupt:
+        print("lockgate: interrupted", file=sys.stderr, flush=True)
+        return INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly, as a program killed by SIGPIPE does,
+        # and keep the interpreter's last flush of stdout from failing again.
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return BROKEN_PIPE
+    except (Failure, LockgateError, ValueError, OSError) as exc:
+        if os.environ.get(DEBUG_ENV):
+            raise
+        return report(exc)

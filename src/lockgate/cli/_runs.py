@@ -1,0 +1,182 @@
+"""``lockgate runs ...``: look at runs and talk to them, through the public client."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import time
+
+from lockgate._errors import DurableInvocationCancelled, RunNotFoundError
+from lockgate.cli._exits import FAILED, OK, Failure
+from lockgate.cli._output import (
+    EVENT_HEADERS,
+    RUN_HEADERS,
+    event_row,
+    json_line,
+    note,
+    out,
+    run_fields,
+    run_row,
+    table,
+)
+from lockgate.cli._params import Subparsers, json_object, positive_int, seconds
+from lockgate.client._client import WorkflowClient
+from lockgate.journal._events import RunStatus
+from lockgate.stores._base import Store
+from lockgate.stores._types import RunInfo, TerminateOutcome
+
+PAGE = 200
+
+
+def _requested_by() -> str:
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (OSError, KeyError):
+        return "cli"
+
+
+def _info(store: Store, name: str, run_id: str) -> RunInfo:
+    info = store.get_run(name, run_id)
+    if info is None:
+        raise RunNotFoundError(name, run_id)
+    return info
+
+
+async def list_runs(args: argparse.Namespace, store: Store) -> int:
+    wanted = RunStatus(args.status) if args.status else None
+    runs: list[RunInfo] = []
+    cursor: str | None = None
+    while len(runs) < args.limit:
+        page, cursor = store.list_runs(args.name, limit=max(args.limit, PAGE), cursor=cursor)
+        runs.extend(info for info in page if wanted is None or info.status == wanted)
+        if cursor is None:
+            break
+    runs = runs[: args.limit]
+    if args.json:
+        for info in runs:
+            json_line(info.to_dict())
+        return OK
+    if not runs:
+        which = f"{wanted} runs" if wanted else "runs"
+        note(f"no {which} of workflow {args.name!r} in this store")
+        return OK
+    now = time.time()
+    out(table(RUN_HEADERS, (run_row(info, now) for info in runs)))
+    return OK
+
+
+async def show(args: argparse.Namespace, store: Store) -> int:
+    client = WorkflowClient(store)
+    info = _info(store, args.name, args.run_id)
+    events = await client.events(args.name, args.run_id)
+    if args.json:
+        last = events[-args.events :] if args.events > 0 else []
+        json_line({"run": info.to_dict(), "events": [event.to_dict() for event in last]})
+        return OK
+    out(run_fields(info, events, time.time(), args.events))
+    return OK
+
+
+async def events(args: argparse.Namespace, store: Store) -> int:
+    journal = await WorkflowClient(store).events(args.name, args.run_id)
+    if args.json:
+        for event in journal:
+            json_line(event.to_dict())
+        return OK
+    out(table(EVENT_HEADERS, map(event_row, journal)))
+    return OK
+
+
+async def cancel(args: argparse.Namespace, store: Store) -> int:
+    info = _info(store, args.name, args.run_id)
+    if info.status.is_terminal:
+        note(f"run {args.run_id} has already ended ({info.status}); nothing to cancel")
+        return OK
+    client = WorkflowClient(store)
+    await client.cancel(args.name, args.run_id, reason=args.reason, requested_by=_requested_by())
+    if not args.wait:
+        out(f"cancel requested: run {args.run_id} ends cancelled at its next boundary")
+        return OK
+    try:
+        await client.result(args.name, args.run_id, timeout=args.timeout)
+    except DurableInvocationCancelled:
+        out(f"run {args.run_id} was cancelled")
+        return OK
+    status = await client.status(args.name, args.run_id)
+    raise Failure(f"run {args.run_id} ended {status} before the cancel took effect", FAILED)
+
+
+async def terminate(args: argparse.Namespace, store: Store) -> int:
+    client = WorkflowClient(store)
+    result = await client.terminate(
+        args.name, args.run_id, reason=args.reason, requested_by=_requested_by()
+    )
+    if result.outcome == TerminateOutcome.ALREADY_ENDED:
+        status = await client.status(args.name, args.run_id)
+        note(f"run {args.run_id} had already ended ({status}); nothing to terminate")
+        return OK
+    out(f"run {args.run_id} terminated")
+    return OK
+
+
+async def signal(args: argparse.Namespace, store: Store) -> int:
+    payload = json_object(args.payload, "--payload")
+    answer = await WorkflowClient(store).signal(
+        args.name, args.run_id, args.signal, payload, signal_id=args.signal_id
+    )
+    out(f"signal {args.signal!r} {answer}: run {args.run_id}")
+    return OK
+
+
+def add_parsers(group: Subparsers, common: list[argparse.ArgumentParser]) -> None:
+    """``runs`` and its subcommands."""
+    runs = group.add_parser("runs", help="look at runs and talk to them")
+    sub = runs.add_subparsers(dest="runs_command", metavar="COMMAND", required=True)
+    statuses = [str(s) for s in RunStatus]
+
+    p = sub.add_parser("list", parents=common, help="runs of a workflow, newest first")
+    p.add_argument("name", metavar="NAME", help="workflow name")
+    p.add_argument("--limit", type=positive_int, default=50, metavar="N", help="at most N runs")
+    p.add_argument(
+        "--status",
+        choices=statuses,
+        metavar="S",
+        help=f"only runs in status S: {', '.join(statuses)}",
+    )
+    p.add_argument("--json", action="store_true", help="one JSON object per line")
+    p.set_defaults(run=list_runs)
+
+    p = sub.add_parser("show", parents=common, help="one run: state, wait and last events")
+    _run_arguments(p)
+    p.add_argument("--events", type=int, default=10, metavar="N", help="last N events (10)")
+    p.add_argument("--json", action="store_true", help="one JSON object")
+    p.set_defaults(run=show)
+
+    p = sub.add_parser("events", parents=common, help="a run's whole journal")
+    _run_arguments(p)
+    p.add_argument("--json", action="store_true", help="one JSON object per line")
+    p.set_defaults(run=events)
+
+    p = sub.add_parser("cancel", parents=common, help="ask a run to stop; it ends cancelled")
+    _run_arguments(p)
+    p.add_argument("--reason", metavar="R", help="recorded with the cancel")
+    p.add_argument("--wait", action="store_true", help="wait until the run has ended")
+    p.add_argument("--timeout", type=seconds, metavar="S", help="give up waiting after S seconds")
+    p.set_defaults(run=cancel)
+
+    p = sub.add_parser("terminate", parents=common, help="end a run now, without its worker")
+    _run_arguments(p)
+    p.add_argument("--reason", metavar="R", help="recorded with the termination")
+    p.set_defaults(run=terminate)
+
+    p = sub.add_parser("signal", parents=common, help="send a signal to a run")
+    _run_arguments(p)
+    p.add_argument("signal", metavar="SIGNAL", help="signal name")
+    p.add_argument("--payload", default="{}", metavar="JSON", help="a JSON object ({})")
+    p.add_argument("--signal-id", metavar="ID", help="a retry with the same id applies once")
+    p.set_defaults(run=signal)
+
+
+def _run_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", metavar="NAME", help="workflow name")
+    parser.add_argument("run_id", metavar="RUN_ID", help="run id")

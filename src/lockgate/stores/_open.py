@@ -1,0 +1,224 @@
+"""Opening a store from a URL: one spelling for the CLI, workers, the environment and code.
+
+``open_store`` knows each scheme's store class and nothing else about it: options, whether
+from the URL's query or from keyword arguments, go to that class's constructor. Each one is
+checked against the constructor's signature and converted to the type it declares, so a
+misspelt option, or one only another backend takes, fails loudly instead of doing nothing.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import os
+import types
+import typing
+from collections.abc import Callable
+from typing import Any, Literal
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from lockgate._errors import ConfigurationError
+from lockgate.stores._base import Store
+from lockgate.stores._memory import MemoryStore
+from lockgate.stores._sqlite import SQLiteStore
+
+#: The environment variable ``open_store`` reads when it is given no URL.
+STORE_URL_ENV = "LOCKGATE_STORE_URL"
+
+_SCHEMES = ("memory://", "sqlite:///PATH")
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+_NONE = frozenset({"", "none", "null"})
+
+
+def open_store(
+    url: str | None = None,
+    *,
+    default: str | None = None,
+    allow_memory: bool = False,
+    **options: Any,
+) -> Store:
+    """Open the store ``url`` names.
+
+    Without ``url`` the URL comes from ``LOCKGATE_STORE_URL``, and failing that from
+    ``default``. Supported URLs:
+
+    - ``sqlite:///relative/path.db`` (relative to the current directory) and
+      ``sqlite:////absolute/path.db``: a :class:`SQLiteStore` on that file;
+    - ``memory://``: a new :class:`MemoryStore`, only with ``allow_memory=True``, since a store
+      that lives inside one process is shared by nobody else.
+
+    Query parameters (``sqlite:///app.db?synchronous=normal&lock_ttl=10``) and ``options`` are
+    keyword arguments of the store's constructor; text is converted to the type the constructor
+    declares. An option the constructor does not take is refused by name. Every refusal is a
+    :class:`ConfigurationError`.
+    """
+    chosen = url if url is not None else os.environ.get(STORE_URL_ENV) or default
+    if not chosen:
+        raise ConfigurationError(
+            f"no store given: pass a store URL or set {STORE_URL_ENV} "
+            "(for example sqlite:///lockgate.db)"
+        )
+    scheme, location, query = _split(chosen)
+    if scheme == "memory":
+        if not allow_memory:
+            raise ConfigurationError(
+                "memory:// is a store inside one process, so nothing else (a worker, the CLI, "
+                "another process) could see its runs; use sqlite:///PATH"
+            )
+        if location.strip("/"):
+            raise ConfigurationError(f"memory:// takes no location, got {chosen!r}")
+        return _construct("memory", MemoryStore, (), query, options)
+    if scheme == "sqlite":
+        path = _sqlite_path(chosen, location)
+        return _construct("sqlite", SQLiteStore, (path,), query, options)
+    raise ConfigurationError(
+        f"unknown store URL scheme {scheme + '://'!r} in {chosen!r}; supported: "
+        + ", ".join(_SCHEMES)
+    )
+
+
+def _split(url: str) -> tuple[str, str, list[tuple[str, str]]]:
+    """``(scheme, location, query pairs)``; the location is host and path, undecoded."""
+    if not isinstance(url, str) or "://" not in url:
+        raise ConfigurationError(
+            f"store URL {url!r} has no scheme; supported: " + ", ".join(_SCHEMES)
+        )
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        raise ConfigurationError(f"store URL {url!r} does not parse: {exc}") from exc
+    if parts.fragment:
+        raise ConfigurationError(f"store URL {url!r} has a fragment ('#...'); remove it")
+    try:
+        query = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
+    except ValueError as exc:
+        raise ConfigurationError(f"store URL {url!r} has a malformed query: {exc}") from exc
+    return parts.scheme.lower(), parts.netloc + parts.path, query
+
+
+def _sqlite_path(url: str, location: str) -> str:
+    if not location.startswith("/"):
+        raise ConfigurationError(
+            f"sqlite URL {url!r} names a host; use sqlite:///relative.db or "
+            "sqlite:////absolute/path.db"
+        )
+    path = unquote(location[1:])
+    if not path or path.endswith("/"):
+        raise ConfigurationError(
+            f"sqlite URL {url!r} names no file; use sqlite:///relative.db or "
+            "sqlite:////absolute/path.db"
+        )
+    return path
+
+
+def _construct(
+    label: str,
+    cls: Callable[..., Store],
+    args: tuple[Any, ...],
+    query: list[tuple[str, str]],
+    options: dict[str, Any],
+) -> Store:
+    accepted = _keyword_parameters(cls)
+    kwargs: dict[str, Any] = {}
+    for key, text in query:
+        if key in kwargs:
+            raise ConfigurationError(f"{label} store option {key!r} is given twice in the URL")
+        kwargs[key] = _convert(label, key, text, accepted, from_url=True)
+    for key, value in options.items():
+        if key in kwargs:
+            raise ConfigurationError(
+                f"{label} store option {key!r} is given both in the URL and as an argument"
+            )
+        kwargs[key] = _convert(label, key, value, accepted, from_url=False)
+    try:
+        return cls(*args, **kwargs)
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(f"{label} store: {exc}") from exc
+
+
+def _keyword_parameters(cls: Callable[..., Any]) -> dict[str, tuple[Any, Any]]:
+    """``{name: (declared type, default)}`` of the keyword-only parameters of ``cls``."""
+    init = getattr(cls, "__init__", cls)
+    try:
+        hints = typing.get_type_hints(init)
+    except (NameError, TypeError):
+        hints = {}
+    accepted: dict[str, tuple[Any, Any]] = {}
+    for parameter in inspect.signature(cls).parameters.values():
+        if parameter.kind is not inspect.Parameter.KEYWORD_ONLY:
+            continue
+        declared = hints.get(parameter.name)
+        if declared is None and parameter.default not in (None, inspect.Parameter.empty):
+            declared = type(parameter.default)
+        accepted[parameter.name] = (declared, parameter.default)
+    return accepted
+
+
+def _convert(
+    label: str, key: str, value: Any, accepted: dict[str, tuple[Any, Any]], *, from_url: bool
+) -> Any:
+    if key not in accepted:
+        known = ", ".join(sorted(accepted)) or "none"
+        raise ConfigurationError(f"{label} store takes no option {key!r} (it takes: {known})")
+    if not isinstance(value, str):
+        return value
+    declared = accepted[key][0]
+    try:
+        return _from_text(declared, value)
+    except _NotText:
+        if from_url:
+            raise ConfigurationError(
+                f"{label} store option {key!r} cannot be given in a URL; pass it in code"
+            ) from None
+        return value
+    except ValueError as exc:
+        raise ConfigurationError(f"{label} store option {key!r}: {exc}") from None
+
+
+class _NotText(Exception):
+    """The declared type has no text spelling (a callable, an object)."""
+
+
+def _from_text(declared: Any, text: str) -> Any:
+    """``text`` as a value of ``declared``; ValueError when it does not spell one."""
+    if declared is None or declared is Any or declared is str:
+        return text
+    origin = typing.get_origin(declared)
+    if origin is typing.Union or origin is types.UnionType:
+        members = [m for m in typing.get_args(declared) if m is not type(None)]
+        if text.strip().lower() in _NONE and len(members) < len(typing.get_args(declared)):
+            return None
+        if len(members) == 1:
+            return _from_text(members[0], text)
+        for member in members:
+            try:
+                return _from_text(member, text)
+            except (ValueError, _NotText):
+                continue
+        raise ValueError(f"{text!r} fits none of {declared}")
+    if origin is Literal:
+        choices = typing.get_args(declared)
+        for choice in choices:
+            if isinstance(choice, str) and choice == text:
+                return choice
+        raise ValueError(f"must be one of {', '.join(map(repr, choices))}, got {text!r}")
+    if declared is bool:
+        lowered = text.strip().lower()
+        if lowered in _TRUE | _FALSE:
+            return lowered in _TRUE
+        raise ValueError(f"must be true or false, got {text!r}")
+    if declared is int:
+        try:
+            return int(text.strip())
+        except ValueError:
+            raise ValueError(f"must be a whole number, got {text!r}") from None
+    if declared is float:
+        try:
+            number = float(text.strip())
+        except ValueError:
+            raise ValueError(f"must be a number, got {text!r}") from None
+        if not math.isfinite(number):
+            raise ValueError(f"must be a finite number, got {text!r}")
+        return number
+    raise _NotText()
