@@ -82,6 +82,9 @@ class AttemptCore:
         self._cancel_seen = False
         self._cancel_raised = False
         self._parked = False
+        # Controls read at the attempt's start, reused by its first live boundary: only the
+        # body's own plain code runs in between, so one read serves both.
+        self._fresh: RunControls | None = None
         self._lease_lost = False
         self._task: asyncio.Task[Any] | None = None
 
@@ -206,7 +209,7 @@ class AttemptCore:
 
     async def _check_controls(self, index: int) -> RunControls:
         while True:
-            controls = await self.poll()
+            controls, self._fresh = self._fresh or await self.poll(), None
             if controls.cancel_requested_at is not None:
                 self._cancel_seen = True
                 if self._cancel_raised:

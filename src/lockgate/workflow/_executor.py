@@ -453,9 +453,10 @@ class Attempt(AttemptCore):
         start = self.state.calls.get(-1)
         if start is not None and start.outcome is None and start.due_at is not None:
             await self._wait_out(WaitSpec("start", "start", -1, due_at=start.due_at), [])
-        started = any(index >= 0 for index in self.state.calls)
-        if not started and (await self.poll()).cancel_requested_at is not None:
-            raise _Cancelled()
+        if not any(index >= 0 for index in self.state.calls):
+            self._fresh = await self.poll()
+            if self._fresh.cancel_requested_at is not None:
+                raise _Cancelled()
 
     async def _body_to_terminal(self) -> AttemptOutcome:
         await self._start()
