@@ -1,6 +1,8 @@
 """The workflow the SQLite benchmark runs, and the worker process that serves it.
 
-Run as a script: ``python bench/_one_step.py STORE_PATH SYNCHRONOUS`` serves it until SIGTERM.
+Run as a script: ``python bench/_one_step.py STORE_PATH SYNCHRONOUS [buffered]`` serves it
+until SIGTERM; ``buffered`` turns step-boundary durability off, so a run's step events reach the
+file with its terminal in one commit.
 """
 
 from __future__ import annotations
@@ -22,17 +24,18 @@ async def one_step(ctx: WorkflowContext, n: int) -> int:
     return await touch(n)
 
 
-async def serve(path: str, synchronous: str) -> None:
+async def serve(path: str, synchronous: str, buffered: bool) -> None:
     store = SQLiteStore(path, synchronous=synchronous)  # type: ignore[arg-type]
     options = WorkerOptions(
         max_concurrent_runs=32,
         claim_poll_interval=0.002,
         timer_poll_interval_s=1.0,
         orphan_scan_interval=30.0,
+        step_boundary_durability=not buffered,
     )
     worker = WorkflowWorker(workflows=[one_step], store=store, options=options)
     await worker.run()
 
 
 if __name__ == "__main__":
-    asyncio.run(serve(sys.argv[1], sys.argv[2]))
+    asyncio.run(serve(sys.argv[1], sys.argv[2], sys.argv[3:] == ["buffered"]))

@@ -1,6 +1,8 @@
 """One-step runs per second on SQLiteStore, against raw SQLite commits on the same disk.
 
-For ``synchronous`` full and normal, with one and two worker processes: submit RUNS one-step
+For ``synchronous`` full and normal, with one and two worker processes (and one worker with
+step-boundary durability off, "buffered": a run's step events go with its terminal in one
+commit, the fewest commits a run can take): submit RUNS one-step
 runs and time them from the first submit until the last completes. In the same run, on the same
 disk and with the same ``synchronous``, time a loop of raw ``BEGIN IMMEDIATE; INSERT; COMMIT``
 transactions. Prints both and their ratio. Not a test; record the output in
@@ -56,11 +58,12 @@ def completed(store: SQLiteStore) -> int:
     return counts.get("complete", 0)
 
 
-def runs_per_second(folder: Path, synchronous: str, workers: int) -> float:
-    path = folder / f"runs-{synchronous}-{workers}.db"
+def runs_per_second(folder: Path, synchronous: str, workers: int, buffered: bool = False) -> float:
+    path = folder / f"runs-{synchronous}-{workers}-{buffered}.db"
     store = SQLiteStore(path, synchronous=synchronous)  # type: ignore[arg-type]
     env = {**os.environ, "PYTHONPATH": f"{HERE}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     command = [sys.executable, str(HERE / "_one_step.py"), str(path), synchronous]
+    command += ["buffered"] if buffered else []
     procs = [subprocess.Popen(command, env=env) for _ in range(workers)]
     try:
         while store.get_workflow_policy("bench_one_step") is None:  # the workers are up
@@ -90,15 +93,16 @@ def main() -> None:
             f"raw commits for {RAW_SECONDS:g} s; files in {folder.parent}"
         )
         print(
-            f"{'synchronous':<12}{'workers':>8}{'runs/s':>10}{'raw commits/s':>15}"
+            f"{'synchronous':<16}{'wkrs':>4}{'runs/s':>10}{'raw commits/s':>15}"
             f"{'runs : commits':>16}{'cost in commits/run':>21}"
         )
         for synchronous in ("full", "normal"):
             raw = raw_commits_per_second(folder, synchronous)
-            for workers in (1, 2):
-                rate = runs_per_second(folder, synchronous, workers)
+            for workers, buffered in ((1, False), (2, False), (1, True)):
+                rate = runs_per_second(folder, synchronous, workers, buffered)
+                label = synchronous + (" buffered" if buffered else "")
                 print(
-                    f"{synchronous:<12}{workers:>8}{rate:>10,.0f}{raw:>15,.0f}"
+                    f"{label:<16}{workers:>4}{rate:>10,.0f}{raw:>15,.0f}"
                     f"{rate / raw:>16.3f}{raw / rate:>21.1f}",
                     flush=True,
                 )
