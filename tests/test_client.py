@@ -532,3 +532,20 @@ async def test_a_run_handle_cancels_and_terminates(client: WorkflowClient, drive
     result = await terminated.terminate(reason="t", requested_by="me")
     assert (result.outcome, result.run_id) == (TerminateOutcome.TERMINATED, terminated.run_id)
     assert await terminated.status() == RunStatus.TERMINATED
+
+
+async def test_a_submit_by_name_takes_the_version_its_workers_recorded(
+    store: MemoryStore,
+) -> None:
+    plain = WorkflowClient(store)
+    unversioned = await plain.submit("client_served_elsewhere", {"x": 1})
+    assert store.get_run_version("client_served_elsewhere", unversioned.run_id) == (
+        "",
+        "auto_upgrade",
+    )
+    store.record_workflow_policy(
+        "client_served_elsewhere",
+        {"version": "v7", "version_behavior": "pinned", "concurrency": None, "rate": None},
+    )
+    handle = await plain.submit("client_served_elsewhere", {"x": 2})
+    assert store.get_run_version("client_served_elsewhere", handle.run_id) == ("v7", "pinned")

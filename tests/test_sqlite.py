@@ -20,6 +20,7 @@ from lockgate import (
     EventKind,
     LockLost,
     ManualClock,
+    MemoryStore,
     RunEvent,
     RunStatus,
     SQLiteStore,
@@ -300,3 +301,12 @@ def test_info_describes_the_file_and_what_it_holds(tmp_path: Path) -> None:
     assert info["synchronous"] == "normal"
     assert info["size_bytes"] > 0
     assert info["workflows"] == {NAME: {"in_progress": 1, "pending": 1}}
+
+
+@pytest.mark.parametrize("backend", ["memory", "sqlite"])
+def test_both_stores_tell_pending_updates_in_the_poll(backend: str, tmp_path: Path) -> None:
+    store = MemoryStore() if backend == "memory" else SQLiteStore(tmp_path / "s.db")
+    store.submit_run(NAME, "r1", {})
+    assert store.poll_run(NAME, "r1").updates_pending is False
+    store.deliver_update(NAME, "r1", "set", {"v": 1}, "u1", "t")
+    assert store.poll_run(NAME, "r1").updates_pending is True

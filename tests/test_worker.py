@@ -334,12 +334,14 @@ async def test_versions_and_policies_are_recorded_at_start(store: MemoryStore) -
     await worker.run_until_idle()
     assert store.get_workflow_policy("wk_gated_policy") == {
         "version": "7",
+        "version_behavior": "pinned",
         "concurrency": {"key": "tenant", "key_callable": False, "max": 2},
         "rate": {"key": None, "key_callable": True, "per_second": 2.5, "burst": 3},
     }
     double_version = wk_double.__lockgate_workflow__.version  # type: ignore[attr-defined]
     assert store.get_workflow_policy("wk_double") == {
         "version": double_version,
+        "version_behavior": "auto_upgrade",
         "concurrency": None,
         "rate": None,
     }

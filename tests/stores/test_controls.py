@@ -16,6 +16,7 @@ from lockgate import (
     LockLost,
     ManualClock,
     RunFinishedError,
+    RunNotFoundError,
     RunStatus,
     Store,
     TerminateOutcome,
@@ -393,3 +394,24 @@ def test_a_held_control_expires_after_held_ttl(store: Store, clock: ManualClock)
     store.submit_run(NAME, "late", {})
     assert store.get_run_controls(NAME, "late") == (None, None)
     assert EventKind.RUN_CANCEL not in kinds(store, "late")
+
+
+# -- poll_run ----------------------------------------------------------------------------------
+
+
+def test_poll_run_reads_controls_and_pending_updates_in_one_answer(store: Store) -> None:
+    claimed(store)
+    first = store.poll_run(NAME, "r1")
+    assert (first.cancel_requested_at, first.pause_requested_at) == (None, None)
+    assert first.updates_pending in (False, None)
+    store.deliver_update(NAME, "r1", "set", {"v": 1}, "u1", "t")
+    assert store.poll_run(NAME, "r1").updates_pending in (True, None)
+    store.settle_update(NAME, "r1", "u1", {"status": "completed", "result": 1})
+    assert store.poll_run(NAME, "r1").updates_pending in (False, None)
+    pause_at = store.request_pause(NAME, "r1")
+    cancel_at = store.request_cancel(NAME, "r1")
+    polled = store.poll_run(NAME, "r1")
+    assert (polled.cancel_requested_at, polled.pause_requested_at) == (cancel_at, pause_at)
+    assert store.get_run_controls(NAME, "r1") == (cancel_at, pause_at)
+    with pytest.raises(RunNotFoundError):
+        store.poll_run(NAME, "missing")

@@ -149,6 +149,7 @@ class WorkflowClient:
             body_hash = hashlib.sha256(
                 json.dumps({"params": params, "timing": timing}, sort_keys=True).encode()
             ).hexdigest()
+        version, behavior = await self._version_for(name, spec)
         submitted = await self._io(
             self.store.submit_run,
             name,
@@ -158,12 +159,23 @@ class WorkflowClient:
             owner=owner,
             idempotency_key=idempotency_key,
             idempotency_body_hash=body_hash,
-            version=spec.version if spec else "",
-            version_behavior=spec.version_behavior if spec else "auto_upgrade",
+            version=version,
+            version_behavior=behavior,
             start_at=when,
             **(policy_stamp(spec, params) if spec else {}),
         )
         return RunHandle(self, name, str(submitted))
+
+    async def _version_for(self, name: str, spec: WorkflowSpec | None) -> tuple[str, str]:
+        """The version a run is stamped with: the imported workflow's, else the one the workers
+        serving ``name`` recorded in the store, else none (any worker may take it)."""
+        if spec is not None:
+            return spec.version, spec.version_behavior
+        if "policies" in self.store.capabilities():
+            record = await self._io(self.store.get_workflow_policy, name)
+            if record is not None and isinstance(record.get("version"), str):
+                return record["version"], str(record.get("version_behavior") or "auto_upgrade")
+        return "", "auto_upgrade"
 
     def handle(self, name: str, run_id: str) -> RunHandle:
         """A handle to an existing run."""

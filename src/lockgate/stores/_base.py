@@ -453,8 +453,8 @@ def _class_capabilities(cls: type) -> frozenset[str]:
 
 
 class PolicyStore:
-    """The flow-control policy each worker serves, recorded by name, so a process that submits
-    by name without importing the workflow stamps the same gates."""
+    """What each worker serves, recorded by name at its start: the workflow's version and its
+    flow-control policy, for processes that submit by name without importing the workflow."""
 
     def record_workflow_policy(self, name: str, policy: dict[str, Any]) -> None:
         """Record ``policy`` (the ``Limit`` and ``Rate`` of ``name``, as JSON data, with the

@@ -130,7 +130,7 @@ class SQLiteRows:
             fields.update(owner_gone=0, store_requeues=0)
         if events and events[-1].is_terminal:
             # A run that has ended holds nothing: its lock goes with its queue place and wait,
-            # so the holder's release that follows needs no write.
+            # so the holder needs no release after it.
             fields.update(
                 terminal=terminal_status(events[-1]).value,
                 ended_at=self._clock(),

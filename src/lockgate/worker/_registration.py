@@ -1,6 +1,6 @@
 """What a worker tells the store about its workflows when it starts: their versions, and the
-flow-control policy each declares, so a process that submits by name without importing the
-workflow can stamp the same gates."""
+flow-control policy each declares. A process that submits by name without importing the
+workflow stamps its runs with the recorded version (and, with flow control, its gates)."""
 
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ def policy_record(spec: WorkflowSpec) -> dict[str, Any]:
     """The JSON form of ``spec``'s ``Limit`` and ``Rate``, with the version declaring them."""
     return {
         "version": spec.version,
+        "version_behavior": spec.version_behavior,
         "concurrency": _limit(spec.concurrency),
         "rate": _rate(spec.rate_limit),
     }
