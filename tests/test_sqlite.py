@@ -310,3 +310,23 @@ def test_both_stores_tell_pending_updates_in_the_poll(backend: str, tmp_path: Pa
     assert store.poll_run(NAME, "r1").updates_pending is False
     store.deliver_update(NAME, "r1", "set", {"v": 1}, "u1", "t")
     assert store.poll_run(NAME, "r1").updates_pending is True
+
+
+OPENER = "import sys; from lockgate import SQLiteStore; SQLiteStore(sys.argv[1]).close()"
+
+
+def test_processes_opening_a_new_file_at_once_all_see_a_whole_store(tmp_path: Path) -> None:
+    for attempt in range(3):
+        path = tmp_path / f"new-{attempt}.db"
+        openers = [
+            subprocess.Popen([sys.executable, "-c", OPENER, str(path)], stderr=subprocess.PIPE)
+            for _ in range(4)
+        ]
+        while any(p.poll() is None for p in openers):
+            if path.exists():
+                SQLiteStore(path).close()  # would raise StoreFileError on a half-made file
+        for opener in openers:
+            _, err = opener.communicate(timeout=60)
+            assert opener.returncode == 0, err.decode()
+        assert SQLiteStore(path).info()["format_generation"] == FORMAT_GENERATION
+        assert not list(tmp_path.glob(".new-*")), "a scratch file was left behind"

@@ -39,6 +39,7 @@ from lockgate.stores._sqlite_file import (
     SCHEMA,
     check_library,
     check_local,
+    create_if_missing,
     inspect_existing,
     resolve_path,
 )
@@ -107,6 +108,7 @@ class SQLiteStore(SQLiteWaits, Store):
         self.path = resolve_path(path)
         check_local(self.path)
         inspect_existing(self.path)
+        create_if_missing(self.path)
         self.retention_seconds = retention_seconds
         self.synchronous = synchronous
         self.busy_timeout_s = 30.0 if busy_timeout_s is None else busy_timeout_s

@@ -3,8 +3,10 @@ generation. Nothing here writes to a file before it is known to be empty or lock
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
+import uuid
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -140,6 +142,30 @@ def inspect_existing(path: Path) -> None:
             f"{path} was written by a newer lockgate (format {generation}; this one reads up to "
             f"{FORMAT_GENERATION}); upgrade lockgate to open it"
         )
+
+
+def create_if_missing(path: Path) -> None:
+    """Create the store file whole, so no other process can open it half made.
+
+    SQLite creates a new database lazily: its first transaction on an empty file is where a
+    concurrent reader can see the schema being built. So a new store is built in a private
+    file beside the target and linked into place only once it is complete; if another process
+    linked first, its file wins and ours is dropped."""
+    if path.exists() and path.stat().st_size > 0:
+        return
+    scratch = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.new")
+    try:
+        conn = sqlite3.connect(scratch, isolation_level=None)
+        try:
+            conn.executescript(f"BEGIN IMMEDIATE;\n{SCHEMA}\nCOMMIT;")
+        finally:
+            conn.close()
+        if path.exists() and path.stat().st_size == 0:
+            path.unlink(missing_ok=True)  # an empty file left by an older, lazier open
+        with contextlib.suppress(FileExistsError):
+            os.link(scratch, path)
+    finally:
+        scratch.unlink(missing_ok=True)
 
 
 SCHEMA = f"""
