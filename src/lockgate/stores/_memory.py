@@ -18,6 +18,7 @@ from lockgate._errors import (
     IdempotencyConflict,
     LockLost,
     RunFinishedError,
+    RunGatedError,
     RunNotFoundError,
     RunOwnedError,
 )
@@ -29,6 +30,7 @@ from lockgate.journal._events import (
     terminal_status,
 )
 from lockgate.stores._base import Store
+from lockgate.stores._gates import Gates, fair_bucket, fair_order, refill
 from lockgate.stores._records import (
     PROGRESS_KINDS,
     Submit,
@@ -84,6 +86,8 @@ class _Run:
     signal_keys: dict[str, str] = field(default_factory=dict)
     updates: dict[str, dict[str, Any]] = field(default_factory=dict)
     update_results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    gates: Gates = field(default_factory=Gates)
+    bucket: str = ""
 
     @property
     def ended(self) -> bool:
@@ -141,6 +145,13 @@ class MemoryStore(Store):
         self._versions: dict[str, dict[str, int]] = {}
         self._policies: dict[str, dict[str, Any]] = {}
         self._held_controls: dict[tuple[str, str], _Held] = {}
+        # Gates: the runs holding each Limit key's slots (a run holds one while it is locked),
+        # each Rate key's bucket (tokens, when counted), and when each fairness bucket was
+        # last served.
+        self._slots: dict[tuple[str, str], set[str]] = {}
+        self._tokens: dict[tuple[str, str], tuple[float, float]] = {}
+        self._served: dict[str, dict[str, int]] = {}
+        self._serve_seq = 0
         self._order = 0
 
     # -- helpers -------------------------------------------------------------------------------
@@ -187,7 +198,7 @@ class MemoryStore(Store):
                 run.owner_gone = run.store_requeues = 0
         if run.ended:
             run.wait = None
-            run.lock = None
+            self._set_lock(run, None)
             self._dequeue(run)
 
     def _event(self, run: _Run, kind: str, payload: dict[str, Any]) -> RunEvent:
@@ -196,11 +207,44 @@ class MemoryStore(Store):
     def _close_wait(self, run: _Run) -> None:
         run.wait = None
 
+    def _set_lock(self, run: _Run, lease: str | None) -> None:
+        run.lock = lease
+        key = run.gates.concurrency_key
+        if key is not None:
+            holders = self._slots.setdefault((run.name, key), set())
+            if lease is None:
+                holders.discard(run.run_id)
+            else:
+                holders.add(run.run_id)
+
+    def _gated(self, run: _Run) -> str | None:
+        """Why ``run`` cannot start now (its Limit is full, its Rate has no token), or None,
+        having then spent the token. A Limit refusal spends nothing."""
+        gates = run.gates
+        if gates.limited:
+            assert gates.concurrency_key is not None
+            assert gates.concurrency_max is not None
+            holders = self._slots.get((run.name, gates.concurrency_key), set())
+            if len(holders - {run.run_id}) >= gates.concurrency_max:
+                return f"Limit {gates.concurrency_key!r} {len(holders)}/{gates.concurrency_max}"
+        if gates.rated:
+            assert gates.rate_key is not None
+            now = self._clock()
+            tokens, updated = self._tokens.get(
+                (run.name, gates.rate_key), (float(gates.rate_burst or 1), now)
+            )
+            tokens = refill(tokens, updated, now, gates)
+            if tokens < 1:
+                self._tokens[(run.name, gates.rate_key)] = (tokens, now)
+                return f"Rate {gates.rate_key!r}: no token"
+            self._tokens[(run.name, gates.rate_key)] = (tokens - 1, now)
+        return None
+
     def _claim(self, run: _Run, lease: str) -> None:
         self._dequeue(run)
         if run.lock != lease or not self._held(run):
             run.epoch += 1
-        run.lock = lease
+        self._set_lock(run, lease)
         run.lock_expires = self._clock() + self.lock_ttl
 
     def _status(self, run: _Run) -> RunStatus:
@@ -280,7 +324,9 @@ class MemoryStore(Store):
             version_behavior=version_behavior,
             submitted_at=now,
             order=self._order,
+            gates=Gates(concurrency_key, concurrency_max, rate_key, rate_per_second, rate_burst),
         )
+        run.bucket = fair_bucket(owner, run.gates)
         submit = Submit(
             name,
             params,
@@ -326,19 +372,25 @@ class MemoryStore(Store):
         *,
         prefer: Sequence[int] = (),
     ) -> str | None:
-        for run_id in list(self._queues.get(name, {})):
-            run = self._runs[(name, run_id)]
-            if self._held(run) and run.lock != worker_id:
-                continue
-            if (
-                worker_version is not None
-                and run.version_behavior == "pinned"
-                and run.version
-                and run.version != worker_version
-            ):
-                continue
-            self._claim(run, worker_id)
-            return run_id
+        queued = [self._runs[(name, run_id)] for run_id in self._queues.get(name, {})]
+        served = self._served.setdefault(name, {})
+        for bucket in fair_order(queued, served, lambda run: run.bucket):
+            for run in bucket:
+                if self._held(run) and run.lock != worker_id:
+                    continue
+                if (
+                    worker_version is not None
+                    and run.version_behavior == "pinned"
+                    and run.version
+                    and run.version != worker_version
+                ):
+                    continue
+                if (run.lock != worker_id or not self._held(run)) and self._gated(run):
+                    break  # the bucket shares its gate: none of its runs can start either
+                self._claim(run, worker_id)
+                self._serve_seq += 1
+                served[run.bucket] = self._serve_seq
+                return str(run.run_id)
         return None
 
     @_locked
@@ -353,6 +405,10 @@ class MemoryStore(Store):
             self.requeue_run(name, run_id, reason="owner_gone")
             if run.ended:
                 raise RunFinishedError(f"run {run_id!r} of {name!r} ran out of retries")
+        if run.lock != worker_id or not self._held(run):
+            reason = self._gated(run)
+            if reason is not None:
+                raise RunGatedError(f"run {run_id!r} of {name!r} waits on its gate: {reason}")
         self._claim(run, worker_id)
 
     @_locked
@@ -360,7 +416,7 @@ class MemoryStore(Store):
         run = self._runs.get((name, run_id))
         if run is None or (worker_id is not None and run.lock != worker_id):
             return
-        run.lock = None
+        self._set_lock(run, None)
         if not run.ended and run.wait is None:
             self._enqueue(run)
 
@@ -371,7 +427,7 @@ class MemoryStore(Store):
         run = self._runs.get((name, run_id))
         if run is None or (worker_id is not None and run.lock != worker_id):
             return
-        run.lock = None
+        self._set_lock(run, None)
         if run.ended:
             return
         run.owner_gone, run.store_requeues, kind, payload = requeue_outcome(
@@ -559,7 +615,7 @@ class MemoryStore(Store):
             return WaitOutcome.SUPERSEDED
         self._append(run, events, run.epoch)
         run.wait = wait
-        run.lock = None
+        self._set_lock(run, None)
         self._dequeue(run)
         return WaitOutcome.PARKED
 
@@ -836,7 +892,7 @@ class MemoryStore(Store):
             None,
         )
         run.cancel_at = run.cancel_at or now
-        run.lock = None
+        self._set_lock(run, None)
         return TerminateOutcome.TERMINATED
 
     @_locked
@@ -844,7 +900,7 @@ class MemoryStore(Store):
         run = self._runs.get((name, run_id))
         if run is None or (worker_id is not None and run.lock != worker_id):
             return
-        run.lock = None
+        self._set_lock(run, None)
         if not run.ended:
             self._enqueue(run)
 

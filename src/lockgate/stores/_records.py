@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lockgate.journal._events import EventKind, RunEvent, RunStatus
+from lockgate.stores._gates import Gates
 
 WAIT_STATUS = {
     "start": RunStatus.SLEEPING,
@@ -62,6 +63,16 @@ class Submit:
     rate_burst: int | None
     provenance: dict[str, Any] | None
     start_at: float | None
+
+    @property
+    def gates(self) -> Gates:
+        return Gates(
+            self.concurrency_key,
+            self.concurrency_max,
+            self.rate_key,
+            self.rate_per_second,
+            self.rate_burst,
+        )
 
     def init_payload(self, now: float) -> dict[str, Any]:
         gates: dict[str, Any] = {}

@@ -24,6 +24,7 @@ from lockgate._errors import (
     IdempotencyConflict,
     LockLost,
     RunFinishedError,
+    RunGatedError,
     RunNotFoundError,
     RunOwnedError,
     StoreUnavailable,
@@ -32,6 +33,7 @@ from lockgate.journal._events import (
     RunEvent,
 )
 from lockgate.stores._base import Store
+from lockgate.stores._gates import fair_bucket, fair_order
 from lockgate.stores._records import (
     Submit,
 )
@@ -41,6 +43,7 @@ from lockgate.stores._sqlite_file import (
     check_local,
     create_if_missing,
     inspect_existing,
+    migrate,
     resolve_path,
 )
 from lockgate.stores._sqlite_rows import dumps
@@ -152,6 +155,7 @@ class SQLiteStore(SQLiteWaits, Store):
             conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
             # One write transaction, so processes opening a new file at once create it once.
+            migrate(conn)
             conn.executescript(f"BEGIN IMMEDIATE;\n{SCHEMA}\nCOMMIT;")
         except sqlite3.Error as exc:
             raise StoreUnavailable(f"cannot open SQLite store {self.path}: {exc}") from exc
@@ -244,8 +248,9 @@ class SQLiteStore(SQLiteWaits, Store):
             )
             db.execute(
                 "INSERT INTO lg_runs (name, run_id, ord, params, metadata, owner, version, "
-                "version_behavior, submitted_at, wait, wait_due) VALUES (?, ?, (SELECT "
-                "COALESCE(MAX(ord), 0) + 1 FROM lg_runs WHERE name = ?), ?, ?, ?, ?, ?, ?, ?, ?)",
+                "version_behavior, submitted_at, wait, wait_due, ckey, cmax, rkey, rps, rburst, "
+                "bucket) VALUES (?, ?, (SELECT COALESCE(MAX(ord), 0) + 1 FROM lg_runs WHERE "
+                "name = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     name,
                     run_id,
@@ -258,6 +263,12 @@ class SQLiteStore(SQLiteWaits, Store):
                     now,
                     dumps(wait.to_dict()) if wait else None,
                     wait.due_at if wait else None,
+                    concurrency_key,
+                    concurrency_max,
+                    rate_key,
+                    rate_per_second,
+                    rate_burst,
+                    fair_bucket(owner, submit.gates),
                 ),
             )
             row = self._require(db, name, run_id)
@@ -303,22 +314,27 @@ class SQLiteStore(SQLiteWaits, Store):
                 "SELECT * FROM lg_runs WHERE name = ? AND queued IS NOT NULL ORDER BY queued",
                 (name,),
             ).fetchall()
-            for row in rows:
-                if (
-                    row["lock"] is not None
-                    and row["lock"] != worker_id
-                    and row["lock_expires"] > now
-                ):
-                    continue
-                if (
-                    worker_version is not None
-                    and row["version_behavior"] == "pinned"
-                    and row["version"]
-                    and row["version"] != worker_version
-                ):
-                    continue
-                self._claim(db, row, worker_id)
-                return str(row["run_id"])
+            served = {
+                r["bucket"]: r["seq"]
+                for r in db.execute("SELECT bucket, seq FROM lg_served WHERE name = ?", (name,))
+            }
+            for bucket in fair_order(rows, served, lambda r: r["bucket"]):
+                for row in bucket:
+                    held = row["lock"] is not None and row["lock_expires"] > now
+                    if held and row["lock"] != worker_id:
+                        continue
+                    if (
+                        worker_version is not None
+                        and row["version_behavior"] == "pinned"
+                        and row["version"]
+                        and row["version"] != worker_version
+                    ):
+                        continue
+                    if not (held and row["lock"] == worker_id) and self._gated(db, row, now):
+                        break  # the bucket shares its gate: none of its runs can start either
+                    self._claim(db, row, worker_id)
+                    self._served(db, name, row["bucket"])
+                    return str(row["run_id"])
         return None
 
     @translated
@@ -334,6 +350,12 @@ class SQLiteStore(SQLiteWaits, Store):
                 self._requeue(db, row, "owner_gone")
                 row = self._require(db, name, run_id)
             if row["terminal"] is None:
+                if not (self._live(row) and row["lock"] == worker_id):
+                    reason = self._gated(db, row, self._clock())
+                    if reason is not None:
+                        raise RunGatedError(
+                            f"run {run_id!r} of {name!r} waits on its gate: {reason}"
+                        )
                 self._claim(db, row, worker_id)
         if row["terminal"] is not None:  # the requeue spent the budget (and is committed)
             raise RunFinishedError(f"run {run_id!r} of {name!r} ran out of retries")

@@ -13,7 +13,7 @@ from pathlib import Path
 from lockgate._errors import ConfigurationError
 
 #: Bumped whenever the schema changes in a way an older lockgate cannot read.
-FORMAT_GENERATION = 1
+FORMAT_GENERATION = 2
 #: ``PRAGMA application_id`` of a lockgate file: "LKGT".
 APPLICATION_ID = 0x4C4B4754
 #: UPSERT (3.24) and partial indexes are needed; WAL needs a library built with it.
@@ -168,6 +168,53 @@ def create_if_missing(path: Path) -> None:
         scratch.unlink(missing_ok=True)
 
 
+#: Gate bookkeeping (format generation 2): the index that counts a Limit key's slots, Rate
+#: buckets, and when each fairness bucket was last served.
+GATES_SCHEMA = """
+CREATE INDEX IF NOT EXISTS lg_runs_slots ON lg_runs (name, ckey) WHERE lock IS NOT NULL;
+CREATE TABLE IF NOT EXISTS lg_tokens (
+    name TEXT NOT NULL, key TEXT NOT NULL, tokens REAL NOT NULL, updated_at REAL NOT NULL,
+    PRIMARY KEY (name, key)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS lg_served (
+    name TEXT NOT NULL, bucket TEXT NOT NULL, seq INTEGER NOT NULL,
+    PRIMARY KEY (name, bucket)
+) WITHOUT ROWID;
+"""
+
+#: What brings a file of an older generation to this one, by the generation it starts from.
+MIGRATIONS = {
+    1: """
+ALTER TABLE lg_runs ADD COLUMN ckey TEXT;
+ALTER TABLE lg_runs ADD COLUMN cmax INTEGER;
+ALTER TABLE lg_runs ADD COLUMN rkey TEXT;
+ALTER TABLE lg_runs ADD COLUMN rps REAL;
+ALTER TABLE lg_runs ADD COLUMN rburst INTEGER;
+ALTER TABLE lg_runs ADD COLUMN bucket TEXT NOT NULL DEFAULT '';
+"""
+    + GATES_SCHEMA,
+}
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    """Bring the file to FORMAT_GENERATION, one generation at a time, in one transaction."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        row = conn.execute("SELECT value FROM lg_meta WHERE key = 'format_generation'").fetchone()
+        generation = int(row[0])
+        while generation < FORMAT_GENERATION:
+            for statement in filter(str.strip, MIGRATIONS[generation].split(";")):
+                conn.execute(statement)
+            generation += 1
+        conn.execute(
+            "UPDATE lg_meta SET value = ? WHERE key = 'format_generation'", (str(generation),)
+        )
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS lg_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS lg_runs (
@@ -193,6 +240,12 @@ CREATE TABLE IF NOT EXISTS lg_runs (
     last_seq INTEGER NOT NULL DEFAULT 0,
     terminal TEXT,
     ended_at REAL,
+    ckey TEXT,
+    cmax INTEGER,
+    rkey TEXT,
+    rps REAL,
+    rburst INTEGER,
+    bucket TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (name, run_id)
 );
 CREATE INDEX IF NOT EXISTS lg_runs_queue ON lg_runs (name, queued) WHERE queued IS NOT NULL;
@@ -200,6 +253,7 @@ CREATE INDEX IF NOT EXISTS lg_runs_due ON lg_runs (wait_due) WHERE wait_due IS N
 CREATE INDEX IF NOT EXISTS lg_runs_locks ON lg_runs (name, lock_expires) WHERE lock IS NOT NULL;
 CREATE INDEX IF NOT EXISTS lg_runs_order ON lg_runs (name, ord);
 CREATE INDEX IF NOT EXISTS lg_runs_ended ON lg_runs (ended_at) WHERE ended_at IS NOT NULL;
+{GATES_SCHEMA}
 CREATE TABLE IF NOT EXISTS lg_events (
     name TEXT NOT NULL,
     run_id TEXT NOT NULL,

@@ -13,6 +13,7 @@ from typing import Any
 from lockgate._clock import iso
 from lockgate._errors import EventAfterTerminal, LockLost, RunNotFoundError
 from lockgate.journal._events import EPOCH_HEADER, EventKind, RunEvent, RunStatus, terminal_status
+from lockgate.stores._gates import Gates, refill
 from lockgate.stores._records import PROGRESS_KINDS, derive_status, requeue_outcome
 from lockgate.stores._types import RunInfo, WaitSpec
 
@@ -300,3 +301,48 @@ class SQLiteRows:
         self._set(db, row, wait=None, wait_due=None)
         if lease is None and not self._live(row):
             self._enqueue(db, row["name"], row["run_id"])
+
+    def _gates(self, row: sqlite3.Row) -> Gates:
+        return Gates(row["ckey"], row["cmax"], row["rkey"], row["rps"], row["rburst"])
+
+    def _gated(self, db: sqlite3.Connection, row: sqlite3.Row, now: float) -> str | None:
+        """Why the run cannot start now (its Limit is full, its Rate has no token), or None,
+        having then spent the token. A Limit refusal spends nothing. Slots are counted, not
+        kept: a run holds one while its lock is set, until it parks, ends or is requeued."""
+        gates = self._gates(row)
+        if gates.limited:
+            holding = db.execute(
+                "SELECT COUNT(*) FROM lg_runs WHERE name = ? AND ckey = ? AND lock IS NOT NULL "
+                "AND run_id != ?",
+                (row["name"], gates.concurrency_key, row["run_id"]),
+            ).fetchone()[0]
+            assert gates.concurrency_max is not None
+            if holding >= gates.concurrency_max:
+                return f"Limit {gates.concurrency_key!r} {holding}/{gates.concurrency_max}"
+        if gates.rated:
+            bucket = db.execute(
+                "SELECT tokens, updated_at FROM lg_tokens WHERE name = ? AND key = ?",
+                (row["name"], gates.rate_key),
+            ).fetchone()
+            tokens = (
+                float(gates.rate_burst or 1)
+                if bucket is None
+                else refill(bucket["tokens"], bucket["updated_at"], now, gates)
+            )
+            spent = tokens - 1 if tokens >= 1 else tokens
+            db.execute(
+                "INSERT OR REPLACE INTO lg_tokens (name, key, tokens, updated_at) "
+                "VALUES (?, ?, ?, ?)",
+                (row["name"], gates.rate_key, spent, now),
+            )
+            if tokens < 1:
+                return f"Rate {gates.rate_key!r}: no token"
+        return None
+
+    def _served(self, db: sqlite3.Connection, name: str, bucket: str) -> None:
+        """Mark ``bucket`` served last, so the next claim offers the others first."""
+        db.execute(
+            "INSERT OR REPLACE INTO lg_served (name, bucket, seq) VALUES (?, ?, (SELECT "
+            "COALESCE(MAX(seq), 0) + 1 FROM lg_served WHERE name = ?))",
+            (name, bucket, name),
+        )

@@ -1,0 +1,153 @@
+"""Flow-control gates at claim time: Limit slots, Rate tokens, no head-of-line blocking, and
+fair rotation across owners and keys."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from lockgate import EventKind, ManualClock, RunGatedError, RunStatus, Store
+from lockgate.stores import WaitOutcome, WaitSpec
+
+from ._support import NAME, event, status
+
+
+def submit(store: Store, run_id: str, **gates: Any) -> str:
+    return store.submit_run(NAME, run_id, {}, **gates)
+
+
+def limited(store: Store, run_id: str, key: str = "acme", limit: int = 2, **more: Any) -> str:
+    return submit(store, run_id, concurrency_key=key, concurrency_max=limit, **more)
+
+
+def rated(
+    store: Store,
+    run_id: str,
+    key: str = "acme",
+    per_second: float = 1.0,
+    burst: int = 2,
+    **more: Any,
+) -> str:
+    return submit(store, run_id, rate_key=key, rate_per_second=per_second, rate_burst=burst, **more)
+
+
+def finish(store: Store, run_id: str, lease: str) -> None:
+    store.append_events(NAME, run_id, [event(EventKind.RUN_COMPLETE, run_id)], fence=lease)
+
+
+def claim(store: Store, lease: str) -> str | None:
+    return store.claim_next_run(NAME, lease)
+
+
+def test_a_limit_lets_max_runs_of_a_key_execute_and_keeps_the_rest_queued(store: Store) -> None:
+    for n in range(4):
+        limited(store, f"a{n}")
+    assert [claim(store, f"l{n}") for n in range(3)] == ["a0", "a1", None]
+    assert status(store, "a2") == RunStatus.PENDING
+    assert store.get_pending_count(NAME) == 2
+    finish(store, "a0", "l0")
+    assert claim(store, "l3") == "a2"
+    assert claim(store, "l4") is None
+
+
+def test_a_full_key_does_not_block_the_runs_of_other_keys_behind_it(store: Store) -> None:
+    limited(store, "a0", limit=1)
+    limited(store, "a1", limit=1)
+    limited(store, "b0", key="globex", limit=1)
+    submit(store, "free")
+    assert claim(store, "l0") == "a0"
+    claimed = {claim(store, "l1"), claim(store, "l2")}
+    assert claimed == {"b0", "free"}
+    assert claim(store, "l3") is None
+    assert status(store, "a1") == RunStatus.PENDING
+
+
+def test_a_parked_run_frees_its_slot_and_needs_one_again_when_woken(
+    store: Store, clock: ManualClock
+) -> None:
+    limited(store, "a0", limit=1)
+    limited(store, "a1", limit=1)
+    assert claim(store, "l0") == "a0"
+    wait = WaitSpec("sleep", "sleep:0", 0, due_at=clock() + 10)
+    assert store.park_run(NAME, "a0", lease="l0", events=[], wait=wait) == WaitOutcome.PARKED
+    assert claim(store, "l1") == "a1"
+    clock.advance(10)
+    assert store.wake_due(NAME, "a0", due_by=clock()) == WaitOutcome.RESOLVED
+    assert claim(store, "l2") is None  # woken, but a1 holds the only slot
+    finish(store, "a1", "l1")
+    assert claim(store, "l3") == "a0"
+
+
+def test_a_lapsed_lease_keeps_its_slot_until_the_run_is_recovered(
+    store: Store, clock: ManualClock
+) -> None:
+    limited(store, "a0", limit=1)
+    limited(store, "a1", limit=1)
+    assert claim(store, "l0") == "a0"
+    clock.advance(60)  # the holder may be frozen, still running: its slot is not given away
+    assert claim(store, "l1") is None
+    assert store.recover_pending_runs(NAME) == ["a0"]
+    assert claim(store, "l2") in {"a0", "a1"}
+
+
+def test_a_rate_spends_one_token_per_claim_and_refills_over_time(
+    store: Store, clock: ManualClock
+) -> None:
+    for n in range(5):
+        rated(store, f"r{n}", per_second=2.0, burst=2)
+    assert [claim(store, f"l{n}") for n in range(3)] == ["r0", "r1", None]
+    clock.advance(0.5)
+    assert claim(store, "l3") == "r2"
+    assert claim(store, "l4") is None
+    clock.advance(10)  # the bucket refills to its burst, no more
+    assert [claim(store, f"m{n}") for n in range(3)] == ["r3", "r4", None]
+
+
+def test_a_claim_the_limit_refuses_spends_no_rate_token(store: Store) -> None:
+    for n in range(2):
+        limited(store, f"x{n}", limit=1, rate_key="acme", rate_per_second=0.0001, rate_burst=2)
+    assert claim(store, "l0") == "x0"  # one token left
+    assert claim(store, "l1") is None  # refused by the Limit: the token stays
+    finish(store, "x0", "l0")
+    assert claim(store, "l2") == "x1"  # the token left is there to spend
+
+
+def test_claim_run_passes_the_gates_or_raises_and_leaves_the_run_queued(store: Store) -> None:
+    limited(store, "a0", limit=1)
+    limited(store, "a1", limit=1)
+    store.claim_run(NAME, "a0", "l0")
+    with pytest.raises(RunGatedError, match="Limit"):
+        store.claim_run(NAME, "a1", "l1")
+    assert status(store, "a1") == RunStatus.PENDING
+    assert store.get_pending_count(NAME) == 1
+    store.claim_run(NAME, "a0", "l0")  # re-asserting its own claim takes no slot
+    finish(store, "a0", "l0")
+    store.claim_run(NAME, "a1", "l1")
+    assert store.lock_holder(NAME, "a1") == "l1"
+
+
+def test_claims_rotate_across_owners(store: Store) -> None:
+    for n in range(6):
+        submit(store, f"big{n}", owner="bigco")
+    for n in range(2):
+        submit(store, f"small{n}", owner="smallco")
+    order = [claim(store, f"l{n}") for n in range(8)]
+    assert order[:4] == ["big0", "small0", "big1", "small1"]
+    assert order[4:] == ["big2", "big3", "big4", "big5"]
+
+
+def test_claims_rotate_across_gate_keys(store: Store) -> None:
+    for n in range(3):
+        limited(store, f"a{n}", key="acme", limit=10)
+    limited(store, "b0", key="globex", limit=10)
+    assert [claim(store, f"l{n}") for n in range(4)] == ["a0", "b0", "a1", "a2"]
+
+
+def test_the_gates_are_stamped_in_run_init(store: Store) -> None:
+    limited(store, "a0", limit=3, rate_key="acme", rate_per_second=5.0, rate_burst=10)
+    init = store.load_run(NAME, "a0")[0]
+    assert init.payload["gates"] == {
+        "concurrency": {"key": "acme", "max": 3},
+        "rate": {"key": "acme", "per_second": 5.0, "burst": 10},
+    }
