@@ -149,7 +149,7 @@ class WorkflowClient:
             body_hash = hashlib.sha256(
                 json.dumps({"params": params, "timing": timing}, sort_keys=True).encode()
             ).hexdigest()
-        version, behavior = await self._version_for(name, spec)
+        version, behavior, recorded = await self._recorded_for(name, spec)
         submitted = await self._io(
             self.store.submit_run,
             name,
@@ -162,20 +162,24 @@ class WorkflowClient:
             version=version,
             version_behavior=behavior,
             start_at=when,
-            **(policy_stamp(spec, params) if spec else {}),
+            **(policy_stamp(spec, params) if spec else _recorded_stamp(name, recorded, params)),
         )
         return RunHandle(self, name, str(submitted))
 
-    async def _version_for(self, name: str, spec: WorkflowSpec | None) -> tuple[str, str]:
+    async def _recorded_for(
+        self, name: str, spec: WorkflowSpec | None
+    ) -> tuple[str, str, dict[str, Any] | None]:
         """The version a run is stamped with: the imported workflow's, else the one the workers
-        serving ``name`` recorded in the store, else none (any worker may take it)."""
+        serving ``name`` recorded in the store (with the policy record), else none (any worker
+        may take it, and it is stamped with no gates)."""
         if spec is not None:
-            return spec.version, spec.version_behavior
+            return spec.version, spec.version_behavior, None
         if "policies" in self.store.capabilities():
             record = await self._io(self.store.get_workflow_policy, name)
             if record is not None and isinstance(record.get("version"), str):
-                return record["version"], str(record.get("version_behavior") or "auto_upgrade")
-        return "", "auto_upgrade"
+                behavior = str(record.get("version_behavior") or "auto_upgrade")
+                return record["version"], behavior, record
+        return "", "auto_upgrade", None
 
     def handle(self, name: str, run_id: str) -> RunHandle:
         """A handle to an existing run."""
@@ -366,6 +370,35 @@ class WorkflowClient:
         """Lift a pause and queue the run."""
         await self._info(name, run_id)
         await self._io(self.store.resume_paused_run, name, run_id)
+
+
+def _recorded_stamp(
+    name: str, record: dict[str, Any] | None, params: dict[str, Any]
+) -> dict[str, Any]:
+    """The gates of a submit by name, from the policy its workers recorded. A key given as a
+    function resolves only where the workflow is imported."""
+    stamp: dict[str, Any] = {}
+    if record is None:
+        return stamp
+    for field_name, gate, prefix in (
+        ("concurrency", record.get("concurrency"), "concurrency"),
+        ("rate_limit", record.get("rate"), "rate"),
+    ):
+        if not isinstance(gate, dict):
+            continue
+        if gate.get("key_callable"):
+            raise ConfigurationError(
+                f"workflow {name!r} keys its {field_name} on a function, which only resolves "
+                f"where the workflow is imported; import it here to submit it"
+            )
+        value = params.get(str(gate.get("key")))
+        stamp[f"{prefix}_key"] = "" if value is None else str(value)
+        if prefix == "concurrency":
+            stamp["concurrency_max"] = gate.get("max")
+        else:
+            stamp["rate_per_second"] = gate.get("per_second")
+            stamp["rate_burst"] = gate.get("burst")
+    return stamp
 
 
 def _check_cap(name: str, payload: Any, what: str) -> None:

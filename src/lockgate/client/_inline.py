@@ -25,6 +25,9 @@ from lockgate.workflow._unwind import AttemptOutcome
 log = logging.getLogger("lockgate.inline")
 
 GATE_TIMEOUT_S = 300.0
+#: A run kept waiting this long by a gate or another holder is logged once, naming why.
+GATE_LOG_AFTER_S = 10.0
+GATE_POLL_S = 0.05
 
 
 class _InlineClient(WorkflowClient):
@@ -102,26 +105,34 @@ class InlineWorkflowRunner:
     ) -> list[RunEvent] | None:
         """Advance ``run_id`` by one attempt here and return its journal.
 
-        When another live lease holds the run this waits for it to let go (or lapse), up to
-        ``gate_timeout`` seconds (``RunGatedError``), then claims it. A run that has already
-        ended is returned as it is."""
+        The run passes its gates as a worker's claim does: while its ``Limit`` has no free
+        slot or its ``Rate`` no token, or another live lease holds it, this waits (logging once
+        after ten seconds, naming why), up to ``gate_timeout`` seconds (then
+        :class:`RunGatedError`; None waits without limit). A run that has already ended is
+        returned as it is. Every gated run submitted to an inline runner has to be driven:
+        one waiting for a slot holds its place until it is run or cancelled."""
         await self.start()
         spec = self._spec(name)
         lease = lease or self._lease()
         waited_since = self.clock()
+        logged = False
         while True:
             try:
                 await self._io(self.store.claim_run, name, run_id, lease)
                 break
             except RunFinishedError:
                 return await self._io(self.store.load_run, name, run_id)  # type: ignore[no-any-return]
-            except RunOwnedError:
+            except (RunOwnedError, RunGatedError) as held:
                 waited = self.clock() - waited_since
+                if waited >= GATE_LOG_AFTER_S and not logged:
+                    log.warning("run %s of %s has waited %.0fs: %s", run_id, name, waited, held)
+                    logged = True
                 if self.gate_timeout is not None and waited >= self.gate_timeout:
                     raise RunGatedError(
-                        f"run {run_id!r} of {name!r} stayed held by another lease for {waited:.0f}s"
+                        f"run {run_id!r} of {name!r} could not start within gate_timeout="
+                        f"{self.gate_timeout:g}s: {held}"
                     ) from None
-                await self.clock.sleep(min(0.05, self.store.lock_ttl))
+                await self.clock.sleep(GATE_POLL_S)
         await self._attempt(spec, run_id, lease)
         return await self._io(self.store.load_run, name, run_id)  # type: ignore[no-any-return]
 

@@ -28,7 +28,10 @@ def _resolve(key: KeySpec, params: Mapping[str, Any]) -> str:
     if isinstance(key, str):
         value = params.get(key)
         return "" if value is None else str(value)
-    return str(key(dict(params)))
+    resolved = key(dict(params))
+    if not isinstance(resolved, str):
+        raise TypeError(f"a key function must return a string, got {type(resolved).__name__}")
+    return resolved
 
 
 def _positive_int(policy: str, field_name: str, value: object) -> None:

@@ -211,6 +211,8 @@ def _validate(
             "@workflow(version_behavior=...) must be 'pinned' or "
             f"'auto_upgrade', got {version_behavior!r}"
         )
+    names = {p.name for p in parameters[1:]}
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
     for field_name, value, kind in (
         ("concurrency", concurrency, Limit),
         ("rate_limit", rate_limit, Rate),
@@ -218,6 +220,12 @@ def _validate(
         if value is not None and not isinstance(value, kind):
             raise ConfigurationError(
                 f"@workflow({field_name}=...) must be a {kind.__name__}, got {type(value).__name__}"
+            )
+        key = getattr(value, "key", None)
+        if isinstance(key, str) and key not in names and not takes_any:
+            raise ConfigurationError(
+                f"@workflow({field_name}=...) keys on parameter {key!r}, which {name!r} does "
+                f"not take (it takes: {', '.join(sorted(names)) or 'none'})"
             )
     if trigger is not None:
         if not isinstance(trigger, Collect | Debounce):
@@ -340,13 +348,26 @@ def policy_stamp(spec: WorkflowSpec, params: Mapping[str, Any]) -> dict[str, Any
     """The flow-control gates a run of ``spec`` with ``params`` is stamped with at submit."""
     stamp: dict[str, Any] = {}
     if spec.concurrency is not None:
-        stamp["concurrency_key"] = spec.concurrency.resolve(params)
+        stamp["concurrency_key"] = _resolved(spec, "concurrency", spec.concurrency, params)
         stamp["concurrency_max"] = spec.concurrency.max
     if spec.rate_limit is not None:
-        stamp["rate_key"] = spec.rate_limit.resolve(params)
+        stamp["rate_key"] = _resolved(spec, "rate_limit", spec.rate_limit, params)
         stamp["rate_per_second"] = float(spec.rate_limit.per_second)
         stamp["rate_burst"] = spec.rate_limit.capacity
     return stamp
+
+
+def _resolved(
+    spec: WorkflowSpec, field_name: str, policy: Limit | Rate, params: Mapping[str, Any]
+) -> str:
+    try:
+        return policy.resolve(params)
+    except Exception as exc:
+        raise InvalidParamsError(
+            f"the {field_name} key of {spec.name!r} could not be resolved from these params: "
+            f"{exc}; nothing was queued",
+            workflow=spec.name,
+        ) from exc
 
 
 def json_ready(value: Any) -> bool:

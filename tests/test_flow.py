@@ -1,0 +1,163 @@
+"""Flow control through the engine: declarations checked at decoration, keys resolved at
+submit, gates obeyed by the inline runner, and submits by name stamped from what workers
+recorded."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import pytest
+
+from lockgate import (
+    ConfigurationError,
+    InlineWorkflowRunner,
+    InvalidParamsError,
+    Limit,
+    ManualClock,
+    MemoryStore,
+    Rate,
+    RunGatedError,
+    RunStatus,
+    WorkflowClient,
+    WorkflowContext,
+    workflow,
+)
+from lockgate.worker._registration import policy_record
+from lockgate.workflow._spec import spec_of
+
+
+def test_a_key_naming_a_parameter_the_body_does_not_take_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="'tenant'"):
+
+        @workflow(name="flow_bad_key", concurrency=Limit(key="tenant", max=2))
+        async def bad(ctx: WorkflowContext, tenant_id: str) -> None:
+            return None
+
+    with pytest.raises(ConfigurationError, match="rate_limit"):
+
+        @workflow(name="flow_bad_rate_key", rate_limit=Rate(key="org", per_second=1))
+        async def bad_rate(ctx: WorkflowContext, tenant_id: str) -> None:
+            return None
+
+
+@workflow(name="flow_keyed", concurrency=Limit(key=lambda p: p["org"] + ":" + p["region"], max=1))
+async def keyed(ctx: WorkflowContext, org: Any, region: Any = "eu") -> str:
+    return f"{org}:{region}"
+
+
+@workflow(name="flow_numbered", concurrency=Limit(key=lambda p: p["n"], max=1))
+async def numbered(ctx: WorkflowContext, n: int) -> int:
+    return n
+
+
+async def test_a_key_function_that_raises_or_returns_no_string_fails_the_submit(
+    client: WorkflowClient, store: MemoryStore
+) -> None:
+    with pytest.raises(InvalidParamsError, match="concurrency key of 'flow_keyed'"):
+        await client.submit("flow_keyed", {"org": None})  # None + str raises
+    with pytest.raises(InvalidParamsError, match="must return a string"):
+        await client.submit("flow_numbered", {"n": 5})
+    assert store.list_runs("flow_keyed")[0] == []
+    assert store.list_runs("flow_numbered")[0] == []
+    handle = await client.submit("flow_keyed", {"org": "acme", "region": "eu"})
+    gates = (await handle.events())[0].payload["gates"]
+    assert gates == {"concurrency": {"key": "acme:eu", "max": 1}}
+
+
+@workflow(name="flow_tenant", concurrency=Limit(key="tenant_id", max=1))
+async def per_tenant(ctx: WorkflowContext, tenant_id: str = "", n: int = 0) -> int:
+    await ctx.wait_for_signal("go")
+    return n
+
+
+async def test_runs_without_the_key_parameter_share_the_empty_bucket(
+    client: WorkflowClient, runner: InlineWorkflowRunner, store: MemoryStore
+) -> None:
+    first = await client.submit("flow_tenant", {"n": 1})
+    second = await client.submit("flow_tenant", {"n": 2})
+    for handle in (first, second):
+        assert (await handle.events())[0].payload["gates"]["concurrency"]["key"] == ""
+    assert await runner.run_next("flow_tenant") is not None
+    assert await first.status() == RunStatus.SIGNAL_WAITING  # parked: its slot is free
+    assert await runner.run_next("flow_tenant") is not None
+    assert await second.status() == RunStatus.SIGNAL_WAITING
+
+
+@workflow(name="flow_slow", concurrency=Limit(key="tenant_id", max=1))
+async def slow(ctx: WorkflowContext, tenant_id: str) -> str:
+    await ctx.sleep(60)
+    return tenant_id
+
+
+async def test_the_inline_runner_waits_for_room_then_raises_after_gate_timeout(
+    store: MemoryStore, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    runner = InlineWorkflowRunner(store=store, clock=clock, gate_timeout=30)
+    holder = await runner.client.submit("flow_slow", {"tenant_id": "acme"})
+    waiting = await runner.client.submit("flow_slow", {"tenant_id": "acme"})
+    assert store.claim_next_run("flow_slow", "other-worker") == holder.run_id
+    attempt = asyncio.create_task(runner.run("flow_slow", waiting.run_id))
+    with caplog.at_level(logging.WARNING, logger="lockgate.inline"):
+        for _ in range(40):  # move the clock in steps, letting the runner poll
+            await asyncio.sleep(0)
+            clock.advance(1)
+            await asyncio.sleep(0)
+        with pytest.raises(RunGatedError, match="gate_timeout=30"):
+            await attempt
+    assert any("Limit 'acme'" in r.getMessage() for r in caplog.records)
+    assert await waiting.status() == RunStatus.PENDING  # still queued, never dropped
+
+
+async def test_the_inline_runner_runs_a_gated_run_once_room_frees(
+    store: MemoryStore, clock: ManualClock
+) -> None:
+    runner = InlineWorkflowRunner(store=store, clock=clock, gate_timeout=None)
+    holder = await runner.client.submit("flow_slow", {"tenant_id": "acme"})
+    waiting = await runner.client.submit("flow_slow", {"tenant_id": "acme"})
+    lease = "other-worker"
+    assert store.claim_next_run("flow_slow", lease) == holder.run_id
+    attempt = asyncio.create_task(runner.run("flow_slow", waiting.run_id))
+    for _ in range(5):
+        await asyncio.sleep(0)
+        clock.advance(0.1)
+    assert not attempt.done()
+    store.release_run("flow_slow", holder.run_id, lease)
+    store.claim_run("flow_slow", holder.run_id, "held-again")
+    store.hand_back_run("flow_slow", holder.run_id, "held-again")  # the slot is free now
+    for _ in range(5):
+        await asyncio.sleep(0)
+        clock.advance(0.1)
+    await attempt
+    assert await waiting.status() == RunStatus.SLEEPING
+
+
+@workflow(
+    name="flow_recorded",
+    concurrency=Limit(key="tenant_id", max=3),
+    rate_limit=Rate(key="tenant_id", per_second=2.5, burst=4),
+)
+async def recorded(ctx: WorkflowContext, tenant_id: str) -> str:
+    return tenant_id
+
+
+@workflow(name="flow_recorded_fn", concurrency=Limit(key=lambda p: str(p["tenant_id"]), max=3))
+async def recorded_fn(ctx: WorkflowContext, tenant_id: str) -> str:
+    return tenant_id
+
+
+async def test_a_submit_by_name_is_stamped_with_the_gates_its_workers_recorded(
+    store: MemoryStore,
+) -> None:
+    client = WorkflowClient(store)
+    store.record_workflow_policy("flow_by_name", policy_record(spec_of(recorded)))
+    handle = await client.submit("flow_by_name", {"tenant_id": "acme"})
+    assert (await handle.events())[0].payload["gates"] == {
+        "concurrency": {"key": "acme", "max": 3},
+        "rate": {"key": "acme", "per_second": 2.5, "burst": 4},
+    }
+    store.record_workflow_policy("flow_by_name_fn", policy_record(spec_of(recorded_fn)))
+    with pytest.raises(ConfigurationError, match="function"):
+        await client.submit("flow_by_name_fn", {"tenant_id": "acme"})
+    assert store.list_runs("flow_by_name_fn")[0] == []
