@@ -3,7 +3,6 @@ buckets, and the fair order in which queued runs are offered to a claim."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,18 +47,3 @@ def refill(tokens: float, updated_at: float, now: float, gates: Gates) -> float:
     assert gates.rate_per_second is not None
     capacity = float(gates.rate_burst or 1)
     return min(capacity, tokens + max(0.0, now - updated_at) * gates.rate_per_second)
-
-
-def fair_order(
-    queued: Iterable[Any], served: dict[str, int], bucket_of: Any
-) -> Iterator[list[Any]]:
-    """Queued runs grouped by fairness bucket, the least recently served bucket first (ties:
-    the bucket whose oldest run queued first); within a bucket, queue order."""
-    groups: dict[str, list[Any]] = {}
-    for run in queued:
-        groups.setdefault(bucket_of(run), []).append(run)
-    for _, runs in sorted(
-        ((served.get(bucket, 0), runs) for bucket, runs in groups.items()),
-        key=lambda item: item[0],
-    ):
-        yield runs

@@ -30,7 +30,7 @@ from lockgate.journal._events import (
     terminal_status,
 )
 from lockgate.stores._base import Store
-from lockgate.stores._gates import Gates, fair_bucket, fair_order, refill
+from lockgate.stores._gates import Gates, fair_bucket, refill
 from lockgate.stores._records import (
     PROGRESS_KINDS,
     Submit,
@@ -140,7 +140,10 @@ class MemoryStore(Store):
         self._clock = clock
         self._mutex = threading.RLock()
         self._runs: dict[tuple[str, str], _Run] = {}
-        self._queues: dict[str, dict[str, None]] = {}
+        # The queue of each workflow, split by fairness bucket; each bucket keeps its runs in
+        # queue order (run id -> position), so a claim looks at bucket heads, not the whole queue.
+        self._queues: dict[str, dict[str, dict[str, int]]] = {}
+        self._queue_seq = 0
         self._idempotency: dict[tuple[str, str], _Idempotency] = {}
         self._versions: dict[str, dict[str, int]] = {}
         self._policies: dict[str, dict[str, Any]] = {}
@@ -172,14 +175,16 @@ class MemoryStore(Store):
             raise LockLost(f"lease {lease!r} no longer holds run {run.run_id!r}")
 
     def _enqueue(self, run: _Run) -> None:
-        if not run.ended:
-            self._queues.setdefault(run.name, {})[run.run_id] = None
+        bucket = self._queues.setdefault(run.name, {}).setdefault(run.bucket, {})
+        if not run.ended and run.run_id not in bucket:
+            self._queue_seq += 1
+            bucket[run.run_id] = self._queue_seq
 
     def _dequeue(self, run: _Run) -> None:
-        self._queues.get(run.name, {}).pop(run.run_id, None)
+        self._queues.get(run.name, {}).get(run.bucket, {}).pop(run.run_id, None)
 
     def _queued(self, run: _Run) -> bool:
-        return run.run_id in self._queues.get(run.name, {})
+        return run.run_id in self._queues.get(run.name, {}).get(run.bucket, {})
 
     def _append(self, run: _Run, events: Sequence[RunEvent], epoch: int | None) -> None:
         """Append without checks other than the terminal rule; the caller checked the fence."""
@@ -225,8 +230,9 @@ class MemoryStore(Store):
             assert gates.concurrency_key is not None
             assert gates.concurrency_max is not None
             holders = self._slots.get((run.name, gates.concurrency_key), set())
-            if len(holders - {run.run_id}) >= gates.concurrency_max:
-                return f"Limit {gates.concurrency_key!r} {len(holders)}/{gates.concurrency_max}"
+            holding = len(holders) - (run.run_id in holders)
+            if holding >= gates.concurrency_max:
+                return f"Limit {gates.concurrency_key!r} {holding}/{gates.concurrency_max}"
         if gates.rated:
             assert gates.rate_key is not None
             now = self._clock()
@@ -372,10 +378,16 @@ class MemoryStore(Store):
         *,
         prefer: Sequence[int] = (),
     ) -> str | None:
-        queued = [self._runs[(name, run_id)] for run_id in self._queues.get(name, {})]
         served = self._served.setdefault(name, {})
-        for bucket in fair_order(queued, served, lambda run: run.bucket):
-            for run in bucket:
+        heads = sorted(
+            (served.get(bucket, 0), next(iter(runs.values())), bucket)
+            for bucket, runs in self._queues.get(name, {}).items()
+            if runs
+        )
+        for _, _, bucket_name in heads:
+            # The claim returns right after it dequeues, so iterating the live dict is safe.
+            for run_id in self._queues[name][bucket_name]:
+                run = self._runs[(name, run_id)]
                 if self._held(run) and run.lock != worker_id:
                     continue
                 if (
@@ -450,7 +462,7 @@ class MemoryStore(Store):
 
     @_locked
     def get_pending_count(self, name: str) -> int:
-        return len(self._queues.get(name, {}))
+        return sum(len(runs) for runs in self._queues.get(name, {}).values())
 
     @_locked
     def heartbeat(self, name: str, run_id: str, worker_id: str) -> tuple[str | None, str | None]:

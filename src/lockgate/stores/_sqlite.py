@@ -33,7 +33,7 @@ from lockgate.journal._events import (
     RunEvent,
 )
 from lockgate.stores._base import Store
-from lockgate.stores._gates import fair_bucket, fair_order
+from lockgate.stores._gates import fair_bucket
 from lockgate.stores._records import (
     Submit,
 )
@@ -55,6 +55,9 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 DEFAULT_RETENTION_SECONDS = 7 * 86_400
+#: How many queued runs of one fairness bucket a claim looks through (held by another lease, or
+#: pinned to another version) before it moves on to the next bucket.
+CLAIM_SCAN = 64
 
 
 def _event_from(row: sqlite3.Row, run_id: str) -> RunEvent:
@@ -308,18 +311,30 @@ class SQLiteStore(SQLiteWaits, Store):
             return None  # an idle poll takes no write lock
         with self._write() as db:
             now = self._clock()
-            # fetchall: a cursor left open past COMMIT keeps the read going, and another thread's
-            # BEGIN IMMEDIATE on this connection would fail at once instead of waiting.
-            rows = db.execute(
-                "SELECT * FROM lg_runs WHERE name = ? AND queued IS NOT NULL ORDER BY queued",
-                (name,),
-            ).fetchall()
+            # fetchall throughout: a cursor left open past COMMIT keeps the read going, and
+            # another thread's BEGIN IMMEDIATE on this connection would fail at once.
             served = {
                 r["bucket"]: r["seq"]
-                for r in db.execute("SELECT bucket, seq FROM lg_served WHERE name = ?", (name,))
+                for r in db.execute(
+                    "SELECT bucket, seq FROM lg_served WHERE name = ?", (name,)
+                ).fetchall()
             }
-            for bucket in fair_order(rows, served, lambda r: r["bucket"]):
-                for row in bucket:
+            heads = db.execute(
+                "SELECT bucket, MIN(queued) AS head FROM lg_runs WHERE name = ? "
+                "AND queued IS NOT NULL GROUP BY bucket",
+                (name,),
+            ).fetchall()
+            for _, _, bucket in sorted(
+                (served.get(h["bucket"], 0), h["head"], h["bucket"]) for h in heads
+            ):
+                # A bucket's runs share a gate; look past at most CLAIM_SCAN held or
+                # other-version runs in it, as the store contract allows.
+                rows = db.execute(
+                    "SELECT * FROM lg_runs WHERE name = ? AND bucket = ? AND queued IS NOT NULL "
+                    "ORDER BY queued LIMIT ?",
+                    (name, bucket, CLAIM_SCAN),
+                ).fetchall()
+                for row in rows:
                     held = row["lock"] is not None and row["lock_expires"] > now
                     if held and row["lock"] != worker_id:
                         continue

@@ -172,6 +172,8 @@ def create_if_missing(path: Path) -> None:
 #: buckets, and when each fairness bucket was last served.
 GATES_SCHEMA = """
 CREATE INDEX IF NOT EXISTS lg_runs_slots ON lg_runs (name, ckey) WHERE lock IS NOT NULL;
+CREATE INDEX IF NOT EXISTS lg_runs_buckets ON lg_runs (name, bucket, queued)
+    WHERE queued IS NOT NULL;
 CREATE TABLE IF NOT EXISTS lg_tokens (
     name TEXT NOT NULL, key TEXT NOT NULL, tokens REAL NOT NULL, updated_at REAL NOT NULL,
     PRIMARY KEY (name, key)
