@@ -300,7 +300,8 @@ class RunOwnedError(LockgateError):
 
 
 class RunGatedError(LockgateError):
-    """A concurrency or rate gate kept the run queued past the caller's gate timeout."""
+    """A run's ``Limit`` or ``Rate`` refused it: at once from a store's ``claim_run``, or
+    after ``gate_timeout`` from ``InlineWorkflowRunner.run``. The run stays queued."""
 
     code = ErrorCode.RUN_GATED
 

@@ -151,3 +151,24 @@ def test_the_gates_are_stamped_in_run_init(store: Store) -> None:
         "concurrency": {"key": "acme", "max": 3},
         "rate": {"key": "acme", "per_second": 5.0, "burst": 10},
     }
+
+
+def test_runs_sharing_a_limit_key_but_not_a_rate_key_do_not_hold_each_other_up(
+    store: Store,
+) -> None:
+    both = {"concurrency_key": "acme", "concurrency_max": 5, "rate_per_second": 0.0001}
+    submit(store, "eu0", rate_key="eu", rate_burst=1, **both)
+    submit(store, "eu1", rate_key="eu", rate_burst=1, **both)
+    submit(store, "us0", rate_key="us", rate_burst=1, **both)
+    assert claim(store, "l0") == "eu0"  # eu's only token
+    assert claim(store, "l1") == "us0"  # eu1 is refused, us0 is not held up behind it
+    assert claim(store, "l2") is None
+
+
+def test_runs_stamped_with_a_different_max_do_not_hold_each_other_up(store: Store) -> None:
+    limited(store, "old0", limit=1)
+    limited(store, "old1", limit=1)
+    limited(store, "new0", limit=3)
+    assert claim(store, "l0") == "old0"
+    assert claim(store, "l1") == "new0"  # under max=3, one slot taken: it may start
+    assert claim(store, "l2") is None

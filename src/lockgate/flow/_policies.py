@@ -1,5 +1,6 @@
-"""Flow-control declarations. They are validated and stamped on runs here; the store enforces
-``Limit`` and ``Rate`` at claim time and the trigger loop drives ``Collect`` and ``Debounce``."""
+"""Flow-control declarations. They are validated here and stamped on runs at submit; the store
+enforces ``Limit`` and ``Rate`` at claim time. ``Collect`` and ``Debounce`` are declared and
+validated; driving them (buffering trigger events and firing runs) is not built yet."""
 
 from __future__ import annotations
 

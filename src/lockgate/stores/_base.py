@@ -76,7 +76,9 @@ class LifecycleStore(abc.ABC):
         With ``idempotency_key`` a repeat returns the first run's id, or raises
         :class:`IdempotencyConflict` when ``idempotency_body_hash`` differs from the first
         request's. A ``run_id`` already taken otherwise raises :class:`DuplicateRunError`. With
-        ``start_at`` in the future the run is parked on a ``start`` wait instead of queued.
+        ``start_at`` in the future the run is parked on a ``start`` wait instead of queued. The
+        ``concurrency_*`` and ``rate_*`` arguments are the gates the run was stamped with; they
+        are journaled in ``run:init`` and enforced at every claim.
         Nothing is written when it raises.
         """
 
@@ -89,11 +91,16 @@ class LifecycleStore(abc.ABC):
         *,
         prefer: Sequence[int] = (),
     ) -> str | None:
-        """Take the oldest eligible queued run of ``name`` under lease ``worker_id``.
+        """Take the next eligible queued run of ``name`` under lease ``worker_id``.
 
-        A queued run whose lock another live lease holds is passed over and keeps its place. A
-        ``pinned`` run is only eligible for a worker of its version (any, if ``worker_version``
-        is None). ``prefer`` names shards to try first; a store without shards ignores it.
+        Queued runs are offered in fairness buckets (one per owner and set of gates), the least
+        recently served bucket first, each bucket in queue order. A run passes its gates
+        atomically with the claim: a free slot of its ``Limit`` key and a token of its ``Rate``
+        key (spent only once the Limit passed); a refused run stays queued in its place and its
+        bucket is skipped, so a full key never blocks the keys behind it. A queued run whose
+        lock another live lease holds is passed over and keeps its place. A ``pinned`` run is
+        only eligible for a worker of its version (any, if ``worker_version`` is None).
+        ``prefer`` names shards to try first; a store without shards ignores it.
         """
 
     @abc.abstractmethod
@@ -105,7 +112,9 @@ class LifecycleStore(abc.ABC):
         :meth:`requeue_run` counts it (``run:requeued`` is journaled); past ``max_retries`` the
         run ends with ``run:error`` and this raises :class:`RunFinishedError`. Raises
         :class:`RunOwnedError` when another live lease holds it, :class:`RunFinishedError` when
-        its journal has ended, and :class:`RunNotFoundError` for an unknown run.
+        its journal has ended, :class:`RunGatedError` (leaving the run as it was) when its
+        gates refuse it, and :class:`RunNotFoundError` for an unknown run. Re-asserting a claim
+        the lease already holds takes no slot and spends no token.
         """
 
     @abc.abstractmethod

@@ -36,10 +36,18 @@ class Gates:
 
 
 def fair_bucket(owner: str | None, gates: Gates) -> str:
-    """The bucket claims rotate across: one per owner and gate key, so a tenant with thousands
-    of queued runs does not starve one with a few."""
-    key = gates.concurrency_key if gates.concurrency_key is not None else gates.rate_key
-    return f"{owner or ''}\x1f{key or ''}"
+    """The bucket claims rotate across: one per owner and set of gates, so a tenant with
+    thousands of queued runs does not starve one with a few. The runs of one bucket share every
+    gate, so when one of them is refused, all of them are, and a claim moves on."""
+    parts = (
+        owner,
+        gates.concurrency_key,
+        gates.concurrency_max,
+        gates.rate_key,
+        gates.rate_per_second,
+        gates.rate_burst,
+    )
+    return "\x1f".join("" if part is None else str(part) for part in parts)
 
 
 def refill(tokens: float, updated_at: float, now: float, gates: Gates) -> float:
