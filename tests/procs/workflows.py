@@ -8,6 +8,15 @@ Every execution of a step's effect appends one line to the file ``LOCKGATE_TEST_
 (a separate connection to the file ``LOCKGATE_TEST_STORE`` names), already held ``step:done``
 for that call: a line with 1 is a step that ran again after its outcome was journaled, which
 must never happen. Lines are written with ``O_APPEND`` so processes never interleave them.
+
+``proc_limited`` (``Limit(key="tenant_id", max=2)``) records instead, to the file its
+``record`` param names, one line as its step's body starts and one as it ends::
+
+    start <monotonic_ns> <pid> <run_id> <tenant_id>
+    end <monotonic_ns> <pid> <run_id> <tenant_id>
+
+The start is written after the run's claim took its slot and the end before the run can give
+it back, so each start..end interval lies inside the time the run held its slot.
 """
 
 from __future__ import annotations
@@ -16,7 +25,7 @@ import functools
 import os
 import time
 
-from lockgate import StepContext, WorkflowContext, step, workflow
+from lockgate import Limit, StepContext, WorkflowContext, step, workflow
 from lockgate.stores import SQLiteStore
 
 RECORD_ENV = "LOCKGATE_TEST_RECORD"
@@ -62,4 +71,29 @@ async def proc_steps(ctx: WorkflowContext, n: int, steps: int = 2, pause: float 
     return n * 2
 
 
-WORKFLOWS = [proc_steps]
+def append_line(path: str, line: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+@step
+def hold_slot(tenant_id: str, record: str, pause: float, ctx: StepContext) -> None:
+    """Record the body's start, take ``pause`` seconds, record its end."""
+    tail = f"{os.getpid()} {ctx.run_id} {tenant_id}\n"
+    append_line(record, f"start {time.monotonic_ns()} {tail}")
+    time.sleep(pause)
+    append_line(record, f"end {time.monotonic_ns()} {tail}")
+
+
+@workflow(name="proc_limited", version="1", concurrency=Limit(key="tenant_id", max=2))
+async def proc_limited(
+    ctx: WorkflowContext, tenant_id: str, n: int, record: str, pause: float = 0.05
+) -> int:
+    await hold_slot(tenant_id, record, pause)
+    return n
+
+
+WORKFLOWS = [proc_steps, proc_limited]
