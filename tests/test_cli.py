@@ -200,6 +200,7 @@ def test_a_run_no_worker_serves_can_be_inspected_and_terminated(
     assert "status       pending" in out
     assert '{"who":"me"}' in out
     assert "run:init" in out
+    assert "waiting on   a worker to claim it, 1st in line" in out
     code, out, err = _run(
         capsys, "submit", name, "--params", '{"who": "x"}', "--wait", "--timeout", "0.3"
     )

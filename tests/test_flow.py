@@ -161,3 +161,30 @@ async def test_a_submit_by_name_is_stamped_with_the_gates_its_workers_recorded(
     with pytest.raises(ConfigurationError, match="function"):
         await client.submit("flow_by_name_fn", {"tenant_id": "acme"})
     assert store.list_runs("flow_by_name_fn")[0] == []
+
+
+async def test_why_waiting_names_the_gate_with_its_parameter(
+    client: WorkflowClient, store: MemoryStore
+) -> None:
+    handles = [await client.submit("flow_slow", {"tenant_id": "acme"}) for _ in range(3)]
+    assert await handles[0].why_waiting() == "a worker to claim it, 1st in line"
+    assert store.claim_next_run("flow_slow", "w/1") == handles[0].run_id
+    assert await handles[2].why_waiting() == 'Limit tenant_id="acme" 1/1 running, 2nd in line'
+    assert await handles[0].why_waiting() is None
+
+
+async def test_the_first_run_missing_its_key_parameter_is_logged_once(
+    client: WorkflowClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    @workflow(name="flow_warn_empty", concurrency=Limit(key="tenant_id", max=1))
+    async def warned(ctx: WorkflowContext, tenant_id: str = "") -> None:
+        return None
+
+    with caplog.at_level(logging.WARNING, logger="lockgate.flow"):
+        for _ in range(3):
+            await client.submit("flow_warn_empty", {})
+        await client.submit("flow_warn_empty", {"tenant_id": "acme"})
+    warnings = [r.getMessage() for r in caplog.records if "flow_warn_empty" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "'tenant_id'" in warnings[0]
+    assert 'key is ""' in warnings[0]

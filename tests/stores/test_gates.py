@@ -172,3 +172,39 @@ def test_runs_stamped_with_a_different_max_do_not_hold_each_other_up(store: Stor
     assert claim(store, "l0") == "old0"
     assert claim(store, "l1") == "new0"  # under max=3, one slot taken: it may start
     assert claim(store, "l2") is None
+
+
+# -- why a queued run waits --------------------------------------------------------------------
+
+
+def test_explain_wait_names_a_full_limit_and_the_place_in_line(store: Store) -> None:
+    for n in range(5):
+        limited(store, f"a{n}", limit=2)
+    claim(store, "l0")
+    claim(store, "l1")
+    reason = store.explain_wait(NAME, "a4")
+    assert reason is not None
+    assert (reason.gate, reason.key, reason.running, reason.max) == ("limit", "acme", 2, 2)
+    assert reason.position == 3
+    assert reason.describe("tenant_id") == 'Limit tenant_id="acme" 2/2 running, 3rd in line'
+    assert store.explain_wait(NAME, "a2").position == 1  # type: ignore[union-attr]
+    assert store.explain_wait(NAME, "a0") is None  # running, not queued
+
+
+def test_explain_wait_says_when_the_next_token_comes(store: Store, clock: ManualClock) -> None:
+    for n in range(3):
+        rated(store, f"r{n}", per_second=4.0, burst=1)
+    assert claim(store, "l0") == "r0"
+    clock.advance(0.1)
+    reason = store.explain_wait(NAME, "r1")
+    assert reason is not None
+    assert reason.gate == "rate"
+    assert reason.next_token_in == pytest.approx(0.15)
+    assert reason.describe() == 'Rate "acme" next token in 0.15s, 1st in line'
+
+
+def test_explain_wait_of_an_ungated_run_says_it_waits_for_a_worker(store: Store) -> None:
+    submit(store, "free")
+    reason = store.explain_wait(NAME, "free")
+    assert reason is not None
+    assert reason.describe() == "a worker to claim it, 1st in line"

@@ -167,8 +167,15 @@ def outcome_text(events: Sequence[RunEvent]) -> str | None:
     return event_detail(last)
 
 
-def run_fields(info: RunInfo, events: Sequence[RunEvent], now: float, last: int) -> str:
-    """Everything ``runs show`` prints about one run."""
+def run_fields(
+    info: RunInfo,
+    events: Sequence[RunEvent],
+    now: float,
+    last: int,
+    queued_behind: str | None = None,
+) -> str:
+    """Everything ``runs show`` prints about one run; ``queued_behind`` says why a queued run
+    has not started."""
     pairs = [
         ("run", info.run_id),
         ("workflow", info.name),
@@ -178,7 +185,7 @@ def run_fields(info: RunInfo, events: Sequence[RunEvent], now: float, last: int)
         ("params", compact(info.params, 200)),
         ("owner", info.owner or "-"),
         ("lock holder", info.lock_holder or "-"),
-        ("waiting on", wait_text(info.wait, now)),
+        ("waiting on", queued_behind or wait_text(info.wait, now)),
         ("cancel", f"requested at {info.cancel_requested_at}" if info.cancel_requested_at else "-"),
     ]
     outcome = outcome_text(events)

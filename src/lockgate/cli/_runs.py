@@ -71,9 +71,13 @@ async def show(args: argparse.Namespace, store: Store) -> int:
     events = await client.events(args.name, args.run_id)
     if args.json:
         last = events[-args.events :] if args.events > 0 else []
-        json_line({"run": info.to_dict(), "events": [event.to_dict() for event in last]})
+        waiting = await client.why_waiting(args.name, args.run_id)
+        json_line(
+            {"run": info.to_dict(), "waiting": waiting, "events": [e.to_dict() for e in last]}
+        )
         return OK
-    out(run_fields(info, events, time.time(), args.events))
+    waiting = await client.why_waiting(args.name, args.run_id)
+    out(run_fields(info, events, time.time(), args.events, waiting))
     return OK
 
 

@@ -35,6 +35,7 @@ from lockgate.journal._events import (
     payload_size,
 )
 from lockgate.stores._base import Store
+from lockgate.stores._gates import WaitReason
 from lockgate.stores._types import RunInfo, TerminateOutcome
 from lockgate.workflow._spec import (
     WorkflowSpec,
@@ -197,6 +198,32 @@ class WorkflowClient:
     async def status(self, name: str, run_id: str) -> RunStatus:
         """The run's status now."""
         return (await self._info(name, run_id)).status
+
+    async def why_waiting(self, name: str, run_id: str) -> str | None:
+        """Why a queued run has not started yet, in one line, e.g.
+        ``Limit tenant_id="acme" 2/2 running, 7th in line`` or
+        ``Rate tenant_id="acme" next token in 0.18s, 1st in line``; None when it is not queued.
+        """
+        await self._info(name, run_id)
+        reason = await self._io(self.store.explain_wait, name, run_id)
+        if reason is None:
+            return None
+        assert isinstance(reason, WaitReason)
+        return reason.describe(await self._key_param(name, reason.gate))
+
+    async def _key_param(self, name: str, gate: str) -> str | None:
+        """The parameter a gate keys on, from the imported workflow or the recorded policy."""
+        spec = get_workflow(name)
+        if spec is not None:
+            policy = spec.concurrency if gate == "limit" else spec.rate_limit
+            key = policy.key if policy is not None else None
+            return key if isinstance(key, str) else None
+        if "policies" in self.store.capabilities():
+            record = await self._io(self.store.get_workflow_policy, name) or {}
+            entry = record.get("concurrency" if gate == "limit" else "rate") or {}
+            key = entry.get("key") if isinstance(entry, dict) else None
+            return key if isinstance(key, str) else None
+        return None
 
     async def events(self, name: str, run_id: str) -> list[RunEvent]:
         """The run's journal, oldest first."""
@@ -455,6 +482,9 @@ class RunHandle:
 
     async def status(self) -> RunStatus:
         return await self.client.status(self.name, self.run_id)
+
+    async def why_waiting(self) -> str | None:
+        return await self.client.why_waiting(self.name, self.run_id)
 
     async def result(self, *, timeout: float | None = None) -> Any:
         return await self.client.result(self.name, self.run_id, timeout=timeout)

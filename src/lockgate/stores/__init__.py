@@ -13,6 +13,7 @@ from lockgate.stores._base import (
     UpdateStore,
     VersionStore,
 )
+from lockgate.stores._gates import WaitReason
 from lockgate.stores._memory import MemoryStore
 from lockgate.stores._open import STORE_URL_ENV, open_store
 from lockgate.stores._sqlite import SQLiteStore
@@ -39,6 +40,7 @@ __all__ = [
     "UpdateStore",
     "VersionStore",
     "WaitOutcome",
+    "WaitReason",
     "WaitSpec",
     "open_store",
 ]

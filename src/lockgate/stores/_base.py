@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 from lockgate._errors import CapabilityMissing
 from lockgate.journal._events import RunEvent
+from lockgate.stores._gates import WaitReason
 from lockgate.stores._types import (
     RunControls,
     RunInfo,
@@ -138,6 +139,11 @@ class LifecycleStore(abc.ABC):
     @abc.abstractmethod
     def recover_pending_runs(self, name: str, now: float | None = None) -> list[str]:
         """Requeue (as ``owner_gone``) every run of ``name`` whose lease expired; return them."""
+
+    def explain_wait(self, name: str, run_id: str) -> WaitReason | None:
+        """Why a queued run has not started (its gate, its place in line, when the next token
+        comes), or None when it is not queued or the store cannot tell."""
+        return None
 
     @abc.abstractmethod
     def get_pending_count(self, name: str) -> int:

@@ -55,3 +55,46 @@ def refill(tokens: float, updated_at: float, now: float, gates: Gates) -> float:
     assert gates.rate_per_second is not None
     capacity = float(gates.rate_burst or 1)
     return min(capacity, tokens + max(0.0, now - updated_at) * gates.rate_per_second)
+
+
+@dataclass(frozen=True)
+class WaitReason:
+    """Why a queued run has not started: ``gate`` is ``"limit"`` (its key's slots are all
+    taken), ``"rate"`` (its key's bucket is empty) or ``"worker"`` (nothing gates it: it waits
+    for a worker to claim it). ``position`` is its place among the queued runs of its bucket
+    (1 is next)."""
+
+    gate: str
+    position: int
+    key: str | None = None
+    running: int | None = None
+    max: int | None = None
+    next_token_in: float | None = None
+
+    def describe(self, param: str | None = None) -> str:
+        """One line, e.g. ``Limit tenant_id="acme" 2/2 running, 7th in line``."""
+        where = f"{_ordinal(self.position)} in line"
+        named = f'{param}="{self.key}"' if param else f'"{self.key}"'
+        if self.gate == "limit":
+            return f"Limit {named} {self.running}/{self.max} running, {where}"
+        if self.gate == "rate":
+            return f"Rate {named} next token in {self.next_token_in:.2f}s, {where}"
+        return f"a worker to claim it, {where}"
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def wait_reason(gates: Gates, position: int, holding: int, tokens: float | None) -> WaitReason:
+    """The reason a queued run with ``gates`` waits, given its key's slots held and its
+    bucket's tokens now (None when it has no Rate)."""
+    if gates.limited and gates.concurrency_max is not None and holding >= gates.concurrency_max:
+        return WaitReason("limit", position, gates.concurrency_key, holding, gates.concurrency_max)
+    if gates.rated and tokens is not None and tokens < 1:
+        assert gates.rate_per_second is not None
+        return WaitReason(
+            "rate", position, gates.rate_key, next_token_in=(1 - tokens) / gates.rate_per_second
+        )
+    return WaitReason("worker", position)

@@ -30,7 +30,7 @@ from lockgate.journal._events import (
     terminal_status,
 )
 from lockgate.stores._base import Store
-from lockgate.stores._gates import Gates, fair_bucket, refill
+from lockgate.stores._gates import Gates, WaitReason, fair_bucket, refill, wait_reason
 from lockgate.stores._records import (
     PROGRESS_KINDS,
     Submit,
@@ -459,6 +459,22 @@ class MemoryStore(Store):
                     recovered.append(run_id)
                 self.requeue_run(name, run_id, reason="owner_gone")
         return recovered
+
+    @_locked
+    def explain_wait(self, name: str, run_id: str) -> WaitReason | None:
+        run = self._run(name, run_id)
+        if not self._queued(run):
+            return None
+        bucket = self._queues[name][run.bucket]
+        position = 1 + sum(1 for seq in bucket.values() if seq < bucket[run_id])
+        gates = run.gates
+        holding = len(self._slots.get((name, gates.concurrency_key or ""), set()))
+        tokens = None
+        if gates.rated:
+            now = self._clock()
+            held = self._tokens.get((name, gates.rate_key or ""))
+            tokens = float(gates.rate_burst or 1) if held is None else refill(*held, now, gates)
+        return wait_reason(gates, position, holding, tokens)
 
     @_locked
     def get_pending_count(self, name: str) -> int:

@@ -33,7 +33,7 @@ from lockgate.journal._events import (
     RunEvent,
 )
 from lockgate.stores._base import Store
-from lockgate.stores._gates import fair_bucket
+from lockgate.stores._gates import WaitReason, fair_bucket, refill, wait_reason
 from lockgate.stores._records import (
     Submit,
 )
@@ -421,6 +421,37 @@ class SQLiteStore(SQLiteWaits, Store):
                     recovered.append(str(row["run_id"]))
                 self._requeue(db, row, "owner_gone")
         return recovered
+
+    @translated
+    def explain_wait(self, name: str, run_id: str) -> WaitReason | None:
+        with self._read() as db:
+            row = self._require(db, name, run_id)
+            if row["queued"] is None:
+                return None
+            position = (
+                1
+                + db.execute(
+                    "SELECT COUNT(*) FROM lg_runs WHERE name = ? AND bucket = ? AND queued < ?",
+                    (name, row["bucket"], row["queued"]),
+                ).fetchone()[0]
+            )
+            gates = self._gates(row)
+            holding = db.execute(
+                "SELECT COUNT(*) FROM lg_runs WHERE name = ? AND ckey = ? AND lock IS NOT NULL",
+                (name, gates.concurrency_key),
+            ).fetchone()[0]
+            tokens = None
+            if gates.rated:
+                bucket = db.execute(
+                    "SELECT tokens, updated_at FROM lg_tokens WHERE name = ? AND key = ?",
+                    (name, gates.rate_key),
+                ).fetchone()
+                tokens = (
+                    float(gates.rate_burst or 1)
+                    if bucket is None
+                    else refill(bucket["tokens"], bucket["updated_at"], self._clock(), gates)
+                )
+        return wait_reason(gates, int(position), int(holding), tokens)
 
     @translated
     def get_pending_count(self, name: str) -> int:

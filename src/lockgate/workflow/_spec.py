@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
+import logging
 import math
 import warnings
 from collections.abc import Awaitable, Callable, Mapping
@@ -357,9 +358,30 @@ def policy_stamp(spec: WorkflowSpec, params: Mapping[str, Any]) -> dict[str, Any
     return stamp
 
 
+_EMPTY_KEY_WARNED: set[tuple[str, str]] = set()
+log = logging.getLogger("lockgate.flow")
+
+
+def _warn_empty_key(workflow_name: str, field_name: str, param: str) -> None:
+    """The first run of a workflow whose gate key parameter is missing shares the ``""``
+    bucket with every other such run: say so once, naming the parameter."""
+    if (workflow_name, field_name) in _EMPTY_KEY_WARNED:
+        return
+    _EMPTY_KEY_WARNED.add((workflow_name, field_name))
+    log.warning(
+        'workflow %r: a run was submitted without parameter %r, so its %s key is "" and it '
+        "shares one bucket with every other run missing it",
+        workflow_name,
+        param,
+        field_name,
+    )
+
+
 def _resolved(
     spec: WorkflowSpec, field_name: str, policy: Limit | Rate, params: Mapping[str, Any]
 ) -> str:
+    if isinstance(policy.key, str) and params.get(policy.key) is None:
+        _warn_empty_key(spec.name, field_name, policy.key)
     try:
         return policy.resolve(params)
     except Exception as exc:
