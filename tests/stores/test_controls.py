@@ -324,6 +324,7 @@ GROUP_CALLS: dict[str, Callable[[Any], object]] = {
     "hand_back": lambda s: s.hand_back_run(NAME, "r1"),
     "versions": lambda s: s.version_rank(NAME, "v1"),
     "policies": lambda s: s.get_workflow_policy(NAME),
+    "triggers": lambda s: s.due_triggers(NAME, 0.0),
 }
 
 

@@ -112,14 +112,19 @@ class Collect:
 
 @dataclass(frozen=True)
 class Debounce:
-    """Buffer events per key; one run once no event arrived for ``window_seconds``."""
+    """Buffer events per key; one run once no event arrived for ``window_seconds``. With
+    ``max_wait_seconds``, a key that never goes quiet still fires that long after its first
+    buffered event, so a steady stream cannot postpone its run for ever."""
 
     key: KeySpec
     window_seconds: float
+    max_wait_seconds: float | None = None
 
     def __post_init__(self) -> None:
         _check_key("Debounce", self.key)
         _positive_number("Debounce", "window_seconds", self.window_seconds)
+        if self.max_wait_seconds is not None:
+            _positive_number("Debounce", "max_wait_seconds", self.max_wait_seconds)
 
     def resolve(self, event: Mapping[str, Any]) -> str:
         return _resolve(self.key, event)

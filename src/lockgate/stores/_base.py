@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 from lockgate._errors import CapabilityMissing
 from lockgate.journal._events import RunEvent
 from lockgate.stores._gates import WaitReason
+from lockgate.stores._triggers import TriggerPolicy
 from lockgate.stores._types import (
     RunControls,
     RunInfo,
@@ -481,6 +482,29 @@ class PolicyStore:
         raise _missing(self, "policies")
 
 
+class TriggerStore:
+    """Collect and Debounce buffers: trigger events kept per key until their batch fires."""
+
+    def trigger_event(
+        self, name: str, key: str, event: dict[str, Any], *, policy: TriggerPolicy
+    ) -> str | None:
+        """Buffer ``event`` under ``key`` and set when the buffer is due, atomically. When the
+        event completes a Collect batch, take the batch and submit its run in the same step and
+        return the run's id; else None."""
+        raise _missing(self, "triggers")
+
+    def due_triggers(self, name: str, before: float, limit: int = 100) -> list[str]:
+        """Keys of ``name`` whose buffer is due at or before ``before``, the earliest first."""
+        raise _missing(self, "triggers")
+
+    def fire_trigger(
+        self, name: str, key: str, *, policy: TriggerPolicy, due_by: float
+    ) -> str | None:
+        """If ``key``'s buffer is due by ``due_by``, take every event in it and submit their
+        run, in one step, and return its id; else None. Two callers racing fire it once."""
+        raise _missing(self, "triggers")
+
+
 CAPABILITY_GROUPS: dict[str, tuple[type, tuple[str, ...]]] = {
     "idempotency": (
         IdempotencyStore,
@@ -498,6 +522,7 @@ CAPABILITY_GROUPS: dict[str, tuple[type, tuple[str, ...]]] = {
     "hand_back": (ControlStore, ("hand_back_run",)),
     "versions": (VersionStore, ("register_version", "version_rank")),
     "policies": (PolicyStore, ("record_workflow_policy", "get_workflow_policy")),
+    "triggers": (TriggerStore, ("trigger_event", "due_triggers", "fire_trigger")),
 }
 
 
@@ -511,5 +536,6 @@ class Store(
     ControlStore,
     VersionStore,
     PolicyStore,
+    TriggerStore,
 ):
     """A full store: both roles and every optional group. MemoryStore implements it whole."""

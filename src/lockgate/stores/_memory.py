@@ -39,6 +39,7 @@ from lockgate.stores._records import (
     terminated_payload,
     with_payload,
 )
+from lockgate.stores._triggers import TriggerPolicy
 from lockgate.stores._types import (
     RunControls,
     RunInfo,
@@ -92,6 +93,16 @@ class _Run:
     @property
     def ended(self) -> bool:
         return bool(self.events) and self.events[-1].is_terminal
+
+
+@dataclass
+class _Buffer:
+    """One key's trigger events waiting for their batch to fire."""
+
+    events: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    first_at: float | None = None
+    due_at: float | None = None
+    next_seq: int = 1
 
 
 @dataclass
@@ -154,6 +165,7 @@ class MemoryStore(Store):
         self._slots: dict[tuple[str, str], set[str]] = {}
         self._tokens: dict[tuple[str, str], tuple[float, float]] = {}
         self._served: dict[str, dict[str, int]] = {}
+        self._buffers: dict[tuple[str, str], _Buffer] = {}
         self._serve_seq = 0
         self._order = 0
 
@@ -942,6 +954,60 @@ class MemoryStore(Store):
     @_locked
     def version_rank(self, name: str, version: str) -> int | None:
         return self._versions.get(name, {}).get(version)
+
+    # -- triggers ------------------------------------------------------------------------------
+
+    @_locked
+    def trigger_event(
+        self, name: str, key: str, event: dict[str, Any], *, policy: TriggerPolicy
+    ) -> str | None:
+        buffer = self._buffers.setdefault((name, key), _Buffer())
+        now = self._clock()
+        buffer.events.append((buffer.next_seq, json.loads(json.dumps(event, allow_nan=False))))
+        buffer.next_seq += 1
+        buffer.first_at = now if buffer.first_at is None else buffer.first_at
+        buffer.due_at = policy.due_at(buffer.first_at, now, buffer.due_at)
+        if policy.full(len(buffer.events)):
+            return self._fire(name, key, buffer, policy)
+        return None
+
+    @_locked
+    def due_triggers(self, name: str, before: float, limit: int = 100) -> list[str]:
+        due = sorted(
+            (buffer.due_at, key)
+            for (n, key), buffer in self._buffers.items()
+            if n == name and buffer.events and buffer.due_at is not None and buffer.due_at <= before
+        )
+        return [key for _, key in due[:limit]]
+
+    @_locked
+    def fire_trigger(
+        self, name: str, key: str, *, policy: TriggerPolicy, due_by: float
+    ) -> str | None:
+        buffer = self._buffers.get((name, key))
+        if buffer is None or not buffer.events or buffer.due_at is None:
+            return None
+        if buffer.due_at > due_by:
+            return None
+        return self._fire(name, key, buffer, policy)
+
+    def _fire(self, name: str, key: str, buffer: _Buffer, policy: TriggerPolicy) -> str:
+        events = [event for _, event in buffer.events]
+        run_id, submit = policy.submit(name, key, events, buffer.events[0][0], buffer.events[-1][0])
+        buffer.events, buffer.first_at, buffer.due_at = [], None, None
+        return self.submit_run(
+            name,
+            run_id,
+            submit.params,
+            version=submit.version,
+            version_behavior=submit.version_behavior,
+            concurrency_key=submit.concurrency_key,
+            concurrency_max=submit.concurrency_max,
+            rate_key=submit.rate_key,
+            rate_per_second=submit.rate_per_second,
+            rate_burst=submit.rate_burst,
+            provenance=submit.provenance,
+        )
 
     # -- policies ------------------------------------------------------------------------------
 

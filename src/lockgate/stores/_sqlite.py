@@ -20,7 +20,6 @@ from urllib.parse import urlsplit
 from lockgate._clock import iso
 from lockgate._errors import (
     ConfigurationError,
-    DuplicateRunError,
     IdempotencyConflict,
     LockLost,
     RunFinishedError,
@@ -33,7 +32,7 @@ from lockgate.journal._events import (
     RunEvent,
 )
 from lockgate.stores._base import Store
-from lockgate.stores._gates import WaitReason, fair_bucket, refill, wait_reason
+from lockgate.stores._gates import WaitReason, refill, wait_reason
 from lockgate.stores._records import (
     Submit,
 )
@@ -48,8 +47,9 @@ from lockgate.stores._sqlite_file import (
 )
 from lockgate.stores._sqlite_rows import dumps
 from lockgate.stores._sqlite_translate import translated
+from lockgate.stores._sqlite_triggers import TRIGGERS_SCHEMA, SQLiteTriggers
 from lockgate.stores._sqlite_waits import SQLiteWaits
-from lockgate.stores._types import RunControls, RunInfo, WaitSpec
+from lockgate.stores._types import RunControls, RunInfo
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -71,7 +71,7 @@ def _event_from(row: sqlite3.Row, run_id: str) -> RunEvent:
     )
 
 
-class SQLiteStore(SQLiteWaits, Store):
+class SQLiteStore(SQLiteWaits, SQLiteTriggers, Store):
     """Durable store in one SQLite file, for any number of processes on one machine.
 
     The file is opened in WAL mode with ``synchronous`` ``full`` (a committed transaction
@@ -159,7 +159,7 @@ class SQLiteStore(SQLiteWaits, Store):
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
             # One write transaction, so processes opening a new file at once create it once.
             migrate(conn)
-            conn.executescript(f"BEGIN IMMEDIATE;\n{SCHEMA}\nCOMMIT;")
+            conn.executescript(f"BEGIN IMMEDIATE;\n{SCHEMA}\n{TRIGGERS_SCHEMA}\nCOMMIT;")
         except sqlite3.Error as exc:
             raise StoreUnavailable(f"cannot open SQLite store {self.path}: {exc}") from exc
         return conn
@@ -242,43 +242,7 @@ class SQLiteStore(SQLiteWaits, Store):
                             f"unchanged"
                         )
                     return str(record["run_id"])
-            if self._row(db, name, run_id) is not None:
-                raise DuplicateRunError(name, run_id)
-            wait = (
-                WaitSpec(kind="start", wait_id="start", call_index=-1, due_at=start_at)
-                if submit.delayed(now)
-                else None
-            )
-            db.execute(
-                "INSERT INTO lg_runs (name, run_id, ord, params, metadata, owner, version, "
-                "version_behavior, submitted_at, wait, wait_due, ckey, cmax, rkey, rps, rburst, "
-                "bucket) VALUES (?, ?, (SELECT COALESCE(MAX(ord), 0) + 1 FROM lg_runs WHERE "
-                "name = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    name,
-                    run_id,
-                    name,
-                    dumps(params),
-                    dumps(metadata or {}),
-                    owner,
-                    version,
-                    version_behavior,
-                    now,
-                    dumps(wait.to_dict()) if wait else None,
-                    wait.due_at if wait else None,
-                    concurrency_key,
-                    concurrency_max,
-                    rate_key,
-                    rate_per_second,
-                    rate_burst,
-                    fair_bucket(owner, submit.gates),
-                ),
-            )
-            row = self._require(db, name, run_id)
-            self._append(db, row, submit.opening_events(run_id, now, headers), None)
-            if wait is None:
-                self._enqueue(db, name, run_id)
-            self._apply_held(db, name, run_id, now)
+            self._insert_run(db, submit, run_id, headers, now)
             if idempotency_key is not None:
                 delay = max(0.0, (start_at or now) - now)
                 db.execute(

@@ -11,10 +11,10 @@ from contextlib import contextmanager
 from typing import Any
 
 from lockgate._clock import iso
-from lockgate._errors import EventAfterTerminal, LockLost, RunNotFoundError
+from lockgate._errors import DuplicateRunError, EventAfterTerminal, LockLost, RunNotFoundError
 from lockgate.journal._events import EPOCH_HEADER, EventKind, RunEvent, RunStatus, terminal_status
-from lockgate.stores._gates import Gates, refill
-from lockgate.stores._records import PROGRESS_KINDS, derive_status, requeue_outcome
+from lockgate.stores._gates import Gates, fair_bucket, refill
+from lockgate.stores._records import PROGRESS_KINDS, Submit, derive_status, requeue_outcome
 from lockgate.stores._types import RunInfo, WaitSpec
 
 
@@ -346,3 +346,51 @@ class SQLiteRows:
             "COALESCE(MAX(seq), 0) + 1 FROM lg_served WHERE name = ?))",
             (name, bucket, name),
         )
+
+    def _insert_run(
+        self,
+        db: sqlite3.Connection,
+        submit: Submit,
+        run_id: str,
+        headers: dict[str, str] | None,
+        now: float,
+    ) -> None:
+        """Create the run and journal its opening events; the caller checked idempotency."""
+        name, owner, start_at = submit.name, submit.owner, submit.start_at
+        if self._row(db, name, run_id) is not None:
+            raise DuplicateRunError(name, run_id)
+        wait = (
+            WaitSpec(kind="start", wait_id="start", call_index=-1, due_at=start_at)
+            if submit.delayed(now)
+            else None
+        )
+        db.execute(
+            "INSERT INTO lg_runs (name, run_id, ord, params, metadata, owner, version, "
+            "version_behavior, submitted_at, wait, wait_due, ckey, cmax, rkey, rps, rburst, "
+            "bucket) VALUES (?, ?, (SELECT COALESCE(MAX(ord), 0) + 1 FROM lg_runs WHERE "
+            "name = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                name,
+                run_id,
+                name,
+                dumps(submit.params),
+                dumps(submit.metadata or {}),
+                owner,
+                submit.version,
+                submit.version_behavior,
+                now,
+                dumps(wait.to_dict()) if wait else None,
+                wait.due_at if wait else None,
+                submit.concurrency_key,
+                submit.concurrency_max,
+                submit.rate_key,
+                submit.rate_per_second,
+                submit.rate_burst,
+                fair_bucket(owner, submit.gates),
+            ),
+        )
+        row = self._require(db, name, run_id)
+        self._append(db, row, submit.opening_events(run_id, now, headers), None)
+        if wait is None:
+            self._enqueue(db, name, run_id)
+        self._apply_held(db, name, run_id, now)

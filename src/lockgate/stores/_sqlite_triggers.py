@@ -1,0 +1,102 @@
+"""SQLiteStore's Collect and Debounce buffers: buffering an event, and taking a due batch with
+the submit of its run, are each one ``BEGIN IMMEDIATE`` transaction."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+from lockgate.stores._sqlite_rows import SQLiteRows, dumps
+from lockgate.stores._sqlite_translate import translated
+from lockgate.stores._triggers import TriggerPolicy
+
+TRIGGERS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS lg_trigger_buffers (
+    name TEXT NOT NULL, key TEXT NOT NULL, first_at REAL, due_at REAL,
+    next_seq INTEGER NOT NULL DEFAULT 1,
+    PRIMARY KEY (name, key)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS lg_trigger_due ON lg_trigger_buffers (name, due_at)
+    WHERE due_at IS NOT NULL;
+CREATE TABLE IF NOT EXISTS lg_trigger_events (
+    name TEXT NOT NULL, key TEXT NOT NULL, seq INTEGER NOT NULL, event TEXT NOT NULL,
+    PRIMARY KEY (name, key, seq)
+) WITHOUT ROWID;
+"""
+
+
+class SQLiteTriggers(SQLiteRows):
+    """Trigger buffers on SQLite."""
+
+    @translated
+    def trigger_event(
+        self, name: str, key: str, event: dict[str, Any], *, policy: TriggerPolicy
+    ) -> str | None:
+        with self._write() as db:
+            now = self._clock()
+            db.execute(
+                "INSERT OR IGNORE INTO lg_trigger_buffers (name, key) VALUES (?, ?)", (name, key)
+            )
+            buffer = db.execute(
+                "SELECT * FROM lg_trigger_buffers WHERE name = ? AND key = ?", (name, key)
+            ).fetchone()
+            db.execute(
+                "INSERT INTO lg_trigger_events (name, key, seq, event) VALUES (?, ?, ?, ?)",
+                (name, key, buffer["next_seq"], dumps(event)),
+            )
+            first_at = buffer["first_at"] if buffer["first_at"] is not None else now
+            due_at = policy.due_at(first_at, now, buffer["due_at"])
+            db.execute(
+                "UPDATE lg_trigger_buffers SET first_at = ?, due_at = ?, next_seq = ? "
+                "WHERE name = ? AND key = ?",
+                (first_at, due_at, buffer["next_seq"] + 1, name, key),
+            )
+            count = db.execute(
+                "SELECT COUNT(*) FROM lg_trigger_events WHERE name = ? AND key = ?", (name, key)
+            ).fetchone()[0]
+            if policy.full(int(count)):
+                return self._fire(db, name, key, policy, now)
+        return None
+
+    @translated
+    def due_triggers(self, name: str, before: float, limit: int = 100) -> list[str]:
+        with self._read() as db:
+            rows = db.execute(
+                "SELECT key FROM lg_trigger_buffers WHERE name = ? AND due_at IS NOT NULL "
+                "AND due_at <= ? ORDER BY due_at LIMIT ?",
+                (name, before, limit),
+            ).fetchall()
+        return [str(row["key"]) for row in rows]
+
+    @translated
+    def fire_trigger(
+        self, name: str, key: str, *, policy: TriggerPolicy, due_by: float
+    ) -> str | None:
+        with self._write() as db:
+            buffer = db.execute(
+                "SELECT due_at FROM lg_trigger_buffers WHERE name = ? AND key = ?", (name, key)
+            ).fetchone()
+            if buffer is None or buffer["due_at"] is None or buffer["due_at"] > due_by:
+                return None
+            return self._fire(db, name, key, policy, self._clock())
+
+    def _fire(
+        self, db: sqlite3.Connection, name: str, key: str, policy: TriggerPolicy, now: float
+    ) -> str | None:
+        rows = db.execute(
+            "SELECT seq, event FROM lg_trigger_events WHERE name = ? AND key = ? ORDER BY seq",
+            (name, key),
+        ).fetchall()
+        db.execute(
+            "UPDATE lg_trigger_buffers SET first_at = NULL, due_at = NULL WHERE name = ? "
+            "AND key = ?",
+            (name, key),
+        )
+        if not rows:
+            return None
+        db.execute("DELETE FROM lg_trigger_events WHERE name = ? AND key = ?", (name, key))
+        events = [json.loads(row["event"]) for row in rows]
+        run_id, submit = policy.submit(name, key, events, rows[0]["seq"], rows[-1]["seq"])
+        self._insert_run(db, submit, run_id, None, now)
+        return run_id

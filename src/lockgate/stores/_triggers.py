@@ -1,0 +1,64 @@
+"""Collect and Debounce as every store keeps them: a buffer of trigger events per key, when it
+is due, and the run a fire submits. Buffering an event, and taking a batch together with
+submitting its run, are each one atomic store operation, so an event is in exactly one run."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from lockgate.stores._gates import Gates
+from lockgate.stores._records import Submit
+
+
+@dataclass(frozen=True)
+class TriggerPolicy:
+    """How one workflow turns trigger events into runs, and what its runs are stamped with."""
+
+    mode: Literal["collect", "debounce"]
+    window_seconds: float
+    max_events: int | None = None
+    max_wait_seconds: float | None = None
+    version: str = ""
+    version_behavior: str = "auto_upgrade"
+    gates: Gates = field(default_factory=Gates)
+
+    def due_at(self, first_at: float, now: float, current: float | None) -> float:
+        """When the buffer fires after an event at ``now``: a Collect window counts from its
+        first event; a Debounce quiet period restarts with every event, but no later than
+        ``max_wait_seconds`` after its first."""
+        if self.mode == "collect":
+            return current if current is not None else first_at + self.window_seconds
+        due = now + self.window_seconds
+        if self.max_wait_seconds is not None:
+            due = min(due, first_at + self.max_wait_seconds)
+        return due
+
+    def full(self, count: int) -> bool:
+        return self.mode == "collect" and self.max_events is not None and count >= self.max_events
+
+    def submit(
+        self, name: str, key: str, events: list[dict[str, Any]], first: int, last: int
+    ) -> tuple[str, Submit]:
+        """The run a fire of ``events`` (sequence numbers ``first``..``last``) submits, and its
+        id: derived from the key and the events it covers, so it names one batch only."""
+        digest = hashlib.sha256(f"{name}\x1f{key}\x1f{first}\x1f{last}".encode()).hexdigest()
+        run_id = f"trg-{digest[:32]}"
+        gates = self.gates
+        submit = Submit(
+            name=name,
+            params={"key": key, "events": events, "count": len(events)},
+            metadata=None,
+            owner=None,
+            version=self.version,
+            version_behavior=self.version_behavior,
+            concurrency_key=gates.concurrency_key,
+            concurrency_max=gates.concurrency_max,
+            rate_key=gates.rate_key,
+            rate_per_second=gates.rate_per_second,
+            rate_burst=gates.rate_burst,
+            provenance={"trigger": {"key": key, "mode": self.mode, "first": first, "last": last}},
+            start_at=None,
+        )
+        return run_id, submit

@@ -1,0 +1,112 @@
+"""Collect and Debounce buffers in the store: an event is buffered atomically, a batch is taken
+together with the submit of its run, and every event ends up in exactly one run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lockgate import ManualClock, Store
+from lockgate.stores._gates import Gates
+from lockgate.stores._triggers import TriggerPolicy
+
+from ._support import NAME
+
+COLLECT = TriggerPolicy("collect", window_seconds=60, max_events=3, version="v1")
+DEBOUNCE = TriggerPolicy("debounce", window_seconds=10)
+CAPPED = TriggerPolicy("debounce", window_seconds=10, max_wait_seconds=25)
+
+
+def params(store: Store, run_id: str) -> dict[str, Any]:
+    info = store.get_run(NAME, run_id)
+    assert info is not None, f"no run {run_id}"
+    return info.params
+
+
+def test_a_collect_batch_fires_with_its_max_events_th_event(store: Store) -> None:
+    assert store.trigger_event(NAME, "u1", {"n": 1}, policy=COLLECT) is None
+    assert store.trigger_event(NAME, "u2", {"n": 9}, policy=COLLECT) is None
+    assert store.trigger_event(NAME, "u1", {"n": 2}, policy=COLLECT) is None
+    run_id = store.trigger_event(NAME, "u1", {"n": 3}, policy=COLLECT)
+    assert run_id is not None
+    assert params(store, run_id) == {
+        "key": "u1",
+        "events": [{"n": 1}, {"n": 2}, {"n": 3}],
+        "count": 3,
+    }
+    assert store.get_run_version(NAME, run_id) == ("v1", "auto_upgrade")
+    assert store.get_pending_count(NAME) == 1
+    assert store.trigger_event(NAME, "u1", {"n": 4}, policy=COLLECT) is None  # a new batch
+
+
+def test_a_collect_window_fires_what_it_has_when_it_ends(store: Store, clock: ManualClock) -> None:
+    store.trigger_event(NAME, "u1", {"n": 1}, policy=COLLECT)
+    clock.advance(30)
+    store.trigger_event(NAME, "u1", {"n": 2}, policy=COLLECT)  # does not move the window
+    clock.advance(29)
+    assert store.due_triggers(NAME, clock()) == []
+    assert store.fire_trigger(NAME, "u1", policy=COLLECT, due_by=clock()) is None
+    clock.advance(1)
+    assert store.due_triggers(NAME, clock()) == ["u1"]
+    run_id = store.fire_trigger(NAME, "u1", policy=COLLECT, due_by=clock())
+    assert run_id is not None
+    assert params(store, run_id)["count"] == 2
+    assert store.fire_trigger(NAME, "u1", policy=COLLECT, due_by=clock()) is None  # once
+    assert store.due_triggers(NAME, clock() + 10**6) == []
+
+
+def test_a_debounce_fires_once_its_key_goes_quiet(store: Store, clock: ManualClock) -> None:
+    for n in range(4):
+        store.trigger_event(NAME, "k", {"n": n}, policy=DEBOUNCE)
+        clock.advance(9)  # each event restarts the quiet period
+        assert store.due_triggers(NAME, clock()) == []
+    clock.advance(1)
+    assert store.due_triggers(NAME, clock()) == ["k"]
+    run_id = store.fire_trigger(NAME, "k", policy=DEBOUNCE, due_by=clock())
+    assert run_id is not None
+    assert [e["n"] for e in params(store, run_id)["events"]] == [0, 1, 2, 3]
+
+
+def test_max_wait_fires_a_key_that_never_goes_quiet(store: Store, clock: ManualClock) -> None:
+    fired: list[str] = []
+    for n in range(10):
+        store.trigger_event(NAME, "busy", {"n": n}, policy=CAPPED)
+        clock.advance(5)
+        for key in store.due_triggers(NAME, clock()):
+            run_id = store.fire_trigger(NAME, key, policy=CAPPED, due_by=clock())
+            assert run_id is not None
+            fired.append(run_id)
+    # Each batch fires 25 s after its first event, although events keep coming every 5 s.
+    assert len(fired) == 2
+    assert [e["n"] for e in params(store, fired[0])["events"]] == [0, 1, 2, 3, 4]
+    assert [e["n"] for e in params(store, fired[1])["events"]] == [5, 6, 7, 8, 9]
+
+
+def test_two_firers_racing_on_one_due_buffer_fire_it_once(store: Store, clock: ManualClock) -> None:
+    store.trigger_event(NAME, "k", {"n": 1}, policy=DEBOUNCE)
+    clock.advance(10)
+    first = store.fire_trigger(NAME, "k", policy=DEBOUNCE, due_by=clock())
+    second = store.fire_trigger(NAME, "k", policy=DEBOUNCE, due_by=clock())
+    assert first is not None
+    assert second is None
+    assert store.get_pending_count(NAME) == 1
+
+
+def test_a_fired_run_carries_its_gates_and_a_distinct_id_per_batch(
+    store: Store, clock: ManualClock
+) -> None:
+    gated = TriggerPolicy(
+        "collect",
+        window_seconds=60,
+        max_events=1,
+        gates=Gates(concurrency_key="u1", concurrency_max=1),
+    )
+    first = store.trigger_event(NAME, "u1", {"n": 1}, policy=gated)
+    second = store.trigger_event(NAME, "u1", {"n": 2}, policy=gated)
+    assert first is not None
+    assert second is not None
+    assert first != second
+    init = store.load_run(NAME, first)[0]
+    assert init.payload["gates"] == {"concurrency": {"key": "u1", "max": 1}}
+    assert init.payload["provenance"]["trigger"]["key"] == "u1"
+    assert store.claim_next_run(NAME, "l0") == first
+    assert store.claim_next_run(NAME, "l1") is None  # the Limit on "key" holds the second
