@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 
 from lockgate import (
+    Collect,
     ConfigurationError,
+    Debounce,
     InlineWorkflowRunner,
     InvalidParamsError,
     Limit,
@@ -20,8 +22,10 @@ from lockgate import (
     Rate,
     RunGatedError,
     RunStatus,
+    WorkerOptions,
     WorkflowClient,
     WorkflowContext,
+    WorkflowWorker,
     workflow,
 )
 from lockgate.worker._registration import policy_record
@@ -188,3 +192,93 @@ async def test_the_first_run_missing_its_key_parameter_is_logged_once(
     assert len(warnings) == 1
     assert "'tenant_id'" in warnings[0]
     assert 'key is ""' in warnings[0]
+
+
+# -- Collect and Debounce through the engine ---------------------------------------------------
+
+DIGESTS: list[dict[str, Any]] = []
+
+
+@workflow(name="digest", trigger=Collect(key="user_id", max_events=3, window_seconds=60))
+async def digest(ctx: WorkflowContext, key: str, events: list[dict[str, Any]], count: int) -> int:
+    DIGESTS.append({"key": key, "kinds": [e["kind"] for e in events], "count": count})
+    return count
+
+
+async def test_trigger_returns_a_handle_when_an_event_completes_a_collect_batch(
+    client: WorkflowClient, runner: InlineWorkflowRunner
+) -> None:
+    DIGESTS.clear()
+    assert await client.trigger("digest", {"user_id": "u1", "kind": "comment"}) is None
+    assert await client.trigger("digest", {"user_id": "u2", "kind": "like"}) is None
+    assert await client.trigger("digest", {"user_id": "u1", "kind": "like"}) is None
+    handle = await client.trigger("digest", {"user_id": "u1", "kind": "share"})
+    assert handle is not None
+    assert await handle.result() == 3
+    assert DIGESTS == [{"key": "u1", "kinds": ["comment", "like", "share"], "count": 3}]
+
+
+async def test_a_collect_window_fires_through_fire_due_triggers(
+    client: WorkflowClient, runner: InlineWorkflowRunner, clock: ManualClock
+) -> None:
+    DIGESTS.clear()
+    await client.trigger("digest", {"user_id": "u9", "kind": "comment"})
+    clock.advance(59)
+    assert await runner.fire_due_triggers("digest") == []
+    clock.advance(1)
+    (handle,) = await runner.fire_due_triggers("digest")
+    assert await handle.result() == 1
+    assert DIGESTS == [{"key": "u9", "kinds": ["comment"], "count": 1}]
+    assert await runner.fire_due_triggers("digest") == []
+
+
+async def test_trigger_refuses_what_it_cannot_buffer(
+    client: WorkflowClient, store: MemoryStore
+) -> None:
+    with pytest.raises(ConfigurationError, match="no Collect or Debounce"):
+        await client.trigger("flow_slow", {"tenant_id": "acme"})
+    with pytest.raises(ValueError, match="JSON object"):
+        await client.trigger("digest", ["not", "an", "object"])  # type: ignore[arg-type]
+    assert store.due_triggers("digest", 10**12) == []
+
+
+QUIET: list[int] = []
+
+
+@workflow(name="flow_quiet", trigger=Debounce(key="doc", window_seconds=5, max_wait_seconds=12))
+async def quiet(ctx: WorkflowContext, key: str, events: list[dict[str, Any]], count: int) -> int:
+    QUIET.append(count)
+    return count
+
+
+async def test_a_worker_fires_debounced_runs_through_its_trigger_loop() -> None:
+    QUIET.clear()
+    clock = ManualClock()
+    store = MemoryStore(clock=clock)
+    options = WorkerOptions(timer_poll_interval_s=0.5, claim_poll_interval=0.1)
+    worker = WorkflowWorker(workflows=[quiet], store=store, options=options, clock=clock)
+    task = asyncio.create_task(worker.run())
+
+    async def move(seconds: float) -> None:
+        for _ in range(int(seconds / 0.1)):
+            clock.advance(0.1)
+            for _ in range(20):
+                await asyncio.sleep(0)
+
+    try:
+        await move(0.5)
+        for edit in range(3):  # an edit every 2 s: never quiet for 5 s
+            await worker.client.trigger("flow_quiet", {"doc": "d1", "edit": edit})
+            await move(2)
+        assert QUIET == []
+        await move(5.5)  # quiet for 5 s after the last edit
+        assert QUIET == [3]
+        for edit in range(8):  # a steady stream: max_wait_seconds=12 fires it anyway
+            await worker.client.trigger("flow_quiet", {"doc": "d1", "edit": edit})
+            await move(2)
+        # Edits at 0, 2, ..., 12 s after the batch's first: due at 12 s, it takes the edit
+        # sent at that instant too, then fires; the eighth edit starts the next batch.
+        assert QUIET == [3, 7]
+    finally:
+        worker.stop()
+        await task

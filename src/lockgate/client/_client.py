@@ -42,6 +42,7 @@ from lockgate.workflow._spec import (
     get_workflow,
     json_ready,
     policy_stamp,
+    trigger_policy,
 )
 
 MAX_START_DELAY = 365 * 86_400.0
@@ -181,6 +182,34 @@ class WorkflowClient:
                 behavior = str(record.get("version_behavior") or "auto_upgrade")
                 return record["version"], behavior, record
         return "", "auto_upgrade", None
+
+    async def trigger(self, name: str, event: dict[str, Any]) -> RunHandle | None:
+        """Send ``event`` to ``name``'s ``Collect`` or ``Debounce`` buffer, under the key the
+        trigger resolves from it. Returns a handle to the run this event started by completing
+        a Collect batch, else None: a time-based fire is submitted later by a worker's trigger
+        loop (or ``InlineWorkflowRunner.fire_due_triggers``). A workflow with no trigger, or an
+        event that is not a JSON object, raises and buffers nothing."""
+        spec = get_workflow(name)
+        if spec is None or spec.trigger is None:
+            raise ConfigurationError(
+                f"workflow {name!r} has no Collect or Debounce trigger"
+                + ("" if spec is not None else " (or is not imported in this process)")
+            )
+        if not isinstance(event, dict) or not json_ready(event):
+            raise ValueError(f"a trigger event of {name!r} must be a JSON object")
+        _check_cap(name, event, f"trigger event of {name!r}")
+        try:
+            key = spec.trigger.resolve(event)
+        except Exception as exc:
+            raise InvalidParamsError(
+                f"the trigger key of {name!r} could not be resolved from this event: {exc}; "
+                f"nothing was buffered",
+                workflow=name,
+            ) from exc
+        run_id = await self._io(
+            self.store.trigger_event, name, key, event, policy=trigger_policy(spec, key)
+        )
+        return RunHandle(self, name, str(run_id)) if run_id is not None else None
 
     def handle(self, name: str, run_id: str) -> RunHandle:
         """A handle to an existing run."""

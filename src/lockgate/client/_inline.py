@@ -15,11 +15,11 @@ from lockgate._errors import (
     RunGatedError,
     RunOwnedError,
 )
-from lockgate.client._client import WorkflowClient
+from lockgate.client._client import RunHandle, WorkflowClient
 from lockgate.journal._events import RunEvent, RunStatus
 from lockgate.stores._base import Store
 from lockgate.workflow._executor import Attempt
-from lockgate.workflow._spec import WorkflowSpec, get_workflow, spec_of
+from lockgate.workflow._spec import WorkflowSpec, get_workflow, spec_of, trigger_policy
 from lockgate.workflow._unwind import AttemptOutcome
 
 log = logging.getLogger("lockgate.inline")
@@ -156,6 +156,25 @@ class InlineWorkflowRunner:
             outcome = await self._io(self.store.wake_due, name, run_id, due_by=due_by)
             fired += outcome == "resolved"
         return fired
+
+    async def fire_due_triggers(self, name: str, now: float | None = None) -> list[RunHandle]:
+        """Fire every ``Collect`` window and ``Debounce`` quiet period of ``name`` that is due
+        by ``now`` (the clock's time by default): submit one run per due key, with its
+        buffered events. Returns handles to the runs submitted."""
+        spec = self._spec(name)
+        due_by = self.clock() if now is None else now
+        handles = []
+        for key in await self._io(self.store.due_triggers, name, due_by):
+            run_id = await self._io(
+                self.store.fire_trigger,
+                name,
+                key,
+                policy=trigger_policy(spec, key),
+                due_by=due_by,
+            )
+            if run_id is not None:
+                handles.append(self.client.handle(name, str(run_id)))
+        return handles
 
     async def run_until_idle(self, name: str, *, max_attempts: int = 10_000) -> int:
         """Burst mode: fire due timers and run queued runs of ``name`` until none is left.

@@ -15,7 +15,7 @@ from lockgate._errors import StoreUnavailable
 from lockgate.stores._types import WaitOutcome
 from lockgate.worker._attempts import AttemptPool
 from lockgate.worker._runtime import Runtime
-from lockgate.workflow._spec import WorkflowSpec
+from lockgate.workflow._spec import WorkflowSpec, trigger_policy
 
 log = logging.getLogger("lockgate.worker")
 
@@ -88,6 +88,26 @@ async def fire_due_timers(rt: Runtime) -> bool:
         outcome = await rt.io(rt.store.wake_due, name, run_id, due_by=now)
         ended += outcome == WaitOutcome.RESOLVED
     return len(due) >= batch and ended > 0
+
+
+async def fire_due_triggers(rt: Runtime) -> bool:
+    """Fire the Collect windows and Debounce quiet periods of this worker's triggered
+    workflows that are due now. True when a batch was full: more may be due now. Workers
+    racing on one buffer fire it once (the store takes the batch and submits its run in one
+    step)."""
+    now = rt.clock()
+    batch = rt.options.timer_max_batch
+    full = False
+    for name, spec in rt.specs.items():
+        if spec.trigger is None:
+            continue
+        due = await rt.io(rt.store.due_triggers, name, now, batch)
+        for key in due:
+            await rt.io(
+                rt.store.fire_trigger, name, key, policy=trigger_policy(spec, key), due_by=now
+            )
+        full = full or len(due) >= batch
+    return full
 
 
 async def recover_orphans(rt: Runtime) -> bool:

@@ -24,6 +24,7 @@ from lockgate.worker._loops import (
     claim_one,
     every,
     fire_due_timers,
+    fire_due_triggers,
     maintain,
     recover_orphans,
 )
@@ -177,8 +178,8 @@ class WorkflowWorker:
             raise self._failure
 
     async def run_until_idle(self) -> int:
-        """Burst mode: end due waits and run every runnable run, until nothing is claimable
-        and nothing is running; return how many attempts ran.
+        """Burst mode: end due waits, fire due triggers and run every runnable run, until
+        nothing is claimable and nothing is running; return how many attempts ran.
 
         Runs parked on a wait not yet due (a sleep, a signal) are left parked. Attempts run
         concurrently, bounded by ``max_concurrent_runs``, as under :meth:`run`. A store error
@@ -207,8 +208,11 @@ class WorkflowWorker:
     async def _drain_runnable(self) -> None:
         rt, pool = self._rt, self._pool
         timers = "timers" in self.store.capabilities()
+        triggers = "triggers" in self.store.capabilities()
         while not rt.stop.is_set:
             while timers and await fire_due_timers(rt):
+                pass
+            while triggers and await fire_due_triggers(rt):
                 pass
             launched = 0
             for spec in rt.specs.values():
@@ -233,6 +237,15 @@ class WorkflowWorker:
                 asyncio.create_task(
                     every(rt, fire_due_timers, options.timer_poll_interval_s),
                     name="lockgate-timers",
+                )
+            )
+        if "triggers" in self.store.capabilities() and any(
+            spec.trigger is not None for spec in rt.specs.values()
+        ):
+            loops.append(
+                asyncio.create_task(
+                    every(rt, fire_due_triggers, options.timer_poll_interval_s),
+                    name="lockgate-triggers",
                 )
             )
         loops.append(

@@ -15,6 +15,8 @@ from typing import Any, Literal, TypeVar, overload
 from lockgate._errors import ConfigurationError, InvalidParamsError, PayloadTooLarge
 from lockgate.flow import Collect, Debounce, Limit, Rate
 from lockgate.journal._events import payload_size
+from lockgate.stores._gates import Gates
+from lockgate.stores._triggers import TriggerPolicy
 
 VersionBehavior = Literal["pinned", "auto_upgrade"]
 DEFAULT_PAYLOAD_CAP = 1_000_000
@@ -399,3 +401,27 @@ def json_ready(value: Any) -> bool:
     except (TypeError, ValueError):
         return False
     return True
+
+
+def trigger_policy(spec: WorkflowSpec, key: str) -> TriggerPolicy:
+    """How ``spec``'s trigger buffers the events of ``key``, and what a fire stamps: the
+    workflow's version, and its gates resolved for the run's params (``key`` is known when
+    the event is buffered; ``events`` and ``count`` are not, so a gate keyed on them sees
+    only ``key``)."""
+    trigger = spec.trigger
+    if trigger is None:
+        raise ConfigurationError(f"workflow {spec.name!r} has no Collect or Debounce trigger")
+    stamp = policy_stamp(spec, {"key": key})
+    if isinstance(trigger, Collect):
+        mode, max_events, max_wait = "collect", trigger.max_events, None
+    else:
+        mode, max_events, max_wait = "debounce", None, trigger.max_wait_seconds
+    return TriggerPolicy(
+        mode=mode,  # type: ignore[arg-type]
+        window_seconds=float(trigger.window_seconds),
+        max_events=max_events,
+        max_wait_seconds=max_wait,
+        version=spec.version,
+        version_behavior=spec.version_behavior,
+        gates=Gates(**stamp),
+    )
