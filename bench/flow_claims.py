@@ -1,23 +1,38 @@
-"""What gates cost at claim time, and whether a Rate holds its rate.
+"""What gates cost at claim time, whether a Rate holds its rate, and how late triggers fire.
 
 Prints, from one run: claims per second with no gates, with a Limit, with a Rate and with both,
 on MemoryStore and SQLiteStore, and each gated figure's ratio to the ungated one (the gates
 are set wide, so every claim passes them and the figure is their bookkeeping cost); then the
 observed start rate of a ``Rate(per_second=50)`` key claimed as fast as possible for 10 s,
-against 50. Not a test; record the output in docs/performance.md with the command:
+against 50; and the delay from a ``Collect`` window's end, or a ``Debounce`` quiet period's
+end, to the submit of the run it fires, through a ``WorkflowWorker`` whose trigger loop polls
+every 50 ms (median and max over 20 keys). Not a test; record the output in
+docs/performance.md with the command:
 
     .venv/bin/python bench/flow_claims.py
 """
 
 from __future__ import annotations
 
+import asyncio
+import statistics
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from lockgate import MemoryStore, SQLiteStore, Store
+from lockgate import (
+    Collect,
+    Debounce,
+    MemoryStore,
+    SQLiteStore,
+    Store,
+    WorkerOptions,
+    WorkflowContext,
+    WorkflowWorker,
+    workflow,
+)
 
 KEYS = 20
 RATE_SECONDS = 10.0
@@ -69,6 +84,54 @@ def observed_rate() -> tuple[int, float]:
     return starts, elapsed
 
 
+WINDOW = 0.3
+TRIGGER_KEYS = 20
+
+
+@workflow(name="bench_collect", trigger=Collect(key="k", max_events=1000, window_seconds=WINDOW))
+async def collected(ctx: WorkflowContext, key: str, events: list[Any], count: int) -> int:
+    return count
+
+
+@workflow(name="bench_debounce", trigger=Debounce(key="k", window_seconds=WINDOW))
+async def debounced(ctx: WorkflowContext, key: str, events: list[Any], count: int) -> int:
+    return count
+
+
+async def fire_delays(
+    make: Callable[[], Store], mode: Literal["collect", "debounce"]
+) -> list[float]:
+    """Seconds from each key's due time to the submit of the run that fired it."""
+    store = make()
+    name = f"bench_{mode}"
+    body = collected if mode == "collect" else debounced
+    options = WorkerOptions(timer_poll_interval_s=0.05, claim_poll_interval=0.05)
+    worker = WorkflowWorker(workflows=[body], store=store, options=options)
+    task = asyncio.create_task(worker.run())
+    due: dict[str, float] = {}
+    try:
+        for n in range(TRIGGER_KEYS):
+            for _ in range(1 if mode == "collect" else 3):
+                await worker.client.trigger(name, {"k": f"key{n}"})
+                sent = time.time()
+                due.setdefault(f"key{n}", sent + WINDOW)
+                if mode == "debounce":
+                    due[f"key{n}"] = sent + WINDOW
+                    await asyncio.sleep(0.01)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            runs, _ = store.list_runs(name, limit=1000)
+            if len(runs) >= TRIGGER_KEYS:
+                break
+            await asyncio.sleep(0.02)
+        runs, _ = store.list_runs(name, limit=1000)
+        return [info.submitted_at - due[info.params["key"]] for info in runs]
+    finally:
+        worker.stop()
+        await task
+        store.close()
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory(dir=Path(__file__).resolve().parents[1]) as tmp:
         counter = iter(range(1_000_000))
@@ -87,6 +150,22 @@ def main() -> None:
             for gate, config in GATES.items():
                 rate = base if gate == "none" else claims_per_second(make, runs, config)
                 print(f"  {gate:<11}{rate:>10,.0f} claims/s   ratio to ungated {rate / base:.2f}")
+    print(
+        f"trigger fire delay (window end to submit), trigger loop every 50 ms, {TRIGGER_KEYS} keys:"
+    )
+    with tempfile.TemporaryDirectory(dir=Path(__file__).resolve().parents[1]) as tmp:
+        counter2 = iter(range(1_000_000))
+
+        def sqlite_store() -> Store:
+            return SQLiteStore(Path(tmp) / f"t-{next(counter2)}.db", synchronous="normal")
+
+        for label, make in (("MemoryStore", MemoryStore), ("SQLiteStore", sqlite_store)):
+            for mode in ("collect", "debounce"):
+                delays = asyncio.run(fire_delays(make, mode))  # type: ignore[arg-type]
+                print(
+                    f"  {label:<12}{mode:<9} median {statistics.median(delays) * 1000:6.0f} ms"
+                    f"   max {max(delays) * 1000:6.0f} ms   ({len(delays)} runs)"
+                )
     starts, elapsed = observed_rate()
     print(
         f"Rate(per_second=50, burst=1), claimed as fast as possible for {elapsed:.1f} s: "
