@@ -514,3 +514,25 @@ def test_the_board_redraws_in_place_on_a_terminal_and_prints_changes_otherwise(
     assert drawn.endswith("\x1b[?25h")
     assert drawn.count("\x1b[4F\x1b[J") == 3  # erased for the story line, the change, the close
     assert drawn.count("ORDER  STATUS") == 4
+
+
+def test_runs_list_filters_by_gate_key_and_show_says_why_a_run_waits(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lockgate import SQLiteStore
+
+    store = SQLiteStore(home / "cli.db")
+    for run_id, key in (("a1", "acme"), ("a2", "acme"), ("g1", "globex")):
+        store.submit_run("gated", run_id, {}, concurrency_key=key, concurrency_max=1)
+    assert store.claim_next_run("gated", "worker/1") == "a1"
+    store.close()
+    code, out, _ = _run(capsys, "runs", "list", "gated", "--gate-key", "acme", "--json")
+    assert code == 0
+    assert sorted(json.loads(line)["run_id"] for line in out.splitlines()) == ["a1", "a2"]
+    code, out, _ = _run(
+        capsys, "runs", "list", "gated", "--gate-key", "acme", "--status", "pending", "--json"
+    )
+    assert [json.loads(line)["run_id"] for line in out.splitlines()] == ["a2"]
+    code, out, _ = _run(capsys, "runs", "show", "gated", "a2")
+    assert code == 0
+    assert 'waiting on   Limit "acme" 1/1 running, 1st in line' in out

@@ -282,3 +282,24 @@ async def test_a_worker_fires_debounced_runs_through_its_trigger_loop() -> None:
     finally:
         worker.stop()
         await task
+
+
+async def test_the_guides_digest_runs_through_a_worker() -> None:
+    DIGESTS.clear()
+    store = MemoryStore()
+    worker = WorkflowWorker(
+        workflows=[digest],
+        store=store,
+        options=WorkerOptions(timer_poll_interval_s=0.01, claim_poll_interval=0.01),
+    )
+    task = asyncio.create_task(worker.run())
+    try:
+        handle = None
+        for kind in ("comment", "like", "share"):
+            handle = await worker.client.trigger("digest", {"user_id": "u7", "kind": kind})
+        assert handle is not None
+        assert await handle.result(timeout=10) == 3
+        assert DIGESTS == [{"key": "u7", "kinds": ["comment", "like", "share"], "count": 3}]
+    finally:
+        worker.stop()
+        await task

@@ -42,13 +42,25 @@ def _info(store: Store, name: str, run_id: str) -> RunInfo:
     return info
 
 
+def _gate_keys(store: Store, info: RunInfo) -> set[str]:
+    """The Limit and Rate keys the run was stamped with, from its ``run:init``."""
+    opening = store.load_run(info.name, info.run_id, max_events=1)
+    gates = opening[0].payload.get("gates", {}) if opening else {}
+    return {str(g["key"]) for g in gates.values() if isinstance(g, dict) and "key" in g}
+
+
 async def list_runs(args: argparse.Namespace, store: Store) -> int:
     wanted = RunStatus(args.status) if args.status else None
     runs: list[RunInfo] = []
     cursor: str | None = None
     while len(runs) < args.limit:
         page, cursor = store.list_runs(args.name, limit=max(args.limit, PAGE), cursor=cursor)
-        runs.extend(info for info in page if wanted is None or info.status == wanted)
+        runs.extend(
+            info
+            for info in page
+            if (wanted is None or info.status == wanted)
+            and (args.gate_key is None or args.gate_key in _gate_keys(store, info))
+        )
         if cursor is None:
             break
     runs = runs[: args.limit]
@@ -146,6 +158,11 @@ def add_parsers(group: Subparsers, common: list[argparse.ArgumentParser]) -> Non
         choices=statuses,
         metavar="S",
         help=f"only runs in status S: {', '.join(statuses)}",
+    )
+    p.add_argument(
+        "--gate-key",
+        metavar="K",
+        help="only runs whose Limit or Rate key is K (with --status pending: who waits on K)",
     )
     p.add_argument("--json", action="store_true", help="one JSON object per line")
     p.set_defaults(run=list_runs)
