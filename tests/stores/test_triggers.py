@@ -6,8 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from lockgate import ManualClock, Store
-from lockgate.stores._gates import Gates
-from lockgate.stores._triggers import TriggerPolicy
+from lockgate.stores import Gates, TriggerPolicy
 
 from ._support import NAME
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from lockgate import ManualClock
-from lockgate.stores._triggers import TriggerPolicy
+from lockgate.stores import TriggerPolicy
 
 from .conftest import StoreFactory
 

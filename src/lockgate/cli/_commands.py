@@ -142,7 +142,11 @@ def add_run_parsers(group: Subparsers, common: list[argparse.ArgumentParser]) ->
     p.add_argument("--log-level", choices=LOG_LEVELS, default="warning", help="(warning)")
     for flag, field, what in (
         ("--poll-interval", "claim_poll_interval", "poll an empty queue every S seconds"),
-        ("--timer-interval", "timer_poll_interval_s", "wake due sleeps, time out signal waits"),
+        (
+            "--timer-interval",
+            "timer_poll_interval_s",
+            "wake due sleeps, time out signal waits, fire due trigger batches",
+        ),
         ("--orphan-scan-interval", "orphan_scan_interval", "requeue runs whose lease lapsed"),
         ("--shutdown-grace", "shutdown_grace", "on stop, S seconds for attempts to hand back"),
     ):

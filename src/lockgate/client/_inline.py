@@ -28,6 +28,7 @@ GATE_TIMEOUT_S = 300.0
 #: A run kept waiting this long by a gate or another holder is logged once, naming why.
 GATE_LOG_AFTER_S = 10.0
 GATE_POLL_S = 0.05
+TRIGGER_BATCH = 100
 
 
 class _InlineClient(WorkflowClient):
@@ -163,25 +164,31 @@ class InlineWorkflowRunner:
         buffered events. Returns handles to the runs submitted."""
         spec = self._spec(name)
         due_by = self.clock() if now is None else now
-        handles = []
-        for key in await self._io(self.store.due_triggers, name, due_by):
-            run_id = await self._io(
-                self.store.fire_trigger,
-                name,
-                key,
-                policy=trigger_policy(spec, key),
-                due_by=due_by,
-            )
-            if run_id is not None:
-                handles.append(self.client.handle(name, str(run_id)))
-        return handles
+        handles: list[RunHandle] = []
+        while True:
+            due = await self._io(self.store.due_triggers, name, due_by, TRIGGER_BATCH)
+            for key in due:
+                run_id = await self._io(
+                    self.store.fire_trigger,
+                    name,
+                    key,
+                    policy=trigger_policy(spec, key),
+                    due_by=due_by,
+                )
+                if run_id is not None:
+                    handles.append(self.client.handle(name, str(run_id)))
+            if len(due) < TRIGGER_BATCH:
+                return handles
 
     async def run_until_idle(self, name: str, *, max_attempts: int = 10_000) -> int:
-        """Burst mode: fire due timers and run queued runs of ``name`` until none is left.
-        Returns how many attempts ran."""
+        """Burst mode: fire due timers and due trigger batches, and run queued runs of
+        ``name`` until none is left. Returns how many attempts ran."""
         attempts = 0
+        triggered = self._spec(name).trigger is not None
         while attempts < max_attempts:
             await self.fire_due_timers()
+            if triggered:
+                await self.fire_due_triggers(name)
             if await self.run_next(name) is None:
                 return attempts
             attempts += 1

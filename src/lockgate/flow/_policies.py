@@ -1,6 +1,6 @@
 """Flow-control declarations. They are validated here and stamped on runs at submit; the store
-enforces ``Limit`` and ``Rate`` at claim time. ``Collect`` and ``Debounce`` are declared and
-validated; driving them (buffering trigger events and firing runs) is not built yet."""
+enforces ``Limit`` and ``Rate`` at claim time, and buffers ``Collect`` and ``Debounce`` events
+until a worker's trigger loop (or ``client.trigger`` completing a batch) fires their run."""
 
 from __future__ import annotations
 

@@ -10,14 +10,16 @@ from lockgate.stores._base import (
     SignalStore,
     Store,
     TimerStore,
+    TriggerStore,
     UpdateStore,
     VersionStore,
 )
-from lockgate.stores._gates import WaitReason
+from lockgate.stores._gates import Gates, WaitReason
 from lockgate.stores._memory import MemoryStore
 from lockgate.stores._open import STORE_URL_ENV, open_store
 from lockgate.stores._sqlite import SQLiteStore
 from lockgate.stores._sqlite_file import StoreFileError
+from lockgate.stores._triggers import TriggerPolicy
 from lockgate.stores._types import RunControls, RunInfo, TerminateOutcome, WaitOutcome, WaitSpec
 
 __all__ = [
@@ -25,6 +27,7 @@ __all__ = [
     "STORE_URL_ENV",
     "ControlStore",
     "EventLogStore",
+    "Gates",
     "IdempotencyStore",
     "LifecycleStore",
     "MemoryStore",
@@ -37,6 +40,8 @@ __all__ = [
     "StoreFileError",
     "TerminateOutcome",
     "TimerStore",
+    "TriggerPolicy",
+    "TriggerStore",
     "UpdateStore",
     "VersionStore",
     "WaitOutcome",
