@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import math
@@ -35,6 +34,7 @@ from lockgate.journal._events import (
     payload_size,
 )
 from lockgate.stores._base import Store
+from lockgate.stores._calls import call_store
 from lockgate.stores._gates import WaitReason
 from lockgate.stores._types import RunInfo, TerminateOutcome
 from lockgate.workflow._spec import (
@@ -100,9 +100,7 @@ class WorkflowClient:
         self.clock = as_clock(clock)
 
     async def _io(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        if self.store.blocking_io:
-            return await asyncio.to_thread(method, *args, **kwargs)
-        return method(*args, **kwargs)
+        return await call_store(self.store, method, *args, **kwargs)
 
     async def _advance(self, name: str, run_id: str) -> None:
         """Wait for the run to move: a runner-bound client drives it here instead."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import uuid
 from collections.abc import Callable, Sequence
@@ -18,6 +17,7 @@ from lockgate._errors import (
 from lockgate.client._client import RunHandle, WorkflowClient
 from lockgate.journal._events import RunEvent, RunStatus
 from lockgate.stores._base import Store
+from lockgate.stores._calls import call_store
 from lockgate.workflow._executor import Attempt
 from lockgate.workflow._spec import WorkflowSpec, get_workflow, spec_of, trigger_policy
 from lockgate.workflow._unwind import AttemptOutcome
@@ -81,9 +81,7 @@ class InlineWorkflowRunner:
         return f"{self.worker_id}/{uuid.uuid4().hex[:12]}"
 
     async def _io(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        if self.store.blocking_io:
-            return await asyncio.to_thread(method, *args, **kwargs)
-        return method(*args, **kwargs)
+        return await call_store(self.store, method, *args, **kwargs)
 
     async def start(self) -> None:
         """Ready the runner. Idempotent; ``run`` calls it on first use."""

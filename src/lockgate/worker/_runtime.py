@@ -12,6 +12,7 @@ from typing import Any
 
 from lockgate._clock import Clock
 from lockgate.stores._base import Store
+from lockgate.stores._calls import call_store
 from lockgate.worker._options import WorkerOptions
 from lockgate.workflow._spec import WorkflowSpec
 
@@ -102,9 +103,7 @@ class Runtime:
 
     async def io(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Call a store method, on a worker thread when the store may block on I/O."""
-        if self.store.blocking_io:
-            return await asyncio.to_thread(method, *args, **kwargs)
-        return method(*args, **kwargs)
+        return await call_store(self.store, method, *args, **kwargs)
 
     def new_lease(self) -> str:
         """A fresh lease for one claim: this worker's id, then a per-claim suffix, so a lock

@@ -22,6 +22,7 @@ from lockgate._errors import (
 from lockgate.journal._events import EventKind, RunEvent, payload_size
 from lockgate.journal._replay import CallRecord, reconstruct_state
 from lockgate.stores._base import Store
+from lockgate.stores._calls import call_store
 from lockgate.stores._types import RunControls, WaitOutcome, WaitSpec
 from lockgate.workflow._context import enter_boundary, exit_boundary
 from lockgate.workflow._spec import WorkflowSpec, json_ready
@@ -92,9 +93,7 @@ class AttemptCore:
 
     async def _io(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         try:
-            if self.store.blocking_io:
-                return await asyncio.to_thread(method, *args, **kwargs)
-            return method(*args, **kwargs)
+            return await call_store(self.store, method, *args, **kwargs)
         except LockLost as exc:
             raise _LeaseLost() from exc
         except StoreUnavailable as exc:
