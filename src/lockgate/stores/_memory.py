@@ -329,22 +329,6 @@ class MemoryStore(Store):
                         f"different request (run {record.run_id!r}); that run is unchanged"
                     )
                 return record.run_id
-        if (name, run_id) in self._runs:
-            raise DuplicateRunError(name, run_id)
-        self._order += 1
-        run = _Run(
-            name=name,
-            run_id=run_id,
-            params=dict(params),
-            metadata=dict(metadata or {}),
-            owner=owner,
-            version=version,
-            version_behavior=version_behavior,
-            submitted_at=now,
-            order=self._order,
-            gates=Gates(concurrency_key, concurrency_max, rate_key, rate_per_second, rate_burst),
-        )
-        run.bucket = fair_bucket(owner, run.gates)
         submit = Submit(
             name,
             params,
@@ -360,12 +344,42 @@ class MemoryStore(Store):
             provenance,
             start_at,
         )
-        events = submit.opening_events(run_id, now, headers)
+        self._insert_run(submit, run_id, headers, now)
+        if idempotency_key is not None:
+            delay = max(0.0, (start_at or now) - now)
+            self._idempotency[(name, idempotency_key)] = _Idempotency(
+                run_id, idempotency_body_hash, now + idempotency_ttl + delay
+            )
+        return run_id
+
+    def _insert_run(
+        self, submit: Submit, run_id: str, headers: dict[str, str] | None, now: float
+    ) -> None:
+        """Create the run and journal its opening events; the caller checked idempotency."""
+        name = submit.name
+        if (name, run_id) in self._runs:
+            raise DuplicateRunError(name, run_id)
+        self._order += 1
+        run = _Run(
+            name=name,
+            run_id=run_id,
+            params=dict(submit.params),
+            metadata=dict(submit.metadata or {}),
+            owner=submit.owner,
+            version=submit.version,
+            version_behavior=submit.version_behavior,
+            submitted_at=now,
+            order=self._order,
+            gates=submit.gates,
+        )
+        run.bucket = fair_bucket(submit.owner, run.gates)
         if submit.delayed(now):
-            assert start_at is not None
-            run.wait = WaitSpec(kind="start", wait_id="start", call_index=-1, due_at=start_at)
+            assert submit.start_at is not None
+            run.wait = WaitSpec(
+                kind="start", wait_id="start", call_index=-1, due_at=submit.start_at
+            )
         self._runs[(name, run_id)] = run
-        self._append(run, events, None)
+        self._append(run, submit.opening_events(run_id, now, headers), None)
         if run.wait is None:
             self._enqueue(run)
         held = self._held_controls.pop((name, run_id), None)
@@ -374,12 +388,6 @@ class MemoryStore(Store):
                 self._latch_pause(run, held.pause_at)
             if held.cancel_at is not None:
                 self._latch_cancel(run, held.cancel_at, held.cancel_detail)
-        if idempotency_key is not None:
-            delay = max(0.0, (start_at or now) - now)
-            self._idempotency[(name, idempotency_key)] = _Idempotency(
-                run_id, idempotency_body_hash, now + idempotency_ttl + delay
-            )
-        return run_id
 
     @_locked
     def claim_next_run(
@@ -995,19 +1003,8 @@ class MemoryStore(Store):
         events = [event for _, event in buffer.events]
         run_id, submit = policy.submit(name, key, events, buffer.events[0][0], buffer.events[-1][0])
         buffer.events, buffer.first_at, buffer.due_at = [], None, None
-        return self.submit_run(
-            name,
-            run_id,
-            submit.params,
-            version=submit.version,
-            version_behavior=submit.version_behavior,
-            concurrency_key=submit.concurrency_key,
-            concurrency_max=submit.concurrency_max,
-            rate_key=submit.rate_key,
-            rate_per_second=submit.rate_per_second,
-            rate_burst=submit.rate_burst,
-            provenance=submit.provenance,
-        )
+        self._insert_run(submit, run_id, None, self._clock())
+        return run_id
 
     # -- policies ------------------------------------------------------------------------------
 
