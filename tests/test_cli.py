@@ -536,3 +536,41 @@ def test_runs_list_filters_by_gate_key_and_show_says_why_a_run_waits(
     code, out, _ = _run(capsys, "runs", "show", "gated", "a2")
     assert code == 0
     assert 'waiting on   Limit "acme" 1/1 running, 1st in line' in out
+
+
+def test_trigger_buffers_and_prints_the_run_a_full_batch_fired(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = SQLiteStore(home / "cli.db")
+    store.record_workflow_policy(
+        "cli_digest",
+        {
+            "version": "v1",
+            "version_behavior": "auto_upgrade",
+            "concurrency": None,
+            "rate": None,
+            "trigger": {
+                "key": "user_id",
+                "key_callable": False,
+                "mode": "collect",
+                "window_seconds": 60.0,
+                "max_events": 2,
+            },
+        },
+    )
+    store.record_workflow_policy("cli_plain", {"version": "v1", "trigger": None})
+    store.close()
+    code, out, _ = _run(capsys, "trigger", "cli_digest", "--event", '{"user_id": "u1"}')
+    assert (code, out.strip()) == (0, "buffered")
+    code, out, _ = _run(capsys, "trigger", "cli_digest", "--event", '{"user_id": "u1", "n": 2}')
+    assert code == 0
+    run_id = out.strip()
+    assert run_id.startswith("trg-")
+    code, out, _ = _run(capsys, "runs", "show", "cli_digest", run_id)
+    assert '"count":2' in out.replace(" ", "")
+    code, _, err = _run(capsys, "trigger", "cli_plain", "--event", "{}")
+    assert code == 2
+    assert "no Collect or Debounce trigger" in _one_error_line(err)
+    code, _, err = _run(capsys, "trigger", "cli_digest", "--event", "[1]")
+    assert code == 2
+    assert "--event must be a JSON object" in _one_error_line(err)

@@ -303,3 +303,38 @@ async def test_the_guides_digest_runs_through_a_worker() -> None:
     finally:
         worker.stop()
         await task
+
+
+async def test_trigger_by_name_uses_the_trigger_its_workers_recorded(
+    store: MemoryStore, clock: ManualClock
+) -> None:
+    client = WorkflowClient(store, clock=clock)
+    with pytest.raises(ConfigurationError, match="no worker serving it recorded"):
+        await client.trigger("flow_digest_elsewhere", {"user_id": "u1"})
+    record = policy_record(spec_of(digest))
+    store.record_workflow_policy("flow_digest_elsewhere", record)
+    assert await client.trigger("flow_digest_elsewhere", {"user_id": "u1", "n": 1}) is None
+    assert await client.trigger("flow_digest_elsewhere", {"user_id": "u1", "n": 2}) is None
+    handle = await client.trigger("flow_digest_elsewhere", {"user_id": "u1", "n": 3})
+    assert handle is not None
+    (init,) = await handle.events()
+    assert init.payload["params"]["count"] == 3
+    assert init.payload["version"] == spec_of(digest).version
+    # A Debounce recorded by a worker fires on its quiet period.
+    store.record_workflow_policy("flow_quiet_elsewhere", policy_record(spec_of(quiet)))
+    assert await client.trigger("flow_quiet_elsewhere", {"doc": "d1"}) is None
+    assert store.due_triggers("flow_quiet_elsewhere", clock() + 4.9) == []
+    assert store.due_triggers("flow_quiet_elsewhere", clock() + 5) == ["d1"]
+
+
+async def test_a_submit_by_name_missing_the_key_parameter_warns_once(
+    store: MemoryStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = WorkflowClient(store)
+    store.record_workflow_policy("flow_by_name_empty", policy_record(spec_of(recorded)))
+    with caplog.at_level(logging.WARNING, logger="lockgate.flow"):
+        await client.submit("flow_by_name_empty", {})
+        await client.submit("flow_by_name_empty", {})
+    warned = [r.getMessage() for r in caplog.records if "flow_by_name_empty" in r.getMessage()]
+    assert len(warned) == 2  # once for its Limit, once for its Rate
+    assert all("'tenant_id'" in message for message in warned)

@@ -55,6 +55,7 @@ EXPECTED = {
     "RunInfo",
     "RunNotFoundError",
     "RunNotStartedError",
+    "ContinuationChainError",
     "RunOwnedError",
     "RunStatus",
     "SQLiteStore",

@@ -4,6 +4,7 @@ from lockgate._clock import Clock, ManualClock, SystemClock
 from lockgate._errors import (
     CapabilityMissing,
     ConfigurationError,
+    ContinuationChainError,
     DuplicateRunError,
     DurableInvocationCancelled,
     DurableInvocationError,
@@ -89,6 +90,7 @@ __all__ = [
     "Clock",
     "Collect",
     "ConfigurationError",
+    "ContinuationChainError",
     "Debounce",
     "DuplicateRunError",
     "DuplicateWorkflowWarning",

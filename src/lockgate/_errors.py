@@ -13,6 +13,7 @@ parsing messages::
     ├── IdempotencyConflict             an idempotency key reused for a different request
     ├── RunFinishedError                the run ended; it takes no more signals or updates
     ├── RunNotStartedError              an update for a run whose start is still ahead
+    ├── ContinuationChainError          a run:continued link that cannot be followed
     ├── QueryError                      a query that cannot be served
     ├── UpdateRejected                  a validator refused an update
     ├── UpdateError                     an update handler failed, or none is registered
@@ -92,6 +93,7 @@ class ErrorCode(enum.StrEnum):
     FATAL = "fatal"
     STREAM_OVERFLOW = "stream_overflow"
     MAX_RETRIES = "max_retries"
+    CONTINUATION_CHAIN = "continuation_chain"
 
 
 class LockgateError(Exception):
@@ -167,6 +169,17 @@ class RunNotStartedError(LockgateError):
     """An update named a run whose delayed start is still ahead: no handler exists yet."""
 
     code = ErrorCode.INVALID_REQUEST
+
+
+class ContinuationChainError(LockgateError):
+    """A run ended ``run:continued``, but its successor cannot be followed: the link is
+    unreadable, or the chain is longer than any hand-on makes. ``reason`` says which."""
+
+    code = ErrorCode.CONTINUATION_CHAIN
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class QueryError(LockgateError):

@@ -22,7 +22,7 @@ from lockgate import (
     TerminateOutcome,
     WaitOutcome,
 )
-from lockgate.stores import SignalStore, WaitSpec
+from lockgate.stores import Gates, SignalStore, WaitSpec
 
 from ._support import NAME, claimed, event, kinds, status
 
@@ -322,6 +322,9 @@ GROUP_CALLS: dict[str, Callable[[Any], object]] = {
     "pause": lambda s: s.request_pause(NAME, "r1"),
     "terminate": lambda s: s.terminate_run(NAME, "r1"),
     "hand_back": lambda s: s.hand_back_run(NAME, "r1"),
+    "hand_on": lambda s: s.hand_on_run(
+        NAME, "r1", "lease-a", "r1.g", version="", version_behavior="pinned", gates=Gates()
+    ),
     "versions": lambda s: s.version_rank(NAME, "v1"),
     "policies": lambda s: s.get_workflow_policy(NAME),
     "triggers": lambda s: s.due_triggers(NAME, 0.0),

@@ -1,4 +1,4 @@
-"""``lockgate worker``, ``submit``, ``store`` and ``demo``."""
+"""``lockgate worker``, ``submit``, ``trigger``, ``store`` and ``demo``."""
 
 from __future__ import annotations
 
@@ -95,6 +95,14 @@ async def submit(args: argparse.Namespace, store: Store) -> int:
     return OK
 
 
+async def trigger(args: argparse.Namespace, store: Store) -> int:
+    event = json_object(args.event, "--event")
+    _check_workflow(store, args.name, args.app)
+    handle = await WorkflowClient(store).trigger(args.name, event)
+    out(handle.run_id if handle is not None else "buffered")
+    return OK
+
+
 def _store_method(store: Store, method: str) -> Any:
     found = getattr(store, method, None)
     if not callable(found):
@@ -125,7 +133,7 @@ def demo(args: argparse.Namespace) -> int:
 
 
 def add_run_parsers(group: Subparsers, common: list[argparse.ArgumentParser]) -> None:
-    """``worker`` and ``submit``."""
+    """``worker``, ``submit`` and ``trigger``."""
     p = group.add_parser("worker", parents=common, help="run a worker until interrupted")
     p.add_argument(
         "target",
@@ -163,6 +171,17 @@ def add_run_parsers(group: Subparsers, common: list[argparse.ArgumentParser]) ->
     p.add_argument("--timeout", type=seconds, metavar="S", help="give up waiting after S seconds")
     p.add_argument("--app", metavar="MODULE", help="import MODULE to check params against")
     p.set_defaults(run=submit)
+
+    p = group.add_parser(
+        "trigger",
+        parents=common,
+        help="send an event to a Collect or Debounce workflow; prints the run it fired, or "
+        "'buffered'",
+    )
+    p.add_argument("name", metavar="NAME", help="workflow name")
+    p.add_argument("--event", required=True, metavar="JSON", help="the event, a JSON object")
+    p.add_argument("--app", metavar="MODULE", help="import MODULE for its trigger")
+    p.set_defaults(run=trigger)
 
 
 def add_admin_parsers(group: Subparsers, common: list[argparse.ArgumentParser]) -> None:

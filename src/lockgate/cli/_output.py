@@ -189,7 +189,10 @@ def run_fields(
         ("cancel", f"requested at {info.cancel_requested_at}" if info.cancel_requested_at else "-"),
     ]
     outcome = outcome_text(events)
-    if outcome is not None:
+    if events and events[-1].kind == "run:continued":
+        successor = events[-1].payload.get("run_id")
+        pairs.append(("handed on to", f"{successor} (its gates were out of date)"))
+    elif outcome is not None:
         pairs.append(("result" if events[-1].kind == "run:complete" else "error", outcome))
     shown = list(events[-last:]) if last > 0 else []
     title = f"events ({len(events)}, last {len(shown)})" if len(shown) < len(events) else "events"

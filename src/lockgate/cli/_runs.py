@@ -104,11 +104,12 @@ async def events(args: argparse.Namespace, store: Store) -> int:
 
 
 async def cancel(args: argparse.Namespace, store: Store) -> int:
-    info = _info(store, args.name, args.run_id)
-    if info.status.is_terminal:
-        note(f"run {args.run_id} has already ended ({info.status}); nothing to cancel")
-        return OK
+    _info(store, args.name, args.run_id)
     client = WorkflowClient(store)
+    status = await client.status(args.name, args.run_id)  # a handed-on run's successor's
+    if status.is_terminal:
+        note(f"run {args.run_id} has already ended ({status}); nothing to cancel")
+        return OK
     await client.cancel(args.name, args.run_id, reason=args.reason, requested_by=_requested_by())
     if not args.wait:
         out(f"cancel requested: run {args.run_id} ends cancelled at its next boundary")

@@ -6,15 +6,16 @@ import hashlib
 import json
 import math
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from lockgate._clock import Clock, as_clock, iso
 from lockgate._errors import (
     CapabilityMissing,
     ConfigurationError,
+    ContinuationChainError,
     DurableInvocationCancelled,
     DurableInvocationError,
     DurableInvocationTimeout,
@@ -27,6 +28,7 @@ from lockgate._errors import (
     UpdateRejected,
     UpdateTimeout,
 )
+from lockgate.flow import Collect, Debounce, Limit, Rate
 from lockgate.journal._events import (
     EventKind,
     RunEvent,
@@ -46,12 +48,17 @@ from lockgate.workflow._spec import (
 )
 
 MAX_START_DELAY = 365 * 86_400.0
+#: More hand-ons than any run makes (each needs a newer version): a longer chain is corrupt.
+MAX_CHAIN_HOPS = 64
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
 class TerminateResult:
     """What ``terminate`` did: ``TERMINATED`` when this call ended the run, ``ALREADY_ENDED``
-    when its journal had already ended (a repeat, or a run that finished first)."""
+    when its journal had already ended (a repeat, or a run that finished first). ``run_id``
+    is the run it acted on: the successor of a run that was handed on."""
 
     outcome: TerminateOutcome
     run_id: str
@@ -185,13 +192,21 @@ class WorkflowClient:
         """Send ``event`` to ``name``'s ``Collect`` or ``Debounce`` buffer, under the key the
         trigger resolves from it. Returns a handle to the run this event started by completing
         a Collect batch, else None: a time-based fire is submitted later by a worker's trigger
-        loop (or ``InlineWorkflowRunner.fire_due_triggers``). A workflow with no trigger, or an
-        event that is not a JSON object, raises and buffers nothing."""
+        loop (or ``InlineWorkflowRunner.fire_due_triggers``). A workflow not imported here
+        takes the trigger its workers recorded. A workflow with no trigger, or an event that is
+        not a JSON object, raises and buffers nothing."""
         spec = get_workflow(name)
+        if spec is None and "policies" in self.store.capabilities():
+            record = await self._io(self.store.get_workflow_policy, name)
+            spec = recorded_spec(name, record) if record is not None else None
         if spec is None or spec.trigger is None:
             raise ConfigurationError(
                 f"workflow {name!r} has no Collect or Debounce trigger"
-                + ("" if spec is not None else " (or is not imported in this process)")
+                + (
+                    ""
+                    if spec is not None
+                    else " (it is not imported here and no worker serving it recorded its policy)"
+                )
             )
         if not isinstance(event, dict) or not json_ready(event):
             raise ValueError(f"a trigger event of {name!r} must be a JSON object")
@@ -222,16 +237,48 @@ class WorkflowClient:
         assert isinstance(info, RunInfo)
         return info
 
+    async def _tail(self, name: str, run_id: str) -> tuple[str, RunInfo]:
+        """The run that carries ``run_id``'s work now: itself, or the successor it was handed
+        on to (``run:continued``), followed to the end of the chain."""
+        for _ in range(MAX_CHAIN_HOPS):
+            info = await self._info(name, run_id)
+            if info.status != RunStatus.CONTINUED:
+                return run_id, info
+            last = await self._io(self.store.get_last_event, name, run_id)
+            successor = last.payload.get("run_id") if last is not None else None
+            if not isinstance(successor, str) or not successor:
+                raise ContinuationChainError(
+                    f"run {run_id!r} of {name!r} ended run:continued without naming its successor",
+                    reason="unreadable_link",
+                )
+            run_id = successor
+        raise ContinuationChainError(
+            f"run {run_id!r} of {name!r} is more than {MAX_CHAIN_HOPS} hand-ons deep",
+            reason="too_long",
+        )
+
+    async def _on_tail(self, name: str, run_id: str, act: Callable[[str], Awaitable[T]]) -> T:
+        """Apply ``act`` to the run carrying ``run_id``'s work. A hand-on that lands between
+        finding the tail and acting on it moves what ``act`` left on the old run (a buffered
+        signal, a latched cancel), or ``act`` found it ended: act again on the new tail."""
+        tail, _ = await self._tail(name, run_id)
+        while True:
+            result = await act(tail)
+            moved, _ = await self._tail(name, tail)
+            if moved == tail:
+                return result
+            tail = moved
+
     async def status(self, name: str, run_id: str) -> RunStatus:
-        """The run's status now."""
-        return (await self._info(name, run_id)).status
+        """The run's status now: a run handed on to a successor reports the successor's."""
+        return (await self._tail(name, run_id))[1].status
 
     async def why_waiting(self, name: str, run_id: str) -> str | None:
         """Why a queued run has not started yet, in one line, e.g.
         ``Limit tenant_id="acme" 2/2 running, 7th in line`` or
         ``Rate tenant_id="acme" next token in 0.18s, 1st in line``; None when it is not queued.
         """
-        await self._info(name, run_id)
+        run_id, _ = await self._tail(name, run_id)
         reason = await self._io(self.store.explain_wait, name, run_id)
         if reason is None:
             return None
@@ -253,7 +300,8 @@ class WorkflowClient:
         return None
 
     async def events(self, name: str, run_id: str) -> list[RunEvent]:
-        """The run's journal, oldest first."""
+        """The run's own journal, oldest first. A run handed on ends ``run:continued``; the
+        work is in its successor's journal, named there."""
         events: list[RunEvent] = await self._io(self.store.load_run, name, run_id)
         if not events:
             raise RunNotFoundError(name, run_id)
@@ -267,7 +315,7 @@ class WorkflowClient:
         seconds (on the client's clock)."""
         deadline = None if timeout is None else self.clock() + timeout
         while True:
-            info = await self._info(name, run_id)
+            run_id, info = await self._tail(name, run_id)
             if info.status.is_terminal:
                 last = await self._io(self.store.get_last_event, name, run_id)
                 return _outcome(name, run_id, last)
@@ -295,16 +343,19 @@ class WorkflowClient:
         if not isinstance(payload, dict) or not json_ready(payload):
             raise ValueError("a signal payload must be a JSON-serializable dict")
         _check_cap(name, payload, f"payload of signal {signal!r}")
-        await self._info(name, run_id)
-        result = await self._io(
-            self.store.send_signal,
-            name,
-            run_id,
-            signal,
-            payload,
-            iso(self.clock()),
-            idempotency_key=signal_id,
-        )
+
+        async def send(tail: str) -> Any:
+            return await self._io(
+                self.store.send_signal,
+                name,
+                tail,
+                signal,
+                payload,
+                iso(self.clock()),
+                idempotency_key=signal_id,
+            )
+
+        result = await self._on_tail(name, run_id, send)
         if result == "rejected":
             raise RunFinishedError(
                 f"run {run_id!r} of {name!r} has ended or is being "
@@ -319,6 +370,7 @@ class WorkflowClient:
         spec = get_workflow(name)
         if spec is None or spec.fn is None:
             raise QueryError(f"workflow {name!r} is not imported here; a query replays its body")
+        run_id, _ = await self._tail(name, run_id)
         events = await self.events(name, run_id)
         attempt = Attempt(
             store=self.store,
@@ -350,7 +402,7 @@ class WorkflowClient:
         if not json_ready(payload):
             raise ValueError("an update payload must be JSON-serializable")
         _check_cap(name, payload, f"payload of update {update!r}")
-        info = await self._info(name, run_id)
+        run_id, info = await self._tail(name, run_id)
         update_id = update_id or uuid.uuid4().hex
         existing = await self._io(self.store.read_update_result, name, run_id, update_id)
         if existing is None:
@@ -370,13 +422,18 @@ class WorkflowClient:
                 iso(self.clock()),
             )
             if delivered == "rejected":
+                if (await self._tail(name, run_id))[0] != run_id:
+                    # Handed on in between: deliver to the successor instead.
+                    return await self.update(
+                        name, run_id, update, payload, update_id=update_id, timeout=timeout
+                    )
                 raise RunFinishedError(f"run {run_id!r} of {name!r} has ended")
         deadline = self.clock() + timeout
         while True:
             outcome = await self._io(self.store.read_update_result, name, run_id, update_id)
             if outcome is not None:
                 return _update_outcome(update, update_id, outcome)
-            info = await self._info(name, run_id)
+            run_id, info = await self._tail(name, run_id)  # a hand-on moves pending updates
             if info.status.is_terminal:
                 raise RunFinishedError(
                     f"run {run_id!r} of {name!r} ended before it applied update {update_id!r}"
@@ -394,13 +451,16 @@ class WorkflowClient:
         """Ask the run to stop at its next boundary; it ends cancelled. A parked run is queued
         so a worker writes its terminal. An unknown id raises :class:`RunNotFoundError` (the
         store can hold a cancel for an id not yet submitted; the client does not)."""
-        await self._info(name, run_id)
-        await self._io(
-            self.store.request_cancel,
-            name,
-            run_id,
-            detail={"reason": reason, "requested_by": requested_by},
-        )
+
+        async def cancel(tail: str) -> None:
+            await self._io(
+                self.store.request_cancel,
+                name,
+                tail,
+                detail={"reason": reason, "requested_by": requested_by},
+            )
+
+        await self._on_tail(name, run_id, cancel)
 
     async def terminate(
         self, name: str, run_id: str, *, reason: str | None = None, requested_by: str | None = None
@@ -408,51 +468,92 @@ class WorkflowClient:
         """End the run now, with no worker involved. A holder still running is fenced out."""
         if "terminate" not in self.store.capabilities():
             raise CapabilityMissing(type(self.store).__name__, "terminate")
-        outcome = await self._io(
-            self.store.terminate_run, name, run_id, reason=reason, requested_by=requested_by
-        )
-        if outcome == TerminateOutcome.NOT_FOUND:
+        if await self._io(self.store.get_run, name, run_id) is None:
             raise RunNotFoundError(name, run_id)
-        return TerminateResult(outcome=TerminateOutcome(outcome), run_id=run_id)
+
+        async def terminate(tail: str) -> TerminateResult:
+            outcome = await self._io(
+                self.store.terminate_run, name, tail, reason=reason, requested_by=requested_by
+            )
+            return TerminateResult(outcome=TerminateOutcome(outcome), run_id=tail)
+
+        return await self._on_tail(name, run_id, terminate)
 
     async def pause(self, name: str, run_id: str) -> None:
         """Ask the run to park at its next boundary until :meth:`unpause`."""
-        await self._info(name, run_id)
-        await self._io(self.store.request_pause, name, run_id)
+
+        async def pause(tail: str) -> None:
+            await self._io(self.store.request_pause, name, tail)
+
+        await self._on_tail(name, run_id, pause)
 
     async def unpause(self, name: str, run_id: str) -> None:
         """Lift a pause and queue the run."""
-        await self._info(name, run_id)
-        await self._io(self.store.resume_paused_run, name, run_id)
+
+        async def unpause(tail: str) -> None:
+            await self._io(self.store.resume_paused_run, name, tail)
+
+        await self._on_tail(name, run_id, unpause)
 
 
 def _recorded_stamp(
     name: str, record: dict[str, Any] | None, params: dict[str, Any]
 ) -> dict[str, Any]:
-    """The gates of a submit by name, from the policy its workers recorded. A key given as a
-    function resolves only where the workflow is imported."""
-    stamp: dict[str, Any] = {}
+    """The gates of a submit by name, from the policy its workers recorded."""
     if record is None:
-        return stamp
-    for field_name, gate, prefix in (
-        ("concurrency", record.get("concurrency"), "concurrency"),
-        ("rate_limit", record.get("rate"), "rate"),
-    ):
-        if not isinstance(gate, dict):
-            continue
-        if gate.get("key_callable"):
+        # No worker has said what gates it declares: the first one to claim the run hands it
+        # on with its own.
+        return {"gates_unknown": True}
+    return policy_stamp(recorded_spec(name, record), params)
+
+
+def recorded_spec(name: str, record: dict[str, Any]) -> WorkflowSpec:
+    """``name``'s declaration as its workers recorded it (version, ``Limit``, ``Rate``,
+    trigger), for a process that does not import the workflow. A key given as a function
+    resolves only where the workflow is imported, so a record naming one is refused."""
+
+    def key(entry: dict[str, Any], field_name: str) -> str:
+        if entry.get("key_callable"):
             raise ConfigurationError(
                 f"workflow {name!r} keys its {field_name} on a function, which only resolves "
                 f"where the workflow is imported; import it here to submit it"
             )
-        value = params.get(str(gate.get("key")))
-        stamp[f"{prefix}_key"] = "" if value is None else str(value)
-        if prefix == "concurrency":
-            stamp["concurrency_max"] = gate.get("max")
-        else:
-            stamp["rate_per_second"] = gate.get("per_second")
-            stamp["rate_burst"] = gate.get("burst")
-    return stamp
+        return str(entry["key"])
+
+    def entry(field_name: str) -> dict[str, Any] | None:
+        value = record.get(field_name)
+        return value if isinstance(value, dict) else None
+
+    try:
+        limit, rate, trigger = entry("concurrency"), entry("rate"), entry("trigger")
+        declared: Collect | Debounce | None = None
+        if trigger is not None and trigger.get("mode") == "collect":
+            declared = Collect(
+                key(trigger, "trigger"), int(trigger["max_events"]), trigger["window_seconds"]
+            )
+        elif trigger is not None:
+            declared = Debounce(
+                key(trigger, "trigger"), trigger["window_seconds"], trigger.get("max_wait_seconds")
+            )
+        return WorkflowSpec(
+            name=name,
+            version=str(record.get("version") or ""),
+            version_behavior="pinned"
+            if record.get("version_behavior") == "pinned"
+            else "auto_upgrade",
+            concurrency=Limit(key(limit, "concurrency"), int(limit["max"])) if limit else None,
+            rate_limit=(
+                Rate(key(rate, "rate_limit"), float(rate["per_second"]), rate.get("burst"))
+                if rate
+                else None
+            ),
+            trigger=declared,
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigurationError(
+            f"the policy recorded for workflow {name!r} is unreadable ({exc}); restart a worker "
+            f"that serves it to record it again"
+        ) from exc
 
 
 def _check_cap(name: str, payload: Any, what: str) -> None:

@@ -79,6 +79,8 @@ class RunStatus(enum.StrEnum):
     PAUSED = "paused"
     SLEEPING = "sleeping"
     SIGNAL_WAITING = "signal_waiting"
+    #: Ended by handing its work on to a successor run (``run:continued`` names it).
+    CONTINUED = "continued"
 
     @property
     def is_terminal(self) -> bool:
@@ -86,7 +88,13 @@ class RunStatus(enum.StrEnum):
 
 
 _TERMINAL_STATUSES = frozenset(
-    {RunStatus.COMPLETE, RunStatus.CANCELLED, RunStatus.TERMINATED, RunStatus.ERROR}
+    {
+        RunStatus.COMPLETE,
+        RunStatus.CANCELLED,
+        RunStatus.TERMINATED,
+        RunStatus.ERROR,
+        RunStatus.CONTINUED,
+    }
 )
 
 
@@ -162,6 +170,8 @@ def terminal_status(event: RunEvent) -> RunStatus:
     """The status a terminal event ends a run in."""
     if event.kind == EventKind.RUN_ERROR:
         return error_status(event.payload)
+    if event.kind == EventKind.RUN_CONTINUED:
+        return RunStatus.CONTINUED
     return RunStatus.COMPLETE
 
 

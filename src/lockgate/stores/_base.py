@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 from lockgate._errors import CapabilityMissing
 from lockgate.journal._events import RunEvent
-from lockgate.stores._gates import WaitReason
+from lockgate.stores._gates import Gates, WaitReason
 from lockgate.stores._triggers import TriggerPolicy
 from lockgate.stores._types import (
     RunControls,
@@ -72,6 +72,7 @@ class LifecycleStore(abc.ABC):
         provenance: dict[str, Any] | None = None,
         headers: dict[str, str] | None = None,
         start_at: float | None = None,
+        gates_unknown: bool = False,
     ) -> str:
         """Create the run and journal its ``run:init`` atomically; return its id.
 
@@ -80,7 +81,9 @@ class LifecycleStore(abc.ABC):
         request's. A ``run_id`` already taken otherwise raises :class:`DuplicateRunError`. With
         ``start_at`` in the future the run is parked on a ``start`` wait instead of queued. The
         ``concurrency_*`` and ``rate_*`` arguments are the gates the run was stamped with; they
-        are journaled in ``run:init`` and enforced at every claim.
+        are journaled in ``run:init`` and enforced at every claim. ``gates_unknown`` stamps a
+        submit by name made before any policy was recorded: no gate is enforced, ``run:init``
+        says ``{"unknown": true}``, and the claiming worker hands the run on with its own.
         Nothing is written when it raises.
         """
 
@@ -446,6 +449,29 @@ class ControlStore:
         retry counted."""
         raise _missing(self, "hand_back")
 
+    def hand_on_run(
+        self,
+        name: str,
+        run_id: str,
+        lease: str,
+        successor_id: str,
+        *,
+        version: str,
+        version_behavior: str,
+        gates: Gates,
+    ) -> str:
+        """Hand a claimed run whose body has not started on to a successor stamped with
+        ``gates`` and ``version``, in one step: create ``successor_id`` with the run's params,
+        metadata and owner (``provenance.source.gated_from`` naming the run), move to it what
+        the run holds undelivered (buffered signals and their send keys, pending updates, a
+        latched cancel or pause), and end the run with ``run:continued`` naming the successor,
+        fenced by ``lease``. Returns ``successor_id``; a repeat after the run was handed on to
+        it returns it again. Raises :class:`LockLost` when ``lease`` no longer holds the run,
+        :class:`EventAfterTerminal` when it ended another way and
+        :class:`DuplicateRunError` when ``successor_id`` is another run's; nothing is written
+        then."""
+        raise _missing(self, "hand_on")
+
 
 class VersionStore:
     """Per-workflow version ranks, so a rolling deploy can order its code."""
@@ -520,6 +546,7 @@ CAPABILITY_GROUPS: dict[str, tuple[type, tuple[str, ...]]] = {
     "pause": (ControlStore, ("request_pause", "resume_paused_run")),
     "terminate": (ControlStore, ("terminate_run",)),
     "hand_back": (ControlStore, ("hand_back_run",)),
+    "hand_on": (ControlStore, ("hand_on_run",)),
     "versions": (VersionStore, ("register_version", "version_rank")),
     "policies": (PolicyStore, ("record_workflow_policy", "get_workflow_policy")),
     "triggers": (TriggerStore, ("trigger_event", "due_triggers", "fire_trigger")),

@@ -106,6 +106,7 @@ class MemoryStore(MemoryWaits, Store):
         provenance: dict[str, Any] | None = None,
         headers: dict[str, str] | None = None,
         start_at: float | None = None,
+        gates_unknown: bool = False,
     ) -> str:
         now = self._clock()
         if idempotency_key is not None:
@@ -135,6 +136,7 @@ class MemoryStore(MemoryWaits, Store):
             rate_burst,
             provenance,
             start_at,
+            gates_unknown,
         )
         self._insert_run(submit, run_id, headers, now)
         if idempotency_key is not None:

@@ -8,12 +8,17 @@ import uuid
 from typing import Any
 
 from lockgate._clock import iso
+from lockgate._errors import EventAfterTerminal
 from lockgate.journal._events import (
     EventKind,
     RunEvent,
 )
+from lockgate.stores._gates import Gates
 from lockgate.stores._memory_state import MemoryState, _Buffer, _locked
 from lockgate.stores._records import (
+    continued_payload,
+    handed_on_to,
+    successor_submit,
     terminated_payload,
 )
 from lockgate.stores._triggers import TriggerPolicy
@@ -311,6 +316,50 @@ class MemoryWaits(MemoryState):
         self._set_lock(run, None)
         if not run.ended:
             self._enqueue(run)
+
+    @_locked
+    def hand_on_run(
+        self,
+        name: str,
+        run_id: str,
+        lease: str,
+        successor_id: str,
+        *,
+        version: str,
+        version_behavior: str,
+        gates: Gates,
+    ) -> str:
+        run = self._run(name, run_id)
+        if run.ended:
+            if handed_on_to(run.events[-1], successor_id):
+                return successor_id
+            raise EventAfterTerminal(f"run {run_id!r} has ended; it cannot be handed on")
+        self._check_fence(run, lease)
+        submit = successor_submit(
+            name,
+            run_id,
+            run.params,
+            run.metadata,
+            run.owner,
+            version=version,
+            version_behavior=version_behavior,
+            gates=gates,
+        )
+        self._insert_run(submit, successor_id, None, self._clock())
+        successor = self._runs[(name, successor_id)]
+        successor.signals, run.signals = run.signals, []
+        successor.signal_keys, run.signal_keys = run.signal_keys, {}
+        successor.updates, run.updates = run.updates, {}
+        if run.pause_at is not None:
+            self._latch_pause(successor, run.pause_at)
+        if run.cancel_at is not None:
+            cancel = next(e for e in reversed(run.events) if e.kind == EventKind.RUN_CANCEL)
+            self._latch_cancel(successor, run.cancel_at, dict(cancel.payload.get("detail") or {}))
+        continued = self._event(
+            run, EventKind.RUN_CONTINUED, continued_payload(name, successor_id, gates)
+        )
+        self._append(run, [continued], run.epoch)
+        return successor_id
 
     @_locked
     def trigger_event(

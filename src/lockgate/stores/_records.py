@@ -63,6 +63,9 @@ class Submit:
     rate_burst: int | None
     provenance: dict[str, Any] | None
     start_at: float | None
+    #: Submitted by name before any worker recorded the workflow's policy: the gates are not
+    #: known, so none is enforced and the first worker to claim it hands it on with its own.
+    gates_unknown: bool = False
 
     @property
     def gates(self) -> Gates:
@@ -75,15 +78,7 @@ class Submit:
         )
 
     def init_payload(self, now: float) -> dict[str, Any]:
-        gates: dict[str, Any] = {}
-        if self.concurrency_key is not None:
-            gates["concurrency"] = {"key": self.concurrency_key, "max": self.concurrency_max}
-        if self.rate_key is not None:
-            gates["rate"] = {
-                "key": self.rate_key,
-                "per_second": self.rate_per_second,
-                "burst": self.rate_burst,
-            }
+        gates = {"unknown": True} if self.gates_unknown else gates_payload(self.gates)
         payload: dict[str, Any] = {
             "name": self.name,
             "params": dict(self.params),
@@ -127,6 +122,68 @@ class Submit:
 
     def delayed(self, now: float) -> bool:
         return self.start_at is not None and self.start_at > now
+
+
+def successor_submit(
+    name: str,
+    run_id: str,
+    params: dict[str, Any],
+    metadata: dict[str, Any] | None,
+    owner: str | None,
+    *,
+    version: str,
+    version_behavior: str,
+    gates: Gates,
+) -> Submit:
+    """The submit of the run ``run_id`` is handed on to (see ``ControlStore.hand_on_run``)."""
+    return Submit(
+        name,
+        params,
+        metadata,
+        owner,
+        version,
+        version_behavior,
+        gates.concurrency_key,
+        gates.concurrency_max,
+        gates.rate_key,
+        gates.rate_per_second,
+        gates.rate_burst,
+        {"source": {"gated_from": run_id}},
+        None,
+    )
+
+
+def handed_on_to(last: RunEvent | None, successor_id: str) -> bool:
+    """Whether a run's last event already hands it on to ``successor_id`` (a repeated call)."""
+    return (
+        last is not None
+        and last.kind == EventKind.RUN_CONTINUED
+        and last.payload.get("run_id") == successor_id
+    )
+
+
+def gates_payload(gates: Gates) -> dict[str, Any]:
+    """Gates as ``run:init`` names them: ``{}`` for none, else ``concurrency`` and ``rate``."""
+    named: dict[str, Any] = {}
+    if gates.concurrency_key is not None:
+        named["concurrency"] = {"key": gates.concurrency_key, "max": gates.concurrency_max}
+    if gates.rate_key is not None:
+        named["rate"] = {
+            "key": gates.rate_key,
+            "per_second": gates.rate_per_second,
+            "burst": gates.rate_burst,
+        }
+    return named
+
+
+def continued_payload(name: str, successor_id: str, gates: Gates) -> dict[str, Any]:
+    """The ``run:continued`` that ends a run handed on to ``successor_id``."""
+    return {
+        "name": name,
+        "run_id": successor_id,
+        "reason": "gates",
+        "gates": gates_payload(gates),
+    }
 
 
 def requeue_outcome(

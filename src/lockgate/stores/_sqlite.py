@@ -205,6 +205,7 @@ class SQLiteStore(SQLiteWaits, SQLiteTriggers, Store):
         provenance: dict[str, Any] | None = None,
         headers: dict[str, str] | None = None,
         start_at: float | None = None,
+        gates_unknown: bool = False,
     ) -> str:
         submit = Submit(
             name,
@@ -220,6 +221,7 @@ class SQLiteStore(SQLiteWaits, SQLiteTriggers, Store):
             rate_burst,
             provenance,
             start_at,
+            gates_unknown,
         )
         with self._write() as db:
             now = self._clock()

@@ -8,15 +8,23 @@ import uuid
 from typing import Any
 
 from lockgate._clock import iso
+from lockgate._errors import EventAfterTerminal
 from lockgate.journal._events import EventKind, RunEvent
-from lockgate.stores._records import terminated_payload
+from lockgate.stores._gates import Gates
+from lockgate.stores._records import (
+    continued_payload,
+    handed_on_to,
+    successor_submit,
+    terminated_payload,
+)
 from lockgate.stores._sqlite_rows import SQLiteRows, dumps
 from lockgate.stores._sqlite_translate import translated
 from lockgate.stores._types import TerminateOutcome, WaitOutcome, WaitSpec
 
 
 class SQLiteWaits(SQLiteRows):
-    """Timers and waits, signals, updates, pause, terminate and hand-back on SQLite."""
+    """Timers and waits, signals, updates, pause, terminate, hand-back and hand-on on
+    SQLite."""
 
     @translated
     def park_run(
@@ -361,3 +369,63 @@ class SQLiteWaits(SQLiteRows):
             self._set(db, row, lock=None)
             if row["terminal"] is None:
                 self._enqueue(db, name, run_id)
+
+    @translated
+    def hand_on_run(
+        self,
+        name: str,
+        run_id: str,
+        lease: str,
+        successor_id: str,
+        *,
+        version: str,
+        version_behavior: str,
+        gates: Gates,
+    ) -> str:
+        with self._write() as db:
+            row = self._require(db, name, run_id)
+            if row["terminal"] is not None:
+                last = db.execute(
+                    "SELECT kind, payload FROM lg_events WHERE name = ? AND run_id = ? "
+                    "ORDER BY seq DESC LIMIT 1",
+                    (name, run_id),
+                ).fetchone()
+                ended = RunEvent(last["kind"], json.loads(last["payload"]), run_id)
+                if handed_on_to(ended, successor_id):
+                    return successor_id
+                raise EventAfterTerminal(f"run {run_id!r} has ended; it cannot be handed on")
+            self._check_fence(row, lease)
+            submit = successor_submit(
+                name,
+                run_id,
+                json.loads(row["params"]),
+                json.loads(row["metadata"]),
+                row["owner"],
+                version=version,
+                version_behavior=version_behavior,
+                gates=gates,
+            )
+            self._insert_run(db, submit, successor_id, None, self._clock())
+            moved = (name, successor_id, name, run_id)
+            for table in ("lg_signals", "lg_signal_keys", "lg_updates"):
+                db.execute(
+                    f"UPDATE {table} SET name = ?, run_id = ? WHERE name = ? AND run_id = ?",
+                    moved,
+                )
+            if row["pause_at"] is not None:
+                self._latch_pause(db, self._require(db, name, successor_id), row["pause_at"])
+            if row["cancel_at"] is not None:
+                cancel = db.execute(
+                    "SELECT payload FROM lg_events WHERE name = ? AND run_id = ? AND kind = ? "
+                    "ORDER BY seq DESC LIMIT 1",
+                    (name, run_id, EventKind.RUN_CANCEL),
+                ).fetchone()
+                detail = json.loads(cancel["payload"]).get("detail") or {}
+                self._latch_cancel(
+                    db, self._require(db, name, successor_id), row["cancel_at"], detail
+                )
+            continued = self._event(
+                row, EventKind.RUN_CONTINUED, continued_payload(name, successor_id, gates)
+            )
+            self._append(db, row, [continued], row["epoch"])
+        return successor_id

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lockgate.flow import Limit, Rate
+from lockgate.flow import Collect, Debounce, Limit, Rate
 from lockgate.flow._policies import KeySpec
 from lockgate.worker._runtime import Runtime
 from lockgate.workflow._spec import WorkflowSpec
@@ -32,6 +32,24 @@ def _rate(rate: Rate | None) -> dict[str, Any] | None:
     return {**_key(rate.key), "per_second": float(rate.per_second), "burst": rate.capacity}
 
 
+def _trigger(trigger: Collect | Debounce | None) -> dict[str, Any] | None:
+    if trigger is None:
+        return None
+    if isinstance(trigger, Collect):
+        return {
+            **_key(trigger.key),
+            "mode": "collect",
+            "window_seconds": float(trigger.window_seconds),
+            "max_events": trigger.max_events,
+        }
+    return {
+        **_key(trigger.key),
+        "mode": "debounce",
+        "window_seconds": float(trigger.window_seconds),
+        "max_wait_seconds": trigger.max_wait_seconds,
+    }
+
+
 def policy_record(spec: WorkflowSpec) -> dict[str, Any]:
     """The JSON form of ``spec``'s ``Limit`` and ``Rate``, with the version declaring them."""
     return {
@@ -39,6 +57,7 @@ def policy_record(spec: WorkflowSpec) -> dict[str, Any]:
         "version_behavior": spec.version_behavior,
         "concurrency": _limit(spec.concurrency),
         "rate": _rate(spec.rate_limit),
+        "trigger": _trigger(spec.trigger),
     }
 
 

@@ -47,6 +47,7 @@ from lockgate.workflow._context import (
     exit_boundary,
     unbind_attempt,
 )
+from lockgate.workflow._handon import hand_on_if_regated
 from lockgate.workflow._retry import DEFAULT_RETRY
 from lockgate.workflow._spec import json_ready, spec_of
 from lockgate.workflow._step import StepSpec
@@ -55,6 +56,7 @@ from lockgate.workflow._unwind import (
     _Abort,
     _Cancelled,
     _HandedBack,
+    _HandedOn,
     _LeaseLost,
     _ReplayExhausted,
     _StoreFailed,
@@ -384,6 +386,8 @@ class Attempt(AttemptCore):
                 return AttemptOutcome.SUSPENDED
             except _HandedBack:
                 return AttemptOutcome.HANDED_BACK
+            except _HandedOn:
+                return AttemptOutcome.HANDED_ON
             except _Cancelled:
                 return await self._finish_error(
                     await self._cancelled_payload(), AttemptOutcome.CANCELLED
@@ -447,8 +451,9 @@ class Attempt(AttemptCore):
         }
 
     async def _start(self) -> None:
-        """The gate before the body: a delayed start not yet due parks, and a cancel that
-        arrived before the body ever ran ends the run without running it."""
+        """The gate before the body: a delayed start not yet due parks, a cancel that arrived
+        before the body ever ran ends the run without running it, and a run stamped with gates
+        other than this worker's is handed on (see ``_handon``)."""
         await self._hand_back_if_stopping()
         start = self.state.calls.get(-1)
         if start is not None and start.outcome is None and start.due_at is not None:
@@ -457,6 +462,8 @@ class Attempt(AttemptCore):
             self._fresh = await self.poll()
             if self._fresh.cancel_requested_at is not None:
                 raise _Cancelled()
+            if not self._buffer and await hand_on_if_regated(self) is not None:
+                raise _HandedOn()
 
     async def _body_to_terminal(self) -> AttemptOutcome:
         await self._start()

@@ -27,6 +27,7 @@ class AttemptOutcome(enum.StrEnum):
     SUSPENDED = "suspended"
     ABANDONED = "abandoned"
     HANDED_BACK = "handed_back"
+    HANDED_ON = "handed_on"
     ALREADY_ENDED = "already_ended"
 
 
@@ -41,6 +42,11 @@ class _Suspend(_Unwind):
 class _HandedBack(_Unwind):
     """The worker is shutting down: the run went back on the queue at a boundary, unrun past
     it, with no retry counted."""
+
+
+class _HandedOn(_Unwind):
+    """The run's gates were out of date: a successor stamped with this worker's took it over
+    before the body ran, and the run ended ``run:continued``."""
 
 
 class _Cancelled(_Unwind):
