@@ -1,8 +1,9 @@
 """The workflow the SQLite benchmark runs, and the worker process that serves it.
 
-Run as a script: ``python bench/_one_step.py STORE_PATH SYNCHRONOUS [buffered]`` serves it
-until SIGTERM; ``buffered`` turns step-boundary durability off, so a run's step events reach the
-file with its terminal in one commit.
+Run as a script: ``python bench/_one_step.py STORE SYNCHRONOUS [buffered]`` serves it until
+SIGTERM; ``STORE`` is an SQLite path or a ``valkey://`` URL (``SYNCHRONOUS`` is then ignored);
+``buffered`` turns step-boundary durability off, so a run's step events reach the store with
+its terminal in one write.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from lockgate import SQLiteStore, WorkflowContext, step, workflow
+from lockgate import SQLiteStore, Store, WorkflowContext, open_store, step, workflow
 from lockgate.worker import WorkerOptions, WorkflowWorker
 
 
@@ -25,7 +26,11 @@ async def one_step(ctx: WorkflowContext, n: int) -> int:
 
 
 async def serve(path: str, synchronous: str, buffered: bool) -> None:
-    store = SQLiteStore(path, synchronous=synchronous)  # type: ignore[arg-type]
+    store: Store = (
+        open_store(path)
+        if path.startswith(("valkey://", "redis://"))
+        else SQLiteStore(path, synchronous=synchronous)  # type: ignore[arg-type]
+    )
     options = WorkerOptions(
         max_concurrent_runs=32,
         claim_poll_interval=0.002,

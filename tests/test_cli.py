@@ -85,7 +85,7 @@ STORE = "sqlite:///cli.db"
 @pytest.mark.parametrize(
     ("argv", "match"),
     [
-        (["runs", "list", "x", "--store", "redis://localhost"], "unknown store URL scheme"),
+        (["runs", "list", "x", "--store", "mongodb://localhost"], "unknown store URL scheme"),
         (["runs", "list", "x", "--store", "memory://"], "inside one process"),
         (["runs", "list", "x", "--store", "sqlite:///no/such/dir/x.db"], "does not exist"),
         (["runs", "list", "x", "--store", "sqlite:///x.db?namespace=a"], "no option 'namespace'"),
@@ -424,7 +424,10 @@ def test_cancel_ends_a_waiting_run_cancelled(served: Path) -> None:
 
 
 USER_ERRORS = {
-    "unknown scheme": (["runs", "list", "cli_adder", "--store", "valkey://h"], "unknown store URL"),
+    "unknown scheme": (
+        ["runs", "list", "cli_adder", "--store", "mongodb://h"],
+        "unknown store URL",
+    ),
     "missing directory": (["runs", "list", "x", "--store", "sqlite:///no/x.db"], "does not exist"),
     "unknown workflow": (["submit", "cli_nobody"], "unknown workflow cli_nobody: no worker"),
     "malformed params": (["submit", "cli_adder", "--params", "{'a': 1}"], "not valid JSON"),

@@ -9,9 +9,10 @@ from typing import Any, Literal
 
 import pytest
 
-from lockgate import ConfigurationError, MemoryStore, Store
-from lockgate.stores import SQLiteStore
+from lockgate import ConfigurationError, MemoryStore, Store, StoreUnavailable
+from lockgate.stores import SQLiteStore, ValkeyStore
 from lockgate.stores._open import STORE_URL_ENV, _from_text, open_store
+from valkey_server import ValkeyServer, free_port, shared_url
 
 
 @pytest.fixture(autouse=True)
@@ -52,7 +53,7 @@ def test_the_environment_names_the_store_when_no_url_is_given(
 def test_an_explicit_url_wins_over_the_environment(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, opened: list[Store]
 ) -> None:
-    monkeypatch.setenv(STORE_URL_ENV, "redis://nowhere")
+    monkeypatch.setenv(STORE_URL_ENV, "postgres://nowhere")
     store = _sqlite(open_store(f"sqlite:///{tmp_path}/given.db"), opened)
     assert store.path == tmp_path / "given.db"
 
@@ -215,12 +216,46 @@ def test_a_file_in_a_missing_directory_is_refused(tmp_path: Path) -> None:
 # -- other schemes ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("url", ["valkey://localhost:6379", "redis://x", "postgres://db/x"])
+@pytest.mark.parametrize("url", ["postgres://db/x", "mongodb://x"])
 def test_an_unknown_scheme_names_the_supported_ones(url: str) -> None:
     with pytest.raises(
-        ConfigurationError, match=r"unknown store URL scheme.*memory://.*sqlite:///"
+        ConfigurationError, match=r"unknown store URL scheme.*memory://.*sqlite:///.*valkey://"
     ):
         open_store(url)
+
+
+def test_valkey_urls_open_a_valkey_store_with_options_from_the_query() -> None:
+    url = shared_url()
+    for scheme in ("valkey", "redis"):
+        store = open_store(
+            url.replace("redis://", f"{scheme}://") + "?namespace=urltest&lock_ttl=12"
+        )
+        assert isinstance(store, ValkeyStore)
+        assert (store.namespace, store.lock_ttl) == ("urltest", 12.0)
+        store.ping()
+        store.close()
+    with pytest.raises(ConfigurationError, match="no option 'nope'"):
+        open_store(url + "?nope=1")
+
+
+def test_a_valkey_server_that_is_not_there_raises_store_unavailable() -> None:
+    with pytest.raises(StoreUnavailable, match="cannot reach Valkey"):
+        open_store(f"valkey://127.0.0.1:{free_port()}/0?socket_timeout=0.5")
+
+
+def test_a_valkey_server_that_may_evict_keys_is_refused() -> None:
+    from redis import Redis
+
+    server = ValkeyServer().start()
+    try:
+        Redis.from_url(server.url).config_set("maxmemory-policy", "allkeys-lru")
+        with pytest.raises(ConfigurationError, match="allkeys-lru"):
+            open_store(server.url)
+        store = open_store(server.url, eviction_policy_check=False)
+        store.ping()
+        store.close()
+    finally:
+        server.close()
 
 
 @pytest.mark.parametrize("url", ["lockgate.db", "/var/lib/x.db", "sqlite:x.db"])

@@ -59,6 +59,7 @@ EXPECTED = {
     "RunOwnedError",
     "RunStatus",
     "SQLiteStore",
+    "ValkeyStore",
     "SchemaVersionMismatch",
     "StepContext",
     "StepFailedError",

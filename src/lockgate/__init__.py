@@ -66,6 +66,7 @@ from lockgate.stores import (
     Store,
     StoreFileError,
     TerminateOutcome,
+    ValkeyStore,
     WaitOutcome,
     open_store,
 )
@@ -147,6 +148,7 @@ __all__ = [
     "UpdateRejected",
     "UpdateTimeout",
     "UserFailure",
+    "ValkeyStore",
     "WaitOutcome",
     "WaitTimeout",
     "WorkerOptions",

@@ -1,6 +1,7 @@
 """A worker process for tests: ``python tests/procs/worker_main.py --store PATH [options]``.
 
-Builds an SQLiteStore on the file (a path or an ``sqlite:///`` URL) and a WorkflowWorker
+Builds the store ``--store`` names (an SQLite file as a path or an ``sqlite:///`` URL, or a
+``valkey://``/``redis://`` URL, namespace in its query) and a WorkflowWorker
 serving ``WORKFLOWS`` of the module ``--workflows`` names (``workflows``, beside this file, by
 default), then serves until SIGTERM or SIGINT. Logs go to stderr.
 """
@@ -13,8 +14,10 @@ import importlib
 import logging
 import os
 import sys
+from typing import Any
 
-from lockgate.stores import SQLiteStore
+from lockgate.stores import SQLiteStore, Store
+from lockgate.stores._open import open_store
 from lockgate.worker import WorkerOptions, WorkflowWorker
 
 
@@ -38,16 +41,22 @@ def parse(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def open_test_store(url: str, **options: Any) -> Store:
+    """A store from a test's ``--store``: an SQLite path or URL, or a Valkey URL."""
+    if url.startswith(("valkey://", "redis://")):
+        options.pop("synchronous", None)
+        return open_store(url, **options)
+    if url.startswith("sqlite:"):
+        return SQLiteStore.from_url(url, **options)
+    return SQLiteStore(url, **options)
+
+
 def build(args: argparse.Namespace) -> WorkflowWorker:
-    options = {
-        "lock_ttl": args.lock_ttl,
-        "heartbeat_interval": args.heartbeat,
-        "synchronous": args.synchronous,
-    }
-    store = (
-        SQLiteStore.from_url(args.store, **options)
-        if args.store.startswith("sqlite:")
-        else SQLiteStore(args.store, **options)
+    store = open_test_store(
+        args.store,
+        lock_ttl=args.lock_ttl,
+        heartbeat_interval=args.heartbeat,
+        synchronous=args.synchronous,
     )
     module = importlib.import_module(args.workflows)
     return WorkflowWorker(

@@ -21,21 +21,24 @@ it back, so each start..end interval lies inside the time the run held its slot.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import os
 import time
 
 from lockgate import Limit, StepContext, WorkflowContext, step, workflow
-from lockgate.stores import SQLiteStore
+from lockgate.stores import Store
 
 RECORD_ENV = "LOCKGATE_TEST_RECORD"
 STORE_ENV = "LOCKGATE_TEST_STORE"
 
 
 @functools.cache
-def observer() -> SQLiteStore:
+def observer() -> Store:
     """This process's second view of the store, apart from the worker's own."""
-    return SQLiteStore(os.environ[STORE_ENV])
+    from worker_main import open_test_store
+
+    return open_test_store(os.environ[STORE_ENV])
 
 
 def done_already(ctx: StepContext) -> bool:
@@ -96,4 +99,22 @@ async def proc_limited(
     return n
 
 
-WORKFLOWS = [proc_steps, proc_limited]
+@step
+async def hold_slot_async(tenant_id: str, record: str, pause: float, ctx: StepContext) -> None:
+    """``hold_slot`` on the event loop, so a worker's thread pool does not bound how many
+    bodies run at once."""
+    tail = f"{os.getpid()} {ctx.run_id} {tenant_id}\n"
+    append_line(record, f"start {time.monotonic_ns()} {tail}")
+    await asyncio.sleep(pause)
+    append_line(record, f"end {time.monotonic_ns()} {tail}")
+
+
+@workflow(name="proc_limited3", version="1", concurrency=Limit(key="tenant_id", max=3))
+async def proc_limited3(
+    ctx: WorkflowContext, tenant_id: str, n: int, record: str, pause: float = 0.01
+) -> int:
+    await hold_slot_async(tenant_id, record, pause)
+    return n
+
+
+WORKFLOWS = [proc_steps, proc_limited, proc_limited3]

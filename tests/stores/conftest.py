@@ -12,6 +12,7 @@ rely on, and judges time by the :class:`ManualClock` it is given.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from lockgate import ManualClock, MemoryStore, Store
-from lockgate.stores import SQLiteStore
+from lockgate.stores import SQLiteStore, ValkeyStore
+from valkey_server import shared_url
 
 #: Seconds a lease lives without a heartbeat.
 LOCK_TTL = 30.0
@@ -60,6 +62,20 @@ STORE_FACTORIES: list[StoreFactory] = [
             max_retries=MAX_RETRIES,
             max_store_requeues=MAX_STORE_REQUEUES,
             synchronous="normal",
+        ),
+    ),
+    StoreFactory(
+        "valkey",
+        # A real server (started once per session); a namespace per store keeps tests apart.
+        lambda clock, tmp_path: ValkeyStore(
+            shared_url(),
+            namespace=f"t{uuid.uuid4().hex[:12]}",
+            clock=clock,
+            lock_ttl=LOCK_TTL,
+            heartbeat_interval=HEARTBEAT_INTERVAL,
+            max_retries=MAX_RETRIES,
+            max_store_requeues=MAX_STORE_REQUEUES,
+            retry_attempts=0,
         ),
     ),
 ]

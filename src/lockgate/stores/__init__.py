@@ -21,6 +21,7 @@ from lockgate.stores._sqlite import SQLiteStore
 from lockgate.stores._sqlite_file import StoreFileError
 from lockgate.stores._triggers import TriggerPolicy
 from lockgate.stores._types import RunControls, RunInfo, TerminateOutcome, WaitOutcome, WaitSpec
+from lockgate.stores._valkey_store import ValkeyStore
 
 __all__ = [
     "CAPABILITY_GROUPS",
@@ -43,6 +44,7 @@ __all__ = [
     "TriggerPolicy",
     "TriggerStore",
     "UpdateStore",
+    "ValkeyStore",
     "VersionStore",
     "WaitOutcome",
     "WaitReason",

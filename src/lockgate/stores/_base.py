@@ -23,6 +23,7 @@ from lockgate.journal._events import RunEvent
 from lockgate.stores._gates import Gates, WaitReason
 from lockgate.stores._triggers import TriggerPolicy
 from lockgate.stores._types import (
+    ClaimedRun,
     RunControls,
     RunInfo,
     TerminateOutcome,
@@ -565,4 +566,31 @@ class Store(
     PolicyStore,
     TriggerStore,
 ):
-    """A full store: both roles and every optional group. MemoryStore implements it whole."""
+    """A full store: both roles and every optional group. MemoryStore implements it whole.
+
+    Two compositions of the roles' calls are here so a backend can make each one round trip:
+    :meth:`claim_next_run_loaded` and :meth:`append_and_poll`. The defaults just make the
+    calls one after the other."""
+
+    def claim_next_run_loaded(
+        self,
+        name: str,
+        worker_id: str,
+        worker_version: str | None = None,
+        *,
+        prefer: Sequence[int] = (),
+    ) -> ClaimedRun | None:
+        """:meth:`claim_next_run`, returning the claimed run with its journal and controls
+        (what its attempt starts from), or None when nothing was claimable."""
+        run_id = self.claim_next_run(name, worker_id, worker_version, prefer=prefer)
+        if run_id is None:
+            return None
+        return ClaimedRun(run_id, self.load_run(name, run_id), self.poll_run(name, run_id))
+
+    def append_and_poll(
+        self, name: str, run_id: str, events: list[RunEvent], *, fence: str
+    ) -> RunControls:
+        """A fenced :meth:`append_events`, then the run's controls as :meth:`poll_run` reads
+        them, which the attempt's next boundary uses instead of reading them again."""
+        self.append_events(name, run_id, events, fence=fence)
+        return self.poll_run(name, run_id)

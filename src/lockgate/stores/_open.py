@@ -15,7 +15,7 @@ import types
 import typing
 from collections.abc import Callable
 from typing import Any, Literal
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from lockgate._errors import ConfigurationError
 from lockgate.stores._base import Store
@@ -25,7 +25,8 @@ from lockgate.stores._sqlite import SQLiteStore
 #: The environment variable ``open_store`` reads when it is given no URL.
 STORE_URL_ENV = "LOCKGATE_STORE_URL"
 
-_SCHEMES = ("memory://", "sqlite:///PATH")
+_SCHEMES = ("memory://", "sqlite:///PATH", "valkey://HOST:PORT/DB", "rediss://", "unix://PATH")
+_VALKEY_SCHEMES = frozenset({"valkey", "valkeys", "redis", "rediss", "unix"})
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
 _NONE = frozenset({"", "none", "null"})
@@ -46,7 +47,10 @@ def open_store(
     - ``sqlite:///relative/path.db`` (relative to the current directory) and
       ``sqlite:////absolute/path.db``: a :class:`SQLiteStore` on that file;
     - ``memory://``: a new :class:`MemoryStore`, only with ``allow_memory=True``, since a store
-      that lives inside one process is shared by nobody else.
+      that lives inside one process is shared by nobody else;
+    - ``valkey://host:port/db`` (also ``redis://``, TLS with ``valkeys://`` or ``rediss://``,
+      and ``unix:///path/to/socket?db=0``): a :class:`ValkeyStore` on that server. ``db`` stays
+      in the URL; every other query parameter is a store option (``?namespace=orders``).
 
     Query parameters (``sqlite:///app.db?synchronous=normal&lock_ttl=10``) and ``options`` are
     keyword arguments of the store's constructor; text is converted to the type the constructor
@@ -72,6 +76,14 @@ def open_store(
     if scheme == "sqlite":
         path = _sqlite_path(chosen, location)
         return _construct("sqlite", SQLiteStore, (path,), query, options)
+    if scheme in _VALKEY_SCHEMES:
+        from lockgate.stores._valkey_store import ValkeyStore
+
+        parts = urlsplit(chosen)
+        kept = urlencode([(k, v) for k, v in query if k == "db"])
+        server = urlunsplit((parts.scheme, parts.netloc, parts.path, kept, ""))
+        store_options = [(k, v) for k, v in query if k != "db"]
+        return _construct("valkey", ValkeyStore, (server,), store_options, options)
     raise ConfigurationError(
         f"unknown store URL scheme {scheme + '://'!r} in {chosen!r}; supported: "
         + ", ".join(_SCHEMES)

@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from lockgate.journal._events import RunStatus
+from lockgate.journal._events import RunEvent, RunStatus
 
 WaitKind = Literal["start", "sleep", "signal", "pause"]
 
@@ -67,6 +67,16 @@ class RunControls:
     cancel_requested_at: str | None
     pause_requested_at: str | None
     updates_pending: bool | None = None
+
+
+@dataclass(frozen=True)
+class ClaimedRun:
+    """A run a claim took, with what its attempt starts from: its journal and its controls,
+    read in the same step as the claim where the store can."""
+
+    run_id: str
+    events: list[RunEvent]
+    controls: RunControls
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ import logging
 from dataclasses import dataclass
 
 from lockgate._errors import StoreUnavailable
+from lockgate.stores._types import ClaimedRun
 from lockgate.worker._runtime import Runtime, wait_all
 from lockgate.workflow._executor import Attempt
 from lockgate.workflow._spec import WorkflowSpec
@@ -72,11 +73,14 @@ class AttemptPool:
         """Give back a slot taken by :meth:`reserve` that no attempt will use."""
         self._slots.release()
 
-    def launch(self, spec: WorkflowSpec, run_id: str, lease: str) -> None:
-        """Start the attempt of a claimed run in the slot reserved for it."""
+    def launch(
+        self, spec: WorkflowSpec, run_id: str, lease: str, claimed: ClaimedRun | None = None
+    ) -> None:
+        """Start the attempt of a claimed run in the slot reserved for it; ``claimed`` is what
+        the claim read with it (the journal and controls), if it did."""
         claim = Claim(spec.name, run_id, lease)
         task = asyncio.create_task(
-            self._attempt(spec, claim), name=f"lockgate-attempt:{spec.name}:{run_id}"
+            self._attempt(spec, claim, claimed), name=f"lockgate-attempt:{spec.name}:{run_id}"
         )
         self._running[task] = claim
         self.started += 1
@@ -93,10 +97,16 @@ class AttemptPool:
         if self._running:
             await asyncio.wait(set(self._running), return_when=asyncio.FIRST_COMPLETED)
 
-    async def _attempt(self, spec: WorkflowSpec, claim: Claim) -> None:
+    async def _attempt(
+        self, spec: WorkflowSpec, claim: Claim, claimed: ClaimedRun | None = None
+    ) -> None:
         rt = self._rt
         try:
-            events = await rt.io(rt.store.load_run, spec.name, claim.run_id)
+            events = (
+                claimed.events
+                if claimed is not None
+                else await rt.io(rt.store.load_run, spec.name, claim.run_id)
+            )
         except Exception as exc:
             log.warning(
                 "run %s of %s: loading the journal failed: %s", claim.run_id, spec.name, exc
@@ -120,6 +130,7 @@ class AttemptPool:
             event_buffer_size=rt.options.event_buffer_size,
             step_boundary_durability=rt.options.step_boundary_durability,
             should_stop=lambda: rt.stop.is_set,
+            controls=claimed.controls if claimed is not None else None,
         )
         try:
             outcome = await attempt.execute()

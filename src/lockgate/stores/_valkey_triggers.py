@@ -1,0 +1,181 @@
+"""ValkeyStore's keyed records: idempotency keys, version ranks, recorded policies, trigger
+buffers, and maintenance.
+
+A trigger fire builds its run inside its script, since the batch lives in Valkey: this side
+gives it the run as :class:`TriggerPolicy` makes it, with slots for what only the script knows
+(the batch, its sequence numbers, the time), and the script fills them in by joining JSON text,
+so the buffered events are journaled exactly as they were buffered.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from lockgate.stores._gates import fair_bucket
+from lockgate.stores._triggers import TriggerPolicy
+from lockgate.stores._valkey import ValkeyLifecycle, run_fields
+from lockgate.stores._valkey_core import _text
+
+#: Marks a slot in a template. Random per process, so no user string can pass for one.
+SLOT_MARK = f"\x1elg-slot-{uuid.uuid4().hex}:"
+#: A slot as ``json.dumps`` writes it: the mark's control character escaped.
+_SLOT_JSON = re.compile(re.escape(json.dumps(SLOT_MARK)[:-1]) + r'(\w+)"')
+#: Records with an ``expires_at`` that maintenance drops once it has passed.
+EXPIRING = ("idem", "held")
+#: Keys one maintenance script judges.
+MAINTENANCE_BATCH = 500
+
+
+def slot(name: str) -> str:
+    """A value the trigger script fills in: ``events``, ``count``, ``first``, ``last``,
+    ``now`` or ``params``."""
+    return SLOT_MARK + name
+
+
+def template(value: Any) -> list[str]:
+    """``value`` as JSON text split around its slots: literal text at even indexes, a slot's
+    name at odd ones, for the script to join with the slots filled in."""
+    return _SLOT_JSON.split(json.dumps(value, allow_nan=False, separators=(",", ":")))
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, allow_nan=False, separators=(",", ":"))
+
+
+def fired_run(policy: TriggerPolicy, name: str, key: str) -> list[str]:
+    """The run a fire of ``key``'s buffer submits, as the trigger script takes it: its hash
+    fields, its params and its ``run:init``, each with slots for the batch and the time."""
+    _, submit = policy.submit(name, key, [], 0, 0)
+    params = dict(submit.params, events=slot("events"), count=slot("count"))
+    provenance = dict(submit.provenance or {})
+    provenance["trigger"] = dict(provenance["trigger"], first=slot("first"), last=slot("last"))
+    init = submit.opening_events("", 0.0, None)[0]
+    payload = dict(init.payload, params=slot("params"), submitted_at=slot("now"))
+    payload["provenance"] = provenance
+    return [
+        dumps(run_fields(submit, fair_bucket(submit.owner, submit.gates))),
+        dumps(template(params)),
+        dumps([init.kind, template(payload), init.schema_version, dumps(dict(init.headers))]),
+    ]
+
+
+def policy_args(policy: TriggerPolicy) -> list[str]:
+    """How a buffer of ``policy`` comes due and fills, as the trigger script takes it."""
+    return [
+        policy.mode,
+        repr(float(policy.window_seconds)),
+        "" if policy.max_events is None else str(policy.max_events),
+        "" if policy.max_wait_seconds is None else repr(float(policy.max_wait_seconds)),
+    ]
+
+
+def glob_escaped(text: str) -> str:
+    """``text`` matched literally by a ``SCAN ... MATCH`` pattern."""
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
+
+
+class ValkeyTriggers(ValkeyLifecycle):
+    """Idempotency, versions, policies, Collect/Debounce buffers and maintenance on Valkey."""
+
+    # -- idempotency -------------------------------------------------------------------------
+
+    def _idempotency(self, name: str, key: str) -> tuple[str, str] | None:
+        """The live record of ``key``: its run id and body hash ("" for none)."""
+        record = self._script("t_idempotency_get", name, key)
+        if not record:
+            return None
+        run_id, body_hash = record
+        return _text(run_id), _text(body_hash)
+
+    def get_idempotency_run(self, name: str, key: str) -> str | None:
+        record = self._idempotency(name, key)
+        return record[0] if record is not None else None
+
+    def set_idempotency_run(self, name: str, key: str, run_id: str, ttl: int = 86_400) -> bool:
+        return bool(self._script("t_idempotency_set", name, key, run_id, repr(float(ttl))))
+
+    def get_idempotency_body_hash(self, name: str, key: str) -> str | None:
+        record = self._idempotency(name, key)
+        return (record[1] or None) if record is not None else None
+
+    # -- versions and policies -----------------------------------------------------------------
+
+    def register_version(self, name: str, version: str) -> int:
+        return int(self._script("t_register_version", name, version))
+
+    def version_rank(self, name: str, version: str) -> int | None:
+        rank = self._cmd("HGET", self._key("ver", name), version)
+        return int(rank) if rank is not None else None
+
+    def record_workflow_policy(self, name: str, policy: dict[str, Any]) -> None:
+        self._script("t_record_policy", name, dumps(policy))
+
+    def get_workflow_policy(self, name: str) -> dict[str, Any] | None:
+        policy = self._cmd("GET", self._key("policy", name))
+        if policy is None:
+            return None
+        loaded: dict[str, Any] = json.loads(_text(policy))
+        return loaded
+
+    # -- trigger buffers -------------------------------------------------------------------------
+
+    def _trigger(
+        self, name: str, key: str, event: str, due_by: str, policy: TriggerPolicy
+    ) -> str | None:
+        """Buffer ``event`` (unless "") and fire the buffer if that fills it or it is due by
+        ``due_by`` (unless ""): one script. The fired run's id, or None."""
+        fired = self._script(
+            "t_trigger",
+            name,
+            key,
+            event,
+            due_by,
+            *policy_args(policy),
+            *fired_run(policy, name, key),
+        )
+        return _text(fired) if fired else None
+
+    def trigger_event(
+        self, name: str, key: str, event: dict[str, Any], *, policy: TriggerPolicy
+    ) -> str | None:
+        return self._trigger(name, key, dumps(event), "", policy)
+
+    def due_triggers(self, name: str, before: float, limit: int = 100) -> list[str]:
+        keys = self._cmd(
+            "ZRANGEBYSCORE", self._key("tdue", name), "-inf", repr(float(before)), "LIMIT", 0, limit
+        )
+        return [_text(k) for k in keys]
+
+    def fire_trigger(
+        self, name: str, key: str, *, policy: TriggerPolicy, due_by: float
+    ) -> str | None:
+        return self._trigger(name, key, "", repr(float(due_by)), policy)
+
+    # -- maintenance ---------------------------------------------------------------------------
+
+    def run_maintenance(self, now: float | None = None) -> int:
+        """Drop expired idempotency records and held controls. Finished runs are kept."""
+        at = "" if now is None else repr(float(now))
+        removed = 0
+        for kind in EXPIRING:
+            for batch in self._scan(kind):
+                removed += int(self._script("t_expire", at, *batch))
+        return removed
+
+    def _scan(self, kind: str) -> Iterator[list[str]]:
+        """The keys of ``kind``'s records, without the prefix, a batch at a time."""
+        pattern = glob_escaped(self._key(kind, "")) + "*"
+        cursor = "0"
+        while True:
+            cursor_raw, keys = self._cmd(
+                "SCAN", cursor, "MATCH", pattern, "COUNT", MAINTENANCE_BATCH
+            )
+            cursor = _text(cursor_raw)
+            if keys:
+                yield [_text(k).removeprefix(self.prefix) for k in keys]
+            if cursor == "0":
+                return

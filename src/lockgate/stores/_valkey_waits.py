@@ -1,0 +1,252 @@
+"""ValkeyStore's waits and controls: parking and waking runs, timers, signals, updates,
+pause, terminate, hand-back and hand-on, each one Lua script.
+
+What a run holds besides its hash and journal lives under keys of its own: ``sig`` (a list of
+buffered signals, each ``name SEP signal_id SEP record``), ``sigk`` (signal send key -> first
+answer), ``upd`` (update id -> ``{"seq", "record"}``, the pending updates) and ``updr``
+(update id -> settled outcome). Open waits with a due time sit in the ``timers`` sorted set,
+scored by that time, as ``name SEP run_id``.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from lockgate._clock import iso
+from lockgate._errors import RunNotFoundError
+from lockgate.journal._events import EventKind, RunEvent
+from lockgate.stores._gates import Gates, fair_bucket
+from lockgate.stores._records import (
+    continued_payload,
+    successor_submit,
+    terminated_payload,
+)
+from lockgate.stores._types import TerminateOutcome, WaitOutcome, WaitSpec
+from lockgate.stores._valkey import ValkeyLifecycle, run_fields
+from lockgate.stores._valkey_core import SEP, _text, event_args
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, allow_nan=False, separators=(",", ":"))
+
+
+def _scored(raw: Any) -> dict[str, float]:
+    """A ``WITHSCORES`` reply as member -> score, whether the client paired it up or not."""
+    items = list(raw)
+    if items and isinstance(items[0], list | tuple):
+        return {_text(member): float(score) for member, score in items}
+    return {_text(items[i]): float(items[i + 1]) for i in range(0, len(items), 2)}
+
+
+class ValkeyWaits(ValkeyLifecycle):
+    """Timers and waits, signals, updates, pause, terminate, hand-back and hand-on on Valkey."""
+
+    def _require(self, name: str, run_id: str) -> None:
+        """Raise :class:`RunNotFoundError` unless the run exists (for the plain reads)."""
+        if not int(self._cmd("EXISTS", self._key("r", name, run_id))):
+            raise RunNotFoundError(name, run_id)
+
+    # -- timers and waits ----------------------------------------------------------------------
+
+    def park_run(
+        self, name: str, run_id: str, *, lease: str, events: list[RunEvent], wait: WaitSpec
+    ) -> WaitOutcome:
+        outcome = self._script(
+            "w_park",
+            name,
+            run_id,
+            lease,
+            event_args(events),
+            _dumps(wait.to_dict()),
+            repr(float(wait.due_at)) if wait.due_at is not None else "",
+            wait.kind,
+            wait.signal or "",
+        )
+        return WaitOutcome(_text(outcome))
+
+    def get_sleeping_runs(self, before: float, limit: int = 100) -> list[tuple[str, str]]:
+        """Due waits, earliest first and in submit order within one due time."""
+        timers = self._key("timers")
+        due = self._cmd(
+            "ZRANGEBYSCORE", timers, "-inf", repr(float(before)), "WITHSCORES", "LIMIT", 0, limit
+        )
+        entries = _scored(due)
+        if len(entries) >= limit > 0:
+            # Waits due at the same time as the last one come in submit order: take them all.
+            last = repr(max(entries.values()))
+            tied = self._cmd("ZRANGEBYSCORE", timers, last, last, "WITHSCORES")
+            entries.update(_scored(tied))
+        ranked: list[tuple[float, int, str, str]] = []
+        for member, due_at in entries.items():
+            name, _, run_id = member.partition(SEP)
+            order, terminal = self._cmd("HMGET", self._key("r", name, run_id), "ord", "terminal")
+            if order is not None and not terminal:
+                ranked.append((due_at, int(order), name, run_id))
+        ranked.sort(key=lambda t: (t[0], t[1]))
+        return [(name, run_id) for _, _, name, run_id in ranked[:limit]]
+
+    def wake_due(self, name: str, run_id: str, *, due_by: float) -> WaitOutcome:
+        outcome = self._script("w_wake", name, run_id, "", repr(float(due_by)), "")
+        return WaitOutcome(_text(outcome))
+
+    def wake_run(
+        self, name: str, run_id: str, *, wait_id: str, lease: str | None = None
+    ) -> WaitOutcome:
+        outcome = self._script("w_wake", name, run_id, EventKind.RUN_WOKEN, wait_id, lease or "")
+        return WaitOutcome(_text(outcome))
+
+    def time_out_wait(
+        self, name: str, run_id: str, *, wait_id: str, lease: str | None = None
+    ) -> WaitOutcome:
+        outcome = self._script(
+            "w_wake", name, run_id, EventKind.RUN_WAIT_TIMED_OUT, wait_id, lease or ""
+        )
+        return WaitOutcome(_text(outcome))
+
+    # -- signals -------------------------------------------------------------------------------
+
+    def send_signal(
+        self,
+        name: str,
+        run_id: str,
+        signal_name: str,
+        payload: dict[str, Any],
+        sent_at: str,
+        *,
+        idempotency_key: str | None = None,
+    ) -> str:
+        signal_id = idempotency_key or uuid.uuid4().hex
+        record = _dumps(
+            {"signal_id": signal_id, "name": signal_name, "payload": payload, "sent_at": sent_at}
+        )
+        entry = f"{signal_name}{SEP}{signal_id}{SEP}{record}"
+        return _text(
+            self._script("w_signal", name, run_id, signal_name, entry, idempotency_key or "")
+        )
+
+    def peek_signal(self, name: str, run_id: str, signal_name: str) -> dict[str, Any] | None:
+        self._require(name, run_id)
+        for raw in self._cmd("LRANGE", self._key("sig", name, run_id), 0, -1):
+            entry_name, _, rest = _text(raw).partition(SEP)
+            if entry_name == signal_name:
+                signal: dict[str, Any] = json.loads(rest.partition(SEP)[2])
+                return signal
+        return None
+
+    def pop_signal_match(self, name: str, run_id: str, signal_name: str, signal_id: str) -> bool:
+        return bool(self._script("w_pop_signal", name, run_id, signal_name, signal_id))
+
+    # -- updates -------------------------------------------------------------------------------
+
+    def deliver_update(
+        self,
+        name: str,
+        run_id: str,
+        update_name: str,
+        payload: dict[str, Any],
+        update_id: str,
+        sent_at: str,
+    ) -> str:
+        record = _dumps(
+            {"update_id": update_id, "update": update_name, "payload": payload, "sent_at": sent_at}
+        )
+        return _text(self._script("w_update", name, run_id, update_id, record))
+
+    def peek_pending_updates(self, name: str, run_id: str) -> list[dict[str, Any]]:
+        self._require(name, run_id)
+        stored = self._cmd("HVALS", self._key("upd", name, run_id))
+        pending = sorted((json.loads(_text(raw)) for raw in stored), key=lambda u: int(u["seq"]))
+        return [dict(u["record"]) for u in pending]
+
+    def settle_update(
+        self,
+        name: str,
+        run_id: str,
+        update_id: str,
+        outcome: dict[str, Any],
+        *,
+        fence: str | None = None,
+        ack: bool = True,
+    ) -> None:
+        self._script(
+            "w_settle", name, run_id, update_id, _dumps(outcome), fence or "", "1" if ack else ""
+        )
+
+    def read_update_result(self, name: str, run_id: str, update_id: str) -> dict[str, Any] | None:
+        raw = self._cmd("HGET", self._key("updr", name, run_id), update_id)
+        if raw is None:
+            self._require(name, run_id)
+            return None
+        result: dict[str, Any] = json.loads(_text(raw))
+        return result
+
+    # -- controls ------------------------------------------------------------------------------
+
+    def request_pause(self, name: str, run_id: str) -> str:
+        return _text(self._script("w_pause", name, run_id, iso(self._now())))
+
+    def resume_paused_run(
+        self, name: str, run_id: str, *, wait_id: str | None = None
+    ) -> WaitOutcome:
+        return WaitOutcome(_text(self._script("w_resume", name, run_id, wait_id or "")))
+
+    def terminate_run(
+        self,
+        name: str,
+        run_id: str,
+        *,
+        reason: str | None = None,
+        requested_by: str | None = None,
+        cause: dict[str, Any] | None = None,
+    ) -> TerminateOutcome:
+        now = iso(self._now())
+        error = RunEvent(
+            EventKind.RUN_ERROR, terminated_payload(now, reason, requested_by, cause), run_id
+        )
+        outcome = self._script("w_terminate", name, run_id, event_args([error]), now)
+        return TerminateOutcome(_text(outcome))
+
+    def hand_back_run(self, name: str, run_id: str, worker_id: str | None = None) -> None:
+        self._script("release", name, run_id, worker_id or "", "hand_back")
+
+    def hand_on_run(
+        self,
+        name: str,
+        run_id: str,
+        lease: str,
+        successor_id: str,
+        *,
+        version: str,
+        version_behavior: str,
+        gates: Gates,
+    ) -> str:
+        fields = self._fields(name, run_id)
+        if fields is None:
+            raise RunNotFoundError(name, run_id)
+        owner = fields.get("owner") or None
+        submit = successor_submit(
+            name,
+            run_id,
+            json.loads(fields["params"]),
+            json.loads(fields.get("metadata") or "{}"),
+            owner,
+            version=version,
+            version_behavior=version_behavior,
+            gates=gates,
+        )
+        continued = RunEvent(
+            EventKind.RUN_CONTINUED, continued_payload(name, successor_id, gates), run_id
+        )
+        handed = self._script(
+            "w_hand_on",
+            name,
+            run_id,
+            lease,
+            successor_id,
+            json.dumps(run_fields(submit, fair_bucket(owner, gates))),
+            event_args(submit.opening_events(successor_id, self._now(), None)),
+            event_args([continued]),
+        )
+        return _text(handed)

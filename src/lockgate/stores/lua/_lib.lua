@@ -1,0 +1,278 @@
+-- lockgate's Valkey store: the helpers every script shares. The store prepends this file to
+-- each script it loads, so each operation is one script and one atomic step.
+--
+-- Calling convention (every script):
+--   KEYS[1]  an anchor key inside the namespace's hash tag: every key a script touches is built
+--            from the prefix below and carries that tag, so it lives in the anchor's slot
+--   ARGV[1]  the key prefix, "lg:{<namespace>}:"
+--   ARGV[2]  "now" in epoch seconds, or "" to judge time by the server's own clock (TIME)
+--   ARGV[3]  lock TTL (s)   ARGV[4] max_retries   ARGV[5] max_store_requeues   ARGV[6] held TTL (s)
+--   ARGV[7...] the operation's own arguments (A(1), A(2), ...)
+--
+-- Errors are replies "LG:<CODE> <detail>" that the Python side turns into lockgate errors.
+
+local P = ARGV[1]
+local NOW
+if ARGV[2] ~= '' then
+  NOW = tonumber(ARGV[2])
+else
+  local t = redis.call('TIME')
+  NOW = tonumber(t[1]) + tonumber(t[2]) / 1000000
+end
+local LOCK_TTL = tonumber(ARGV[3])
+local MAX_RETRIES = tonumber(ARGV[4])
+local MAX_STORE_REQUEUES = tonumber(ARGV[5])
+local HELD_TTL = tonumber(ARGV[6])
+
+local function A(i) return ARGV[6 + i] end
+local function fail(code, detail) return redis.error_reply('LG:' .. code .. ' ' .. (detail or '')) end
+
+local function K(...) return P .. table.concat({...}, ':') end
+local function run_key(name, id) return K('r', name, id) end
+local function events_key(name, id) return K('e', name, id) end
+local SEP = '\31'
+
+-- A run's hash as a table, or nil.
+local function load(name, id)
+  local flat = redis.call('HGETALL', run_key(name, id))
+  if #flat == 0 then return nil end
+  local run = {name = name, id = id}
+  for i = 1, #flat, 2 do run[flat[i]] = flat[i + 1] end
+  return run
+end
+
+local function set(run, field, value)
+  run[field] = value
+  redis.call('HSET', run_key(run.name, run.id), field, value)
+end
+
+local function ended(run) return run.terminal ~= nil and run.terminal ~= '' end
+local function locked(run) return run.lock ~= nil and run.lock ~= '' end
+local function held(run) return locked(run) and tonumber(run.lock_expires or '0') > NOW end
+local function has(value) return value ~= nil and value ~= '' end
+
+-- -- the queue, split by fairness bucket -----------------------------------------------------
+
+local function queued(run) return has(run.queued) end
+
+local function enqueue(run)
+  if ended(run) or queued(run) then return end
+  local seq = redis.call('INCR', K('qseq'))
+  redis.call('ZADD', K('q', run.name, run.bucket), seq, run.id)
+  redis.call('SADD', K('qb', run.name), run.bucket)
+  set(run, 'queued', seq)
+end
+
+local function dequeue(run)
+  if not queued(run) then return end
+  local q = K('q', run.name, run.bucket)
+  redis.call('ZREM', q, run.id)
+  if redis.call('ZCARD', q) == 0 then redis.call('SREM', K('qb', run.name), run.bucket) end
+  set(run, 'queued', '')
+end
+
+-- -- locks and Limit slots ---------------------------------------------------------------------
+
+local function set_lock(run, lease)
+  set(run, 'lock', lease or '')
+  if not lease then redis.call('ZREM', K('locks', run.name), run.id) end
+  if has(run.ckey) then
+    local slot = K('slot', run.name, run.ckey)
+    if lease then redis.call('SADD', slot, run.id) else redis.call('SREM', slot, run.id) end
+  end
+end
+
+local function check_fence(run, lease)
+  if ended(run) then return fail('AFTER_TERMINAL', 'run ' .. run.id .. ' has ended; nothing more is journaled') end
+  if run.lock ~= lease or not held(run) then
+    return fail('LOCK_LOST', 'lease ' .. lease .. ' no longer holds run ' .. run.id)
+  end
+  return nil
+end
+
+-- -- waits and timers --------------------------------------------------------------------------
+
+local function open_wait(run, wait_json, due)
+  set(run, 'wait', wait_json)
+  set(run, 'wait_due', due or '')
+  if has(due) then
+    redis.call('ZADD', K('timers'), tonumber(due), run.name .. SEP .. run.id)
+  end
+end
+
+local function close_wait(run)
+  set(run, 'wait', '')
+  set(run, 'wait_due', '')
+  redis.call('ZREM', K('timers'), run.name .. SEP .. run.id)
+end
+
+-- -- the journal ---------------------------------------------------------------------------------
+
+local PROGRESS = {['step:done'] = true, ['run:update_completed'] = true}
+local TERMINAL = {['run:complete'] = true, ['run:error'] = true, ['run:continued'] = true}
+
+local function terminal_status(kind, payload)
+  if kind == 'run:complete' then return 'complete' end
+  if kind == 'run:continued' then return 'continued' end
+  local code = cjson.decode(payload).code
+  if code == 'cancelled' or code == 'terminated' then return code end
+  return 'error'
+end
+
+-- Append events ({kind, payload_json, schema_version, headers_json} each) without checks other
+-- than the terminal rule; the caller checked the fence. epoch stamps lg-epoch when given.
+local function append(run, events, epoch)
+  if ended(run) then return fail('AFTER_TERMINAL', 'run ' .. run.id .. ': no event may follow a terminal one') end
+  for i = 1, #events - 1 do
+    if TERMINAL[events[i][1]] then return fail('AFTER_TERMINAL', 'run ' .. run.id .. ': no event may follow a terminal one') end
+  end
+  local seq = tonumber(run.last_seq or '0')
+  local progress = false
+  local ekey = events_key(run.name, run.id)
+  for _, e in ipairs(events) do
+    seq = seq + 1
+    local headers = e[4]
+    if epoch then
+      local h = cjson.decode(headers)
+      if type(h) ~= 'table' or next(h) == nil then h = {} end
+      h['lg-epoch'] = tostring(epoch)
+      headers = cjson.encode(h)
+    end
+    redis.call('XADD', ekey, '0-' .. seq, 'k', e[1], 'p', e[2], 'v', e[3], 'h', headers)
+    if PROGRESS[e[1]] then progress = true end
+  end
+  set(run, 'last_seq', seq)
+  if progress then
+    set(run, 'owner_gone', 0)
+    set(run, 'store_requeues', 0)
+  end
+  local last = events[#events]
+  if last and TERMINAL[last[1]] then
+    set(run, 'terminal', terminal_status(last[1], last[2]))
+    set(run, 'ended_at', NOW)
+    dequeue(run)
+    close_wait(run)
+    set_lock(run, nil)
+    redis.call('ZADD', K('ended'), NOW, run.name .. SEP .. run.id)
+  end
+  return nil
+end
+
+local function event(kind, payload_table)
+  return {kind, cjson.encode(payload_table), '1', '{}'}
+end
+
+-- -- gates ---------------------------------------------------------------------------------------
+
+-- Why run cannot start now, or nil, having then spent its Rate token. A Limit refusal spends
+-- nothing.
+local function gated(run)
+  if has(run.ckey) and has(run.cmax) then
+    local slot = K('slot', run.name, run.ckey)
+    local holding = redis.call('SCARD', slot) - redis.call('SISMEMBER', slot, run.id)
+    if holding >= tonumber(run.cmax) then
+      return 'Limit ' .. run.ckey .. ' ' .. holding .. '/' .. run.cmax
+    end
+  end
+  if has(run.rkey) and has(run.rps) then
+    local tk = K('tok', run.name, run.rkey)
+    local capacity = tonumber(has(run.rburst) and run.rburst or '1')
+    local state = redis.call('HMGET', tk, 'tokens', 'updated')
+    local tokens = capacity
+    if state[1] then
+      local elapsed = math.max(0, NOW - tonumber(state[2]))
+      tokens = math.min(capacity, tonumber(state[1]) + elapsed * tonumber(run.rps))
+    end
+    if tokens < 1 then
+      redis.call('HSET', tk, 'tokens', tostring(tokens), 'updated', tostring(NOW))
+      return 'Rate ' .. run.rkey .. ': no token'
+    end
+    redis.call('HSET', tk, 'tokens', tostring(tokens - 1), 'updated', tostring(NOW))
+  end
+  return nil
+end
+
+local function claim(run, lease)
+  dequeue(run)
+  if run.lock ~= lease or not held(run) then
+    set(run, 'epoch', tonumber(run.epoch or '0') + 1)
+  end
+  set_lock(run, lease)
+  set(run, 'lock_expires', NOW + LOCK_TTL)
+  redis.call('ZADD', K('locks', run.name), NOW + LOCK_TTL, run.id)
+end
+
+-- -- controls ------------------------------------------------------------------------------------
+
+local function latch_cancel(run, at, detail_json)
+  set(run, 'cancel_at', at)
+  local err = append(run, {{'run:cancel', '{"requested_at":' .. cjson.encode(at) .. ',"detail":' .. detail_json .. '}', '1', '{}'}}, nil)
+  if err then return err end
+  if has(run.wait) and not held(run) then enqueue(run) end
+  return nil
+end
+
+local function latch_pause(run, at)
+  set(run, 'pause_at', at)
+  return append(run, {event('run:pause_requested', {requested_at = at})}, nil)
+end
+
+-- -- requeue budgets -----------------------------------------------------------------------------
+
+local function requeue(run, reason)
+  set_lock(run, nil)
+  if ended(run) then return nil end
+  local owner_gone = tonumber(run.owner_gone or '0')
+  local store_requeues = tonumber(run.store_requeues or '0')
+  local count, over, code
+  if reason == 'store_unavailable' then
+    store_requeues = store_requeues + 1
+    count, over, code = store_requeues, store_requeues > MAX_STORE_REQUEUES, reason
+  else
+    owner_gone = owner_gone + 1
+    count, over, code = owner_gone, owner_gone > MAX_RETRIES, 'max_retries'
+  end
+  set(run, 'owner_gone', owner_gone)
+  set(run, 'store_requeues', store_requeues)
+  if over then
+    return append(run, {event('run:error', {
+      code = code,
+      message = 'run requeued too often (' .. reason .. ')',
+      error = {type = 'lockgate:requeue_budget', message = reason, code = code},
+    })}, nil)
+  end
+  local err = append(run, {event('run:requeued', {reason = reason, count = count})}, nil)
+  if err then return err end
+  enqueue(run)
+  return nil
+end
+
+-- -- creating a run ------------------------------------------------------------------------------
+
+-- fields: the run hash's fields as a flat list; opening: the opening events; wait_json/due: the
+-- delayed start's wait, or ''.
+local function insert_run(name, id, fields, opening, wait_json, due)
+  local key = run_key(name, id)
+  if redis.call('EXISTS', key) == 1 then return fail('DUPLICATE', name .. SEP .. id) end
+  local order = redis.call('INCR', K('ord', name))
+  redis.call('HSET', key, 'ord', order, 'submitted_at', NOW, 'last_seq', 0, 'epoch', 0, unpack(fields))
+  redis.call('ZADD', K('runs', name), order, id)
+  local run = load(name, id)
+  local err = append(run, opening, nil)
+  if err then return err end
+  if has(wait_json) then open_wait(run, wait_json, due) else enqueue(run) end
+  local hkey = K('held', name, id)
+  local h = redis.call('HMGET', hkey, 'cancel_at', 'cancel_detail', 'pause_at', 'expires_at')
+  redis.call('DEL', hkey)
+  if h[4] and tonumber(h[4]) > NOW then
+    if h[3] then
+      err = latch_pause(run, h[3])
+      if err then return err end
+    end
+    if h[1] then
+      err = latch_cancel(run, h[1], h[2] or '{}')
+      if err then return err end
+    end
+  end
+  return run
+end

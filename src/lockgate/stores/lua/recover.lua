@@ -1,0 +1,16 @@
+-- Requeue every run of a workflow whose lease has lapsed; returns the ids of those not ended.
+-- A(1) name  A(2) the time to judge by, or '' for now
+local name = A(1)
+local at = has(A(2)) and tonumber(A(2)) or NOW
+local recovered = {}
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', K('locks', name), '-inf', at)) do
+  local run = load(name, id)
+  if run and locked(run) then
+    if not ended(run) then table.insert(recovered, id) end
+    local err = requeue(run, 'owner_gone')
+    if err then return err end
+  else
+    redis.call('ZREM', K('locks', name), id)
+  end
+end
+return recovered

@@ -1,0 +1,314 @@
+"""Worker processes on one real Valkey server: many processes, real signals, a server that
+restarts or stops under load.
+
+Each test starts ``tests/procs/worker_main.py`` as subprocesses on a ``valkey://`` URL (a
+namespace of its own per test) and checks, from the store and from what the bodies recorded,
+that every run ends exactly once, none is lost, gates hold, and no journaled step runs again.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+
+from lockgate import EventKind
+from lockgate.stores import ValkeyStore
+from test_flow_processes import completed_once, max_overlap, recorded_bodies
+from valkey_server import ValkeyServer, shared_url
+
+PROCS = Path(__file__).parent / "procs"
+LOCK_TTL = 1.5
+HEARTBEAT = 0.3
+
+
+@dataclass
+class ValkeyCluster:
+    """Worker processes on one Valkey namespace, each logging to a file of its own."""
+
+    tmp: Path
+    server_url: str
+    namespace: str = field(default_factory=lambda: f"p{uuid.uuid4().hex[:10]}")
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    logs: list[IO[bytes]] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"{self.server_url}?namespace={self.namespace}"
+
+    @property
+    def record(self) -> Path:
+        return self.tmp / "executions.txt"
+
+    def store(self, **options: Any) -> ValkeyStore:
+        return ValkeyStore(
+            self.server_url,
+            namespace=self.namespace,
+            lock_ttl=LOCK_TTL,
+            heartbeat_interval=HEARTBEAT,
+            **options,
+        )
+
+    def start(self, *args: str) -> subprocess.Popen[bytes]:
+        env = dict(os.environ, LOCKGATE_TEST_STORE=self.url, LOCKGATE_TEST_RECORD=str(self.record))
+        log = (self.tmp / f"worker-{len(self.procs)}.log").open("wb")
+        self.logs.append(log)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                str(PROCS / "worker_main.py"),
+                "--store",
+                self.url,
+                "--lock-ttl",
+                str(LOCK_TTL),
+                "--heartbeat",
+                str(HEARTBEAT),
+                *args,
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def tail(self) -> str:
+        parts = []
+        for index, proc in enumerate(self.procs):
+            text = (self.tmp / f"worker-{index}.log").read_text(errors="replace")
+            parts.append(
+                f"--- worker {index} (pid {proc.pid}, rc {proc.poll()}) ---\n{text[-3000:]}"
+            )
+        return "\n".join(parts)
+
+    def close(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+        for proc in self.procs:
+            proc.wait(timeout=10)
+        for log in self.logs:
+            log.close()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[ValkeyCluster]:
+    running = ValkeyCluster(tmp_path, shared_url())
+    yield running
+    running.close()
+
+
+def wait_for(what: str, check: Callable[[], bool], cluster: ValkeyCluster, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"timed out after {timeout}s waiting until {what}\n{cluster.tail()}"
+            )
+        time.sleep(0.05)
+
+
+def all_ended(store: ValkeyStore, name: str, runs: Iterator[str] | list[str]) -> Callable[[], bool]:
+    pending = set(runs)
+
+    def check() -> bool:
+        for run_id in list(pending):
+            info = store.get_run(name, run_id)
+            if info is not None and info.status.is_terminal:
+                pending.discard(run_id)
+        return not pending
+
+    return check
+
+
+def test_four_workers_finish_2000_runs_across_50_keys_with_a_limit_of_three(
+    cluster: ValkeyCluster,
+) -> None:
+    store = cluster.store()
+    record = cluster.tmp / "bodies.txt"
+    runs: dict[str, tuple[str, int]] = {}
+    for n in range(2000):
+        tenant = f"t{n % 50}"
+        run_id = store.submit_run(
+            "proc_limited3",
+            uuid.uuid4().hex,
+            {"tenant_id": tenant, "n": n, "record": str(record), "pause": 1.5},
+            version="1",
+            version_behavior="pinned",
+            concurrency_key=tenant,
+            concurrency_max=3,
+        )
+        runs[run_id] = (tenant, n)
+    # 4 x 40 attempt slots against 50 keys x 3, and bodies long enough (1.5 s) for claims to
+    # fill them: more room than the limits allow, so the gates, not the workers, bound each key.
+    workers = [
+        cluster.start("--worker-id", f"w{i}", "--concurrency", "40", "--poll", "0.005")
+        for i in range(4)
+    ]
+    wait_for("all 2000 runs end", all_ended(store, "proc_limited3", list(runs)), cluster, 240)
+    assert all(proc.poll() is None for proc in workers), cluster.tail()
+    for run_id, (_, n) in runs.items():
+        _, end = completed_once(store, "proc_limited3", run_id)
+        assert end.payload["result"] == n
+    bodies, _ = recorded_bodies(record)
+    assert sorted(body.run_id for body in bodies) == sorted(runs)  # each body ran once
+    by_key: dict[str, list[Any]] = collections.defaultdict(list)
+    for body in bodies:
+        by_key[body.key].append(body)
+    peaks = {key: max_overlap(found) for key, found in by_key.items()}
+    assert max(peaks.values()) <= 3, peaks
+    assert max(peaks.values()) == 3, peaks  # the limit was used, not just respected
+    assert len({body.pid for body in bodies}) == 4  # every worker took part
+
+
+# -- faults ------------------------------------------------------------------------------------
+
+STEPS = "proc_steps"  # tests/procs/workflows.py: records each step effect, then sleeps
+
+
+@dataclass(frozen=True)
+class Execution:
+    run_id: str
+    call_index: int
+    done_already: bool
+    pid: int
+
+
+def executions(cluster: ValkeyCluster) -> list[Execution]:
+    if not cluster.record.exists():
+        return []
+    rows = [line.split() for line in cluster.record.read_text().splitlines() if line]
+    return [Execution(r, int(c), d == "1", int(p)) for r, c, d, p in rows]
+
+
+def submit_steps(store: ValkeyStore, count: int, **params: Any) -> dict[str, int]:
+    runs = {}
+    for n in range(count):
+        run_id = store.submit_run(
+            STEPS, uuid.uuid4().hex, {"n": n, **params}, version="1", version_behavior="pinned"
+        )
+        runs[run_id] = n
+    return runs
+
+
+def assert_all_completed_once(
+    store: ValkeyStore, cluster: ValkeyCluster, runs: dict[str, int]
+) -> None:
+    for run_id, n in runs.items():
+        _, end = completed_once(store, STEPS, run_id)
+        assert end.payload["result"] == n * 2
+    again = [e for e in executions(cluster) if e.done_already]
+    assert again == [], f"journaled steps ran again: {again}\n{cluster.tail()}"
+
+
+def test_a_worker_killed_mid_step_loses_nothing_and_reruns_no_journaled_step(
+    cluster: ValkeyCluster,
+) -> None:
+    store = cluster.store()
+    runs = submit_steps(store, 30, steps=3, pause=0.2)
+    doomed = cluster.start("--worker-id", "doomed", "--concurrency", "4")
+    wait_for(
+        "the doomed worker is inside a step",
+        lambda: any(e.pid == doomed.pid for e in executions(cluster)),
+        cluster,
+        20,
+    )
+    cluster.start("--worker-id", "survivor", "--concurrency", "4")
+    time.sleep(0.3)
+    doomed.send_signal(signal.SIGKILL)
+    wait_for("all runs end", all_ended(store, STEPS, list(runs)), cluster, 60)
+    assert_all_completed_once(store, cluster, runs)
+    requeued = [
+        run_id
+        for run_id in runs
+        if any(e.kind == EventKind.RUN_REQUEUED for e in store.load_run(STEPS, run_id))
+    ]
+    assert requeued, "the killed worker held runs that had to be recovered"
+
+
+def test_a_frozen_worker_past_its_lease_has_every_write_refused(cluster: ValkeyCluster) -> None:
+    store = cluster.store()
+    (run_id,) = submit_steps(store, 1, steps=2, pause=1.0)
+    frozen = cluster.start("--worker-id", "frozen", "--concurrency", "1")
+    wait_for(
+        "the worker is inside the first step",
+        lambda: any(e.pid == frozen.pid for e in executions(cluster)),
+        cluster,
+        20,
+    )
+    frozen.send_signal(signal.SIGSTOP)
+    try:
+        cluster.start("--worker-id", "rescuer", "--concurrency", "1")
+        wait_for("the run ends", all_ended(store, STEPS, [run_id]), cluster, 30)
+    finally:
+        frozen.send_signal(signal.SIGCONT)
+    time.sleep(2.0)  # the thawed attempt finishes its step and tries to journal it
+    assert frozen.poll() is None, cluster.tail()
+    completed_once(store, STEPS, run_id)
+    journal = store.load_run(STEPS, run_id)
+    epochs = {e.headers.get("lg-epoch") for e in journal if e.kind == EventKind.STEP_DONE}
+    assert epochs == {"2"}, f"step results from more than the rescuing claim: {journal}"
+    ran = [(e.pid, e.call_index) for e in executions(cluster)]
+    assert (frozen.pid, 0) in ran  # the frozen attempt did run its step; its result is gone
+    assert not [e for e in executions(cluster) if e.done_already]
+
+
+@pytest.fixture
+def own_server() -> Iterator[ValkeyServer]:
+    """A server of the test's own, with an AOF synced on every write."""
+    server = ValkeyServer(appendonly=True).start()
+    yield server
+    server.close()
+
+
+def test_a_server_killed_and_restarted_mid_load_loses_no_run(
+    tmp_path: Path, own_server: ValkeyServer
+) -> None:
+    cluster = ValkeyCluster(tmp_path, own_server.url)
+    try:
+        store = cluster.store()
+        runs = submit_steps(store, 60, steps=2, pause=0.05)
+        for i in range(2):
+            cluster.start("--worker-id", f"w{i}", "--concurrency", "4")
+        wait_for("runs are under way", lambda: len(executions(cluster)) >= 10, cluster, 20)
+        own_server.stop(kill=True)
+        own_server.start()  # same port, same directory: it replays its AOF
+        wait_for("all runs end", all_ended(store, STEPS, list(runs)), cluster, 90)
+        assert_all_completed_once(store, cluster, runs)
+        assert all(proc.poll() is None for proc in cluster.procs), cluster.tail()
+    finally:
+        cluster.close()
+
+
+def test_a_server_down_for_seconds_pauses_runs_which_then_resume(
+    tmp_path: Path, own_server: ValkeyServer
+) -> None:
+    cluster = ValkeyCluster(tmp_path, own_server.url)
+    try:
+        store = cluster.store()
+        runs = submit_steps(store, 40, steps=2, pause=0.05)
+        for i in range(2):
+            cluster.start("--worker-id", f"w{i}", "--concurrency", "4")
+        wait_for("runs are under way", lambda: len(executions(cluster)) >= 10, cluster, 20)
+        own_server.stop(kill=True)
+        time.sleep(4.0)
+        during = len(executions(cluster))
+        time.sleep(1.0)
+        assert len(executions(cluster)) <= during + 8  # at most the steps already under way
+        own_server.start()
+        wait_for("all runs end", all_ended(store, STEPS, list(runs)), cluster, 90)
+        assert_all_completed_once(store, cluster, runs)
+        assert all(proc.poll() is None for proc in cluster.procs), cluster.tail()
+        assert "is unreachable" in cluster.tail()
+    finally:
+        cluster.close()
