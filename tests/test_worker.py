@@ -22,7 +22,9 @@ import pytest
 from lockgate import (
     ConfigurationError,
     EventKind,
+    InlineWorkflowRunner,
     Limit,
+    ManualClock,
     MemoryStore,
     Rate,
     RunEvent,
@@ -33,6 +35,7 @@ from lockgate import (
     step,
     workflow,
 )
+from lockgate.stores import RunControls
 from lockgate.worker import WorkerOptions, WorkflowWorker
 
 FAST = WorkerOptions(
@@ -600,3 +603,57 @@ async def test_a_worker_runs_on_a_thread_without_signal_handlers(store: MemorySt
         worker.stop()  # from another thread than the worker's loop
         await asyncio.to_thread(thread.join, WAIT_S)
     assert done.is_set()
+
+
+# -- the attempt's own lease deadline ------------------------------------------------------------
+
+
+class DeafStore(MemoryStore):
+    """A store whose heartbeats never get through (the worker is cut off from it), counting
+    the writes attempts still make."""
+
+    appends = 0
+
+    def heartbeat(self, name: str, run_id: str, worker_id: str) -> tuple[str | None, str | None]:
+        raise StoreUnavailable("heartbeat lost on the way")
+
+    def append_and_poll(
+        self, name: str, run_id: str, events: list[RunEvent], *, fence: str
+    ) -> RunControls:
+        self.appends += 1
+        return super().append_and_poll(name, run_id, events, fence=fence)
+
+
+STEP_GATE: dict[str, asyncio.Event] = {}
+
+
+@step(name="wk_slow_effect")
+async def slow_effect() -> str:
+    await STEP_GATE["open"].wait()
+    return "done"
+
+
+@workflow(name="wk_deaf")
+async def deaf_workflow(ctx: WorkflowContext) -> str:
+    return await slow_effect()
+
+
+async def test_an_attempt_whose_heartbeats_fail_for_a_whole_lease_stops_writing() -> None:
+    clock = ManualClock()
+    store = DeafStore(clock=clock, lock_ttl=30.0, heartbeat_interval=10.0)
+    STEP_GATE["open"] = asyncio.Event()
+    runner = InlineWorkflowRunner(store=store, workflows=[deaf_workflow], clock=clock)
+    handle = await runner.client.submit("wk_deaf", {})
+    attempt = asyncio.create_task(runner.run("wk_deaf", handle.run_id))
+    for _ in range(100):  # until step:pending is journaled and the effect is under way
+        if store.appends:
+            break
+        await asyncio.sleep(0)
+    for _ in range(4):  # 40 s on the clock: heartbeats at 10, 20, 30 all fail
+        clock.advance(10)
+        await asyncio.sleep(0)
+    STEP_GATE["open"].set()
+    await attempt
+    assert store.appends == 1  # the step's result was never sent
+    kinds = [e.kind for e in await handle.events()]
+    assert EventKind.STEP_DONE not in kinds

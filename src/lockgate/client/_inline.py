@@ -92,10 +92,18 @@ class InlineWorkflowRunner:
     async def aclose(self) -> None:
         self._closed = True
 
-    async def _attempt(self, spec: WorkflowSpec, run_id: str, lease: str) -> AttemptOutcome:
+    async def _attempt(
+        self, spec: WorkflowSpec, run_id: str, lease: str, leased_at: float
+    ) -> AttemptOutcome:
         events = await self._io(self.store.load_run, spec.name, run_id)
         attempt = Attempt(
-            store=self.store, spec=spec, run_id=run_id, lease=lease, clock=self.clock, events=events
+            store=self.store,
+            spec=spec,
+            run_id=run_id,
+            lease=lease,
+            clock=self.clock,
+            events=events,
+            leased_at=leased_at,
         )
         return await attempt.execute()
 
@@ -116,6 +124,7 @@ class InlineWorkflowRunner:
         waited_since = self.clock()
         logged = False
         while True:
+            asked_at = self.clock()
             try:
                 await self._io(self.store.claim_run, name, run_id, lease)
                 break
@@ -132,7 +141,7 @@ class InlineWorkflowRunner:
                         f"{self.gate_timeout:g}s: {held}"
                     ) from None
                 await self.clock.sleep(GATE_POLL_S)
-        await self._attempt(spec, run_id, lease)
+        await self._attempt(spec, run_id, lease, asked_at)
         return await self._io(self.store.load_run, name, run_id)  # type: ignore[no-any-return]
 
     async def run_next(self, name: str) -> list[RunEvent] | None:
@@ -140,10 +149,11 @@ class InlineWorkflowRunner:
         await self.start()
         spec = self._spec(name)
         lease = self._lease()
+        asked_at = self.clock()
         run_id = await self._io(self.store.claim_next_run, name, lease, spec.version)
         if run_id is None:
             return None
-        await self._attempt(spec, run_id, lease)
+        await self._attempt(spec, run_id, lease, asked_at)
         return await self._io(self.store.load_run, name, run_id)  # type: ignore[no-any-return]
 
     async def fire_due_timers(self, now: float | None = None, limit: int = 100) -> int:

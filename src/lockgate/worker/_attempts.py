@@ -74,13 +74,21 @@ class AttemptPool:
         self._slots.release()
 
     def launch(
-        self, spec: WorkflowSpec, run_id: str, lease: str, claimed: ClaimedRun | None = None
+        self,
+        spec: WorkflowSpec,
+        run_id: str,
+        lease: str,
+        claimed: ClaimedRun | None = None,
+        *,
+        leased_at: float | None = None,
     ) -> None:
         """Start the attempt of a claimed run in the slot reserved for it; ``claimed`` is what
-        the claim read with it (the journal and controls), if it did."""
+        the claim read with it (the journal and controls), if it did, and ``leased_at`` the
+        time from which its lease runs."""
         claim = Claim(spec.name, run_id, lease)
         task = asyncio.create_task(
-            self._attempt(spec, claim, claimed), name=f"lockgate-attempt:{spec.name}:{run_id}"
+            self._attempt(spec, claim, claimed, leased_at),
+            name=f"lockgate-attempt:{spec.name}:{run_id}",
         )
         self._running[task] = claim
         self.started += 1
@@ -98,7 +106,11 @@ class AttemptPool:
             await asyncio.wait(set(self._running), return_when=asyncio.FIRST_COMPLETED)
 
     async def _attempt(
-        self, spec: WorkflowSpec, claim: Claim, claimed: ClaimedRun | None = None
+        self,
+        spec: WorkflowSpec,
+        claim: Claim,
+        claimed: ClaimedRun | None = None,
+        leased_at: float | None = None,
     ) -> None:
         rt = self._rt
         try:
@@ -131,6 +143,7 @@ class AttemptPool:
             step_boundary_durability=rt.options.step_boundary_durability,
             should_stop=lambda: rt.stop.is_set,
             controls=claimed.controls if claimed is not None else None,
+            leased_at=leased_at,
         )
         try:
             outcome = await attempt.execute()

@@ -35,6 +35,7 @@ async def claim_one(rt: Runtime, pool: AttemptPool, spec: WorkflowSpec) -> bool:
     """Claim the next queued run of ``spec`` into a slot already reserved, and start its
     attempt. False, with the slot given back, when nothing was claimable."""
     lease = rt.new_lease()
+    asked_at = rt.clock()  # the lease runs from no later than this
     try:
         claimed = await rt.io(rt.store.claim_next_run_loaded, spec.name, lease, spec.version)
     except BaseException:
@@ -48,7 +49,7 @@ async def claim_one(rt: Runtime, pool: AttemptPool, spec: WorkflowSpec) -> bool:
         pool.unreserve()
         await rt.give_back(spec.name, claimed.run_id, lease)
         return True
-    pool.launch(spec, claimed.run_id, lease, claimed)
+    pool.launch(spec, claimed.run_id, lease, claimed, leased_at=asked_at)
     return True
 
 

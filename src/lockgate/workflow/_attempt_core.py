@@ -55,6 +55,7 @@ class AttemptCore:
         step_boundary_durability: bool = True,
         should_stop: Callable[[], bool] = lambda: False,
         controls: RunControls | None = None,
+        leased_at: float | None = None,
     ) -> None:
         self.store = store
         self.event_buffer_size = max(1, event_buffer_size)
@@ -90,10 +91,30 @@ class AttemptCore:
         self._fresh: RunControls | None = controls
         self._lease_lost = False
         self._task: asyncio.Task[Any] | None = None
+        # The attempt's own view of its lease: ``lock_ttl`` from before the claim was asked
+        # for, renewed from before each heartbeat that succeeded. Past it, the attempt writes
+        # nothing more, whatever the store would still accept.
+        ttl = getattr(store, "lock_ttl", None)
+        self._lease_ttl: float | None = float(ttl) if isinstance(ttl, int | float) else None
+        self._lease_until = (leased_at if leased_at is not None else clock()) + (
+            self._lease_ttl or 0.0
+        )
 
     # -- store access --------------------------------------------------------------------------
 
+    def lease_renewed(self, asked_at: float) -> None:
+        """A heartbeat sent at ``asked_at`` (on the attempt's clock) succeeded."""
+        if self._lease_ttl is not None:
+            self._lease_until = max(self._lease_until, asked_at + self._lease_ttl)
+
     async def _io(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if (
+            self.lease is not None
+            and self._lease_ttl is not None
+            and self.clock() >= self._lease_until
+        ):
+            # No heartbeat succeeded for a whole lease: another worker may hold the run now.
+            raise _LeaseLost()
         try:
             return await call_store(self.store, method, *args, **kwargs)
         except LockLost as exc:

@@ -355,10 +355,12 @@ class Attempt(AttemptCore):
     async def _heartbeat(self) -> None:
         while True:
             await self.clock.sleep(self.store.heartbeat_interval)
+            asked_at = self.clock()
             try:
                 cancel_at, _ = await self._io(
                     self.store.heartbeat, self.spec.name, self.run_id, self.lease
                 )
+                self.lease_renewed(asked_at)
                 if cancel_at is not None:
                     self._cancel_seen = True
             except _LeaseLost:
