@@ -238,6 +238,18 @@ def test_valkey_urls_open_a_valkey_store_with_options_from_the_query() -> None:
         open_store(url + "?nope=1")
 
 
+def test_a_unix_socket_url_opens_a_valkey_store_on_that_socket() -> None:
+    server = ValkeyServer(unixsocket=True).start()
+    try:
+        store = open_store(f"unix://{server.socket}?db=2&namespace=sock")
+        assert isinstance(store, ValkeyStore)
+        store.submit_run("over_a_socket", "r1", {})
+        assert store.get_run("over_a_socket", "r1") is not None
+        store.close()
+    finally:
+        server.close()
+
+
 def test_a_valkey_server_that_is_not_there_raises_store_unavailable() -> None:
     with pytest.raises(StoreUnavailable, match="cannot reach Valkey"):
         open_store(f"valkey://127.0.0.1:{free_port()}/0?socket_timeout=0.5")

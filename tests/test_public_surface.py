@@ -14,6 +14,7 @@ from lockgate import RunEvent
 
 EXPECTED = {
     "CAPABILITY_GROUPS",
+    "CompositeStore",
     "EVENT_SCHEMA_VERSION",
     "CapabilityMissing",
     "Clock",
@@ -59,6 +60,7 @@ EXPECTED = {
     "RunOwnedError",
     "RunStatus",
     "SQLiteStore",
+    "ValkeyLifecycleStore",
     "ValkeyStore",
     "SchemaVersionMismatch",
     "StepContext",

@@ -46,10 +46,14 @@ class ValkeyServer:
     """One valkey-server process on 127.0.0.1, with its files in its own directory. With
     ``appendonly`` it keeps an AOF synced on every write, so a restart loses nothing."""
 
-    def __init__(self, *, appendonly: bool = False, port: int | None = None) -> None:
+    def __init__(
+        self, *, appendonly: bool = False, port: int | None = None, unixsocket: bool = False
+    ) -> None:
         self.port = port or free_port()
         self.dir = Path(tempfile.mkdtemp(prefix="lockgate-valkey-"))
         self.appendonly = appendonly
+        #: With ``unixsocket``, the server also listens on this socket file.
+        self.socket = self.dir / "valkey.sock" if unixsocket else None
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -72,6 +76,8 @@ class ValkeyServer:
         ]
         if self.appendonly:
             args += ["--appendonly", "yes", "--appendfsync", "always"]
+        if self.socket is not None:
+            args += ["--unixsocket", str(self.socket), "--unixsocketperm", "700"]
         log = open(self.dir / "server.log", "ab")  # noqa: SIM115 - owned by the process
         self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
         self._wait_ready()

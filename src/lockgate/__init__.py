@@ -58,6 +58,7 @@ from lockgate.journal import (
 )
 from lockgate.stores import (
     CAPABILITY_GROUPS,
+    CompositeStore,
     EventLogStore,
     LifecycleStore,
     MemoryStore,
@@ -66,6 +67,7 @@ from lockgate.stores import (
     Store,
     StoreFileError,
     TerminateOutcome,
+    ValkeyLifecycleStore,
     ValkeyStore,
     WaitOutcome,
     open_store,
@@ -90,6 +92,7 @@ __all__ = [
     "CapabilityMissing",
     "Clock",
     "Collect",
+    "CompositeStore",
     "ConfigurationError",
     "ContinuationChainError",
     "Debounce",
@@ -148,6 +151,7 @@ __all__ = [
     "UpdateRejected",
     "UpdateTimeout",
     "UserFailure",
+    "ValkeyLifecycleStore",
     "ValkeyStore",
     "WaitOutcome",
     "WaitTimeout",

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from lockgate import ManualClock, MemoryStore, Store
-from lockgate.stores import SQLiteStore, ValkeyStore
+from lockgate.stores import CompositeStore, SQLiteStore, ValkeyLifecycleStore, ValkeyStore
 from valkey_server import shared_url
 
 #: Seconds a lease lives without a heartbeat.
@@ -76,6 +76,23 @@ STORE_FACTORIES: list[StoreFactory] = [
             max_retries=MAX_RETRIES,
             max_store_requeues=MAX_STORE_REQUEUES,
             retry_attempts=0,
+        ),
+    ),
+    StoreFactory(
+        "composite",
+        # Valkey coordinates; an SQLite file keeps the journals.
+        lambda clock, tmp_path: CompositeStore(
+            lifecycle=ValkeyLifecycleStore(
+                shared_url(),
+                namespace=f"c{uuid.uuid4().hex[:12]}",
+                clock=clock,
+                lock_ttl=LOCK_TTL,
+                heartbeat_interval=HEARTBEAT_INTERVAL,
+                max_retries=MAX_RETRIES,
+                max_store_requeues=MAX_STORE_REQUEUES,
+                retry_attempts=0,
+            ),
+            events=SQLiteStore(tmp_path / "events.db", clock=clock, synchronous="normal"),
         ),
     ),
 ]

@@ -14,6 +14,7 @@ from lockgate.stores._base import (
     UpdateStore,
     VersionStore,
 )
+from lockgate.stores._composite import CompositeStore
 from lockgate.stores._gates import Gates, WaitReason
 from lockgate.stores._memory import MemoryStore
 from lockgate.stores._open import STORE_URL_ENV, open_store
@@ -21,11 +22,13 @@ from lockgate.stores._sqlite import SQLiteStore
 from lockgate.stores._sqlite_file import StoreFileError
 from lockgate.stores._triggers import TriggerPolicy
 from lockgate.stores._types import RunControls, RunInfo, TerminateOutcome, WaitOutcome, WaitSpec
+from lockgate.stores._valkey_lifecycle import ValkeyLifecycleStore
 from lockgate.stores._valkey_store import ValkeyStore
 
 __all__ = [
     "CAPABILITY_GROUPS",
     "STORE_URL_ENV",
+    "CompositeStore",
     "ControlStore",
     "EventLogStore",
     "Gates",
@@ -44,6 +47,7 @@ __all__ = [
     "TriggerPolicy",
     "TriggerStore",
     "UpdateStore",
+    "ValkeyLifecycleStore",
     "ValkeyStore",
     "VersionStore",
     "WaitOutcome",

@@ -15,7 +15,7 @@ import types
 import typing
 from collections.abc import Callable
 from typing import Any, Literal
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 from lockgate._errors import ConfigurationError
 from lockgate.stores._base import Store
@@ -81,7 +81,8 @@ def open_store(
 
         parts = urlsplit(chosen)
         kept = urlencode([(k, v) for k, v in query if k == "db"])
-        server = urlunsplit((parts.scheme, parts.netloc, parts.path, kept, ""))
+        # Built by hand: urlunsplit drops the "//" of a URL with no host (unix:///path).
+        server = f"{parts.scheme}://{parts.netloc}{parts.path}" + (f"?{kept}" if kept else "")
         store_options = [(k, v) for k, v in query if k != "db"]
         return _construct("valkey", ValkeyStore, (server,), store_options, options)
     raise ConfigurationError(

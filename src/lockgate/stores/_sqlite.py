@@ -589,6 +589,34 @@ class SQLiteStore(SQLiteWaits, SQLiteTriggers, Store):
         return events, (events[-1].run_seq if more and events else None)
 
     @translated
+    def append_copies(self, name: str, run_id: str, events: Sequence[RunEvent]) -> None:
+        """Keep copies of another store's events, each at its own ``run_seq`` and with its
+        headers, once: a copy already kept is skipped. This is how SQLiteStore serves as the
+        event log of a :class:`CompositeStore`; the run needs no row here."""
+        with self._write() as db:
+            db.executemany(
+                "INSERT OR IGNORE INTO lg_events (name, run_id, seq, kind, payload, "
+                "schema_version, headers) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        name,
+                        run_id,
+                        event.run_seq,
+                        event.kind,
+                        dumps(event.payload),
+                        event.schema_version,
+                        dumps(dict(event.headers)),
+                    )
+                    for event in events
+                ],
+            )
+
+    @translated
+    def read_events_from(self, name: str, run_id: str, after_seq: int = 0) -> list[RunEvent]:
+        """The run's events after ``run_seq`` ``after_seq``: a suffix read."""
+        return self.replay_run(name, run_id, cursor=after_seq)[0]
+
+    @translated
     def get_last_event(self, name: str, run_id: str) -> RunEvent | None:
         with self._read() as db:
             row = db.execute(

@@ -9,16 +9,18 @@ from collections.abc import Sequence
 from typing import Any
 
 from lockgate._clock import iso
-from lockgate._errors import RunNotFoundError
+from lockgate._errors import DuplicateRunError, RunNotFoundError
 from lockgate.journal._events import RunEvent
-from lockgate.stores._gates import Gates, WaitReason, wait_reason
+from lockgate.stores._gates import Gates, WaitReason, fair_bucket, wait_reason
 from lockgate.stores._records import Submit
 from lockgate.stores._types import ClaimedRun, RunControls, RunInfo
 from lockgate.stores._valkey_core import (
     ValkeyCore,
+    _decode_hash,
     _text,
     event_args,
     event_from,
+    shard_key,
 )
 
 #: Held or other-version runs a claim looks past in one fairness bucket.
@@ -60,18 +62,10 @@ class ValkeyLifecycle(ValkeyCore):
     def _now(self) -> float:
         return self._server_now()
 
-    def _submit(
-        self,
-        submit: Submit,
-        run_id: str,
-        headers: dict[str, str] | None,
-        *,
-        idempotency_key: str | None = None,
-        idempotency_body_hash: str | None = None,
-        keep_seconds: float = 0.0,
-    ) -> str:
-        from lockgate.stores._gates import fair_bucket
-
+    def _submit_args(
+        self, submit: Submit, run_id: str, headers: dict[str, str] | None
+    ) -> list[str]:
+        """The ``submit`` script's run fields, opening events and delayed start (A(3)..A(6))."""
         now = self._now()
         wait = ""
         due = ""
@@ -87,19 +81,83 @@ class ValkeyLifecycle(ValkeyCore):
                 }
             )
             due = repr(float(submit.start_at))
-        result = self._script(
-            "submit",
-            submit.name,
-            run_id,
+        return [
             json.dumps(run_fields(submit, fair_bucket(submit.owner, submit.gates))),
             event_args(submit.opening_events(run_id, now, headers)),
             wait,
             due,
-            idempotency_key or "",
-            idempotency_body_hash or "",
-            repr(float(keep_seconds)),
-        )
-        return _text(result)
+        ]
+
+    def _submit(
+        self,
+        submit: Submit,
+        run_id: str,
+        headers: dict[str, str] | None,
+        *,
+        idempotency_key: str | None = None,
+        idempotency_body_hash: str | None = None,
+        keep_seconds: float = 0.0,
+    ) -> str:
+        """Create the run. With one shard, one script. With more, two steps: ``g_route``
+        (namespace-wide: the idempotency key, the run -> shard index, held controls), then
+        ``submit`` in the run's shard; a submit that fails after the first leaves an index
+        entry naming a shard without the run, which reads take for a missing run."""
+        key, body, keep = idempotency_key or "", idempotency_body_hash or "", repr(keep_seconds)
+        args = self._submit_args(submit, run_id, headers)
+        if self.shard_count == 1:
+            return _text(self._script("submit", submit.name, run_id, *args, key, body, keep, ""))
+        shard = self._submit_shard(submit, run_id)
+        kind, value = self._route(submit.name, run_id, shard, key, body, keep)
+        if kind == "existing":
+            return self._finish_first(submit, value, headers, key)
+        try:
+            self._script("submit", submit.name, run_id, *args, key, body, keep, value, shard=shard)
+        except DuplicateRunError:
+            if key:
+                self._script("g_unroute", submit.name, key, run_id)
+            raise
+        self._routed(submit.name, run_id, shard, value)
+        return run_id
+
+    def _submit_shard(self, submit: Submit, run_id: str) -> int:
+        return self._home(shard_key(submit.concurrency_key, submit.rate_key, run_id))
+
+    def _route(
+        self, name: str, run_id: str, shard: int, key: str = "", body: str = "", keep: str = "0"
+    ) -> tuple[str, str]:
+        """``g_route`` for a run about to be created in ``shard``: ``("existing", run id)``
+        for a live idempotency key, else ``("routed", held controls as JSON)``. Raises
+        :class:`DuplicateRunError` when the id is a run of another shard."""
+        answer = self._script("g_route", name, run_id, str(shard), key, body, keep, "")
+        if _text(answer[0]) == "elsewhere":
+            other = int(answer[1])
+            if int(self._cmd("EXISTS", self._key("r", name, run_id, shard=other))):
+                raise DuplicateRunError(name, run_id)
+            # A submit routed there never created the run: the id is free to route here.
+            answer = self._script("g_route", name, run_id, str(shard), key, body, keep, "1")
+        return _text(answer[0]), _text(answer[1])
+
+    def _routed(self, name: str, run_id: str, shard: int, held: str) -> None:
+        """After the run was created in ``shard``: remember it, and drop the controls held
+        namespace-wide that its submit applied."""
+        self._remember(name, run_id, shard)
+        if held != "{}":
+            self._cmd("DEL", self._key("held", name, run_id))
+
+    def _finish_first(
+        self, submit: Submit, first_id: str, headers: dict[str, str] | None, key: str
+    ) -> str:
+        """The run a live idempotency key names. When its submit kept the key but did not
+        create the run (its process died between the two steps), this repeat of the request
+        creates it; a race with that submit creates it once (the run carries the key)."""
+        if self._fields(submit.name, first_id) is not None:
+            return first_id
+        shard = self._submit_shard(submit, first_id)
+        _, held = self._route(submit.name, first_id, shard)
+        args = self._submit_args(submit, first_id, headers)
+        self._script("submit", submit.name, first_id, *args, key, "", "0", held, shard=shard)
+        self._routed(submit.name, first_id, shard, held)
+        return first_id
 
     def submit_run(
         self,
@@ -159,7 +217,7 @@ class ValkeyLifecycle(ValkeyCore):
         *,
         prefer: Sequence[int] = (),
     ) -> str | None:
-        claimed = self._script("claim_next", name, worker_id, worker_version or "", CLAIM_SCAN)
+        claimed = self._claim(name, worker_id, worker_version, prefer, "")
         return _text(claimed) if claimed else None
 
     def claim_next_run_loaded(
@@ -171,9 +229,7 @@ class ValkeyLifecycle(ValkeyCore):
         prefer: Sequence[int] = (),
     ) -> ClaimedRun | None:
         """The claim, the journal and the controls in one script: one round trip."""
-        answer = self._script(
-            "claim_next", name, worker_id, worker_version or "", CLAIM_SCAN, "load"
-        )
+        answer = self._claim(name, worker_id, worker_version, prefer, "load")
         if not answer:
             return None
         run_id, entries, cancel_at, pause_at, updates = answer
@@ -184,25 +240,51 @@ class ValkeyLifecycle(ValkeyCore):
             _controls(cancel_at, pause_at, updates),
         )
 
+    def _claim(
+        self,
+        name: str,
+        worker_id: str,
+        worker_version: str | None,
+        prefer: Sequence[int],
+        load: str,
+    ) -> Any:
+        """``claim_next`` in each shard with queued runs, ``prefer``'s first, until one
+        answers a run: the claim still reaches every shard, so no run is stranded."""
+        for shard in self._claim_order(name, prefer):
+            answer = self._script(
+                "claim_next", name, worker_id, worker_version or "", CLAIM_SCAN, load, shard=shard
+            )
+            if answer:
+                self._remember(name, _text(answer[0] if load else answer), shard)
+                return answer
+        return None
+
     def claim_run(self, name: str, run_id: str, worker_id: str) -> None:
-        self._script("claim_run", name, run_id, worker_id)
+        self._on_run("claim_run", name, run_id, worker_id)
 
     def release_run(self, name: str, run_id: str, worker_id: str | None = None) -> None:
-        self._script("release", name, run_id, worker_id or "", "")
+        self._on_run("release", name, run_id, worker_id or "", "")
 
     def requeue_run(
         self, name: str, run_id: str, worker_id: str | None = None, *, reason: str = "owner_gone"
     ) -> None:
-        self._script("requeue", name, run_id, worker_id or "", reason)
+        self._on_run("requeue", name, run_id, worker_id or "", reason)
 
     def recover_pending_runs(self, name: str, now: float | None = None) -> list[str]:
-        recovered = self._script("recover", name, "" if now is None else repr(float(now)))
-        return [_text(r) for r in recovered]
+        at = "" if now is None else repr(float(now))
+        recovered: list[str] = []
+        for shard in self._shards():
+            answer = self._script("recover", name, at, shard=shard)
+            recovered.extend(_text(r) for r in answer)
+        return recovered
 
     def explain_wait(self, name: str, run_id: str) -> WaitReason | None:
         fields = self._fields(name, run_id)
-        answer = self._script("explain_wait", name, run_id)
-        if not answer or fields is None:
+        if fields is None:
+            self._on_run("explain_wait", name, run_id)  # raises RunNotFoundError
+            return None
+        answer = self._on_run("explain_wait", name, run_id)
+        if not answer:
             return None
         position, holding, tokens = answer
         gates = Gates(
@@ -216,11 +298,15 @@ class ValkeyLifecycle(ValkeyCore):
         return wait_reason(gates, int(position), int(holding), float(counted) if counted else None)
 
     def get_pending_count(self, name: str) -> int:
-        buckets = self._cmd("SMEMBERS", self._key("qb", name))
-        return sum(int(self._cmd("ZCARD", self._key("q", name, _text(b)))) for b in buckets)
+        pending = 0
+        for shard in self._shards():
+            buckets = self._cmd("SMEMBERS", self._key("qb", name, shard=shard))
+            for bucket in buckets:
+                pending += int(self._cmd("ZCARD", self._key("q", name, _text(bucket), shard=shard)))
+        return pending
 
     def heartbeat(self, name: str, run_id: str, worker_id: str) -> tuple[str | None, str | None]:
-        cancel_at, pause_at = self._script("heartbeat", name, run_id, worker_id)
+        cancel_at, pause_at = self._on_run("heartbeat", name, run_id, worker_id)
         return (_text(cancel_at) or None, _text(pause_at) or None)
 
     def lock_holder(self, name: str, run_id: str) -> str | None:
@@ -233,33 +319,42 @@ class ValkeyLifecycle(ValkeyCore):
         self, name: str, run_id: str, *, detail: dict[str, Any] | None = None
     ) -> str:
         at = iso(self._now())
-        return _text(
-            self._script("request_cancel", name, run_id, at, json.dumps(dict(detail or {})))
-        )
+        return _text(self._control("request_cancel", name, run_id, at, json.dumps(detail or {})))
+
+    def _control(self, script: str, name: str, run_id: str, *args: str) -> Any:
+        """A cancel or pause (``script``): latched on the run in its shard, or held for an id
+        no shard holds yet. Held namespace-wide unless the id was routed to a shard meanwhile
+        (the script answers which, writing nothing): then held in that shard, where its
+        submit takes it in the same step that creates the run."""
+        shard = self._located(name, run_id)
+        if shard is not None:
+            return self._script(script, name, run_id, *args, "", shard=shard)
+        answer = self._script(script, name, run_id, *args, "route")
+        if isinstance(answer, list):
+            shard = int(answer[1])
+            answer = self._script(script, name, run_id, *args, "", shard=shard)
+        return answer
 
     def get_run_controls(self, name: str, run_id: str) -> tuple[str | None, str | None]:
         controls = self.poll_run(name, run_id)
         return controls.cancel_requested_at, controls.pause_requested_at
 
     def poll_run(self, name: str, run_id: str) -> RunControls:
-        key = self._key("r", name, run_id)
+        shard = self._located(name, run_id)
+        if shard is None:
+            raise RunNotFoundError(name, run_id)
+        key = self._key("r", name, run_id, shard=shard)
         (cancel_at, pause_at, exists), updates = self._io(
             lambda: self._pipeline(
                 ("HMGET", key, "cancel_at", "pause_at", "submitted_at"),
-                ("HLEN", self._key("upd", name, run_id)),
+                ("HLEN", self._key("upd", name, run_id, shard=shard)),
             ),
             "poll_run",
         )
         if exists is None:
+            self._forget(name, run_id)
             raise RunNotFoundError(name, run_id)
         return _controls(cancel_at, pause_at, updates)
-
-    def _pipeline(self, *commands: tuple[Any, ...]) -> list[Any]:
-        """Commands sent together: one round trip, no atomicity (reads only)."""
-        pipe = self._redis.pipeline(transaction=False)
-        for command in commands:
-            pipe.execute_command(*command)  # type: ignore[no-untyped-call]
-        return list(pipe.execute())
 
     def get_run(self, name: str, run_id: str) -> RunInfo | None:
         fields = self._fields(name, run_id)
@@ -270,16 +365,42 @@ class ValkeyLifecycle(ValkeyCore):
     def list_runs(
         self, name: str, *, limit: int = 50, cursor: str | None = None, owner: str | None = None
     ) -> tuple[list[RunInfo], str | None]:
-        top = f"({cursor}" if cursor else "+inf"
+        """Newest first, merged over the shards. The cursor holds, per shard, the ``ord``
+        (that shard's submit order) below which its runs are not shown yet."""
+        bounds = cursor.split(",") if cursor else [""] * self.shard_count
+        if len(bounds) != self.shard_count:
+            raise ValueError(f"list_runs cursor {cursor!r} is not one of this store's")
         now = self._now()
-        found: list[tuple[int, RunInfo]] = []
-        offset, page_size = 0, max(limit * 2, 64)
-        while len(found) <= limit:
+        found: list[tuple[float, int, int, RunInfo]] = []
+        for shard in self._shards():
+            bounds[shard], newest = self._newest(name, shard, bounds[shard], limit + 1, owner, now)
+            found.extend(newest)
+        # One shard: its submit order. More: submit times, which every shard shares.
+        found.sort(key=lambda f: (f[0] if self.shard_count > 1 else 0.0, f[1], f[2]))
+        found.reverse()
+        shown = found[:limit]
+        for _, order, shard, _ in shown:
+            bounds[shard] = str(order)
+        more = len(found) > limit
+        return [info for *_, info in shown], (",".join(bounds) if more else None)
+
+    def _newest(
+        self, name: str, shard: int, bound: str, want: int, owner: str | None, now: float
+    ) -> tuple[str, list[tuple[float, int, int, RunInfo]]]:
+        """Up to ``want`` runs of ``shard`` with an ``ord`` below ``bound``, newest first, of
+        ``owner`` when given: (submitted at, ord, shard, info) each. An empty ``bound`` (a
+        first page) becomes one above the shard's newest run, so runs submitted later stay
+        out of the pages that follow; the bound used comes back with the runs."""
+        if not bound:
+            bound = str(int(self._cmd("GET", self._key("ord", name, shard=shard)) or 0) + 1)
+        found: list[tuple[float, int, int, RunInfo]] = []
+        offset, page_size = 0, max(want * 2, 64)
+        while len(found) < want:
             page: list[tuple[Any, float]] = self._io(
                 functools.partial(
                     self._redis.zrevrangebyscore,
-                    self._key("runs", name),
-                    top,
+                    self._key("runs", name, shard=shard),
+                    f"({bound}",
                     "-inf",
                     start=offset,
                     num=page_size,
@@ -291,14 +412,14 @@ class ValkeyLifecycle(ValkeyCore):
                 break
             for member, score in page:
                 run_id = _text(member)
-                fields = self._fields(name, run_id)
+                raw = self._cmd("HGETALL", self._key("r", name, run_id, shard=shard))
+                fields = _decode_hash(raw) if raw else None
                 if fields is None or (owner is not None and fields.get("owner") != owner):
                     continue
-                found.append((int(score), self._info(name, run_id, fields, now)))
+                info = self._info(name, run_id, fields, now)
+                found.append((float(fields["submitted_at"]), int(score), shard, info))
             offset += len(page)
-        more = len(found) > limit
-        shown = found[:limit]
-        return [info for _, info in shown], (str(shown[-1][0]) if more else None)
+        return bound, found
 
     def ping(self) -> None:
         self._cmd("PING")
@@ -306,21 +427,22 @@ class ValkeyLifecycle(ValkeyCore):
     def append_events(
         self, name: str, run_id: str, events: list[RunEvent], *, fence: str | None = None
     ) -> None:
-        self._script("append", name, run_id, event_args(events), fence or "")
+        self._on_run("append", name, run_id, event_args(events), fence or "")
 
     def append_and_poll(
         self, name: str, run_id: str, events: list[RunEvent], *, fence: str
     ) -> RunControls:
         """The fenced append and the controls read in one script: one round trip."""
-        cancel_at, pause_at, updates = self._script(
+        cancel_at, pause_at, updates = self._on_run(
             "append", name, run_id, event_args(events), fence, "poll"
         )
         return _controls(cancel_at, pause_at, updates)
 
     def load_run(self, name: str, run_id: str, *, max_events: int | None = None) -> list[RunEvent]:
-        key = self._key("e", name, run_id)
-        if max_events is not None and max_events <= 0:
+        shard = self._located(name, run_id)
+        if shard is None or (max_events is not None and max_events <= 0):
             return []
+        key = self._key("e", name, run_id, shard=shard)
         if max_events is None:
             entries = self._cmd("XRANGE", key, "-", "+")
         else:
@@ -328,7 +450,12 @@ class ValkeyLifecycle(ValkeyCore):
         return [event_from(name, run_id, entry_id, fields) for entry_id, fields in entries]
 
     def get_last_event(self, name: str, run_id: str) -> RunEvent | None:
-        entries = self._cmd("XREVRANGE", self._key("e", name, run_id), "+", "-", "COUNT", 1)
+        shard = self._located(name, run_id)
+        if shard is None:
+            return None
+        entries = self._cmd(
+            "XREVRANGE", self._key("e", name, run_id, shard=shard), "+", "-", "COUNT", 1
+        )
         if not entries:
             return None
         entry_id, fields = entries[0]

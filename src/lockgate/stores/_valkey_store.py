@@ -9,6 +9,9 @@ from lockgate.stores._base import Store
 from lockgate.stores._valkey_triggers import ValkeyTriggers
 from lockgate.stores._valkey_waits import ValkeyWaits
 
+#: Shards of a store that does not say: one, the layout of an unsharded store.
+SHARD_COUNT_DEFAULT = 1
+
 
 class ValkeyStore(ValkeyWaits, ValkeyTriggers, Store):
     """Every store guarantee on a Valkey server, for worker processes on many hosts.
@@ -21,6 +24,14 @@ class ValkeyStore(ValkeyWaits, ValkeyTriggers, Store):
     :class:`ConfigurationError` unless ``eviction_policy_check`` is False. Calls that lose the
     server are retried ``retry_attempts`` times with backoff from ``retry_backoff`` seconds,
     then raise :class:`StoreUnavailable`.
+
+    ``shard_count`` splits the namespace's runs over that many shards, each under a hash tag of
+    its own, so a Valkey cluster spreads them over its nodes (see ``_valkey_core`` for the
+    layout and :meth:`shard_of` for where a run lives). Every store of a namespace must be
+    built with the same count (another raises :class:`ConfigurationError`). Workers lease
+    shards (:meth:`rebalance_shards`, leases living ``shard_lease_ttl`` seconds on the store's
+    clock) and claim from theirs first (``claim_next_run(..., prefer=...)``); a claim still
+    reaches every shard.
     """
 
     blocking_io = True
@@ -40,6 +51,8 @@ class ValkeyStore(ValkeyWaits, ValkeyTriggers, Store):
         retry_backoff: float = 0.1,
         socket_timeout: float = 5.0,
         eviction_policy_check: bool = True,
+        shard_count: int = SHARD_COUNT_DEFAULT,
+        shard_lease_ttl: float = 30.0,
         clock: Callable[[], float] | None = None,
     ) -> None:
         if lock_ttl <= 0 or (heartbeat_interval is not None and heartbeat_interval <= 0):
@@ -48,6 +61,14 @@ class ValkeyStore(ValkeyWaits, ValkeyTriggers, Store):
             raise ConfigurationError(
                 "ValkeyStore retry_attempts and retry_backoff must be >= 0, socket_timeout > 0"
             )
+        if isinstance(shard_count, bool) or not isinstance(shard_count, int) or shard_count < 1:
+            raise ConfigurationError(
+                f"ValkeyStore shard_count must be an int >= 1, got {shard_count!r}"
+            )
+        if shard_lease_ttl <= 0:
+            raise ConfigurationError("ValkeyStore shard_lease_ttl must be > 0")
+        self.shard_count = shard_count
+        self.shard_lease_ttl = shard_lease_ttl
         self.lock_ttl = lock_ttl
         self.heartbeat_interval = heartbeat_interval or lock_ttl / 3
         self.held_ttl = held_ttl
@@ -69,7 +90,34 @@ class ValkeyStore(ValkeyWaits, ValkeyTriggers, Store):
         )
 
     def __repr__(self) -> str:
-        return f"ValkeyStore({self.url!r}, namespace={self.namespace!r})"
+        shards = f", shard_count={self.shard_count}" if self.shard_count > 1 else ""
+        return f"ValkeyStore({self.url!r}, namespace={self.namespace!r}{shards})"
+
+    def shard_of(self, name: str, run_id: str) -> int:
+        """The shard a run lives in: its gate's if it was submitted with one, otherwise the
+        one its run id hashes to (a fired run's: its trigger key's). See
+        :func:`~lockgate.stores._valkey_core.shard_for` for the hash."""
+        return self._run_shard(name, run_id)
+
+    def rebalance_shards(self, worker_id: str, ttl: float | None = None) -> list[int]:
+        """Lease ``worker_id`` its fair share of the shards and return them, ascending.
+
+        Call it every so often (well within ``ttl``, default ``shard_lease_ttl``): it renews
+        the worker's leases, gives back those over its share (ceil(shards / live workers),
+        a worker counting as live while its last call's ttl has not passed), and takes free
+        or expired ones up to its share. Pass the result as ``prefer=`` to claims."""
+        answer = self._script(
+            "g_lease",
+            worker_id,
+            repr(float(ttl if ttl is not None else self.shard_lease_ttl)),
+            str(self.shard_count),
+        )
+        return [int(shard) for shard in answer]
+
+    def release_shards(self, worker_id: str) -> None:
+        """Give back every shard lease of ``worker_id`` (a worker stopping), so the others
+        take them on their next :meth:`rebalance_shards` instead of after the leases lapse."""
+        self._script("g_release", worker_id)
 
     def close(self) -> None:
         self._redis.close()

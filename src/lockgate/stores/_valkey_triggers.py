@@ -18,7 +18,7 @@ from typing import Any
 from lockgate.stores._gates import fair_bucket
 from lockgate.stores._triggers import TriggerPolicy
 from lockgate.stores._valkey import ValkeyLifecycle, run_fields
-from lockgate.stores._valkey_core import _text
+from lockgate.stores._valkey_core import SEP, _scored, _text, shard_key
 
 #: Marks a slot in a template. Random per process, so no user string can pass for one.
 SLOT_MARK = f"\x1elg-slot-{uuid.uuid4().hex}:"
@@ -81,6 +81,9 @@ def glob_escaped(text: str) -> str:
 class ValkeyTriggers(ValkeyLifecycle):
     """Idempotency, versions, policies, Collect/Debounce buffers and maintenance on Valkey."""
 
+    #: Per workflow, the shard the last :meth:`due_triggers` found each due buffer in.
+    _buffers: dict[str, dict[str, int]]
+
     # -- idempotency -------------------------------------------------------------------------
 
     def _idempotency(self, name: str, key: str) -> tuple[str, str] | None:
@@ -127,7 +130,9 @@ class ValkeyTriggers(ValkeyLifecycle):
         self, name: str, key: str, event: str, due_by: str, policy: TriggerPolicy
     ) -> str | None:
         """Buffer ``event`` (unless "") and fire the buffer if that fills it or it is due by
-        ``due_by`` (unless ""): one script. The fired run's id, or None."""
+        ``due_by`` (unless ""): one script, in the buffer's shard. The fired run's id, or
+        None."""
+        shard = self._buffer_shard(name, key, policy)
         fired = self._script(
             "t_trigger",
             name,
@@ -136,8 +141,28 @@ class ValkeyTriggers(ValkeyLifecycle):
             due_by,
             *policy_args(policy),
             *fired_run(policy, name, key),
+            shard=shard,
         )
-        return _text(fired) if fired else None
+        if not fired:
+            return None
+        run_id = _text(fired)
+        if self.shard_count > 1:
+            # The fire made the run in this step; its index entry follows (a reader that
+            # finds none looks in every shard).
+            self._cmd("HSET", self._key("shardof"), name + SEP + run_id, str(shard))
+            self._remember(name, run_id, shard)
+        return run_id
+
+    def _buffer_shard(self, name: str, key: str, policy: TriggerPolicy) -> int:
+        """The shard of ``key``'s buffer: that of the runs it fires (their gate key, else the
+        trigger key), so a fire creates its run where the run's gates count it. A buffer that
+        :meth:`due_triggers` found elsewhere (the gates changed while it filled) is fired
+        where it is."""
+        found = self._buffers.get(name, {}).get(key)
+        if found is not None:
+            return found
+        gates = policy.gates
+        return self._home(shard_key(gates.concurrency_key, gates.rate_key, key))
 
     def trigger_event(
         self, name: str, key: str, event: dict[str, Any], *, policy: TriggerPolicy
@@ -145,10 +170,23 @@ class ValkeyTriggers(ValkeyLifecycle):
         return self._trigger(name, key, dumps(event), "", policy)
 
     def due_triggers(self, name: str, before: float, limit: int = 100) -> list[str]:
-        keys = self._cmd(
-            "ZRANGEBYSCORE", self._key("tdue", name), "-inf", repr(float(before)), "LIMIT", 0, limit
-        )
-        return [_text(k) for k in keys]
+        due: list[tuple[float, int, str]] = []
+        for shard in self._shards():
+            found = self._cmd(
+                "ZRANGEBYSCORE",
+                self._key("tdue", name, shard=shard),
+                "-inf",
+                repr(float(before)),
+                "WITHSCORES",
+                "LIMIT",
+                0,
+                limit,
+            )
+            due.extend((at, shard, key) for key, at in _scored(found).items())
+        due.sort()
+        if self.shard_count > 1:
+            self._buffers[name] = {key: shard for _, shard, key in due[:limit]}
+        return [key for *_, key in due[:limit]]
 
     def fire_trigger(
         self, name: str, key: str, *, policy: TriggerPolicy, due_by: float
@@ -158,17 +196,22 @@ class ValkeyTriggers(ValkeyLifecycle):
     # -- maintenance ---------------------------------------------------------------------------
 
     def run_maintenance(self, now: float | None = None) -> int:
-        """Drop expired idempotency records and held controls. Finished runs are kept."""
+        """Drop expired idempotency records and held controls, namespace-wide and in every
+        shard. Finished runs are kept."""
         at = "" if now is None else repr(float(now))
         removed = 0
-        for kind in EXPIRING:
-            for batch in self._scan(kind):
-                removed += int(self._script("t_expire", at, *batch))
+        places: list[int | None] = [None] if self.shard_count == 1 else [None, *self._shards()]
+        for shard in places:
+            for kind in EXPIRING:
+                for batch in self._scan(kind, shard):
+                    removed += int(self._script("t_expire", at, *batch, shard=shard))
         return removed
 
-    def _scan(self, kind: str) -> Iterator[list[str]]:
-        """The keys of ``kind``'s records, without the prefix, a batch at a time."""
-        pattern = glob_escaped(self._key(kind, "")) + "*"
+    def _scan(self, kind: str, shard: int | None) -> Iterator[list[str]]:
+        """The keys of ``kind``'s records in ``shard`` (None: namespace-wide), without the
+        prefix, a batch at a time."""
+        prefix = self._key("", shard=shard)
+        pattern = glob_escaped(self._key(kind, "", shard=shard)) + "*"
         cursor = "0"
         while True:
             cursor_raw, keys = self._cmd(
@@ -176,6 +219,6 @@ class ValkeyTriggers(ValkeyLifecycle):
             )
             cursor = _text(cursor_raw)
             if keys:
-                yield [_text(k).removeprefix(self.prefix) for k in keys]
+                yield [_text(k).removeprefix(prefix) for k in keys]
             if cursor == "0":
                 return

@@ -10,6 +10,7 @@ scored by that time, as ``name SEP run_id``.
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from typing import Any
@@ -25,35 +26,30 @@ from lockgate.stores._records import (
 )
 from lockgate.stores._types import TerminateOutcome, WaitOutcome, WaitSpec
 from lockgate.stores._valkey import ValkeyLifecycle, run_fields
-from lockgate.stores._valkey_core import SEP, _text, event_args
+from lockgate.stores._valkey_core import SEP, _scored, _text, event_args, shard_key
 
 
 def _dumps(value: Any) -> str:
     return json.dumps(value, allow_nan=False, separators=(",", ":"))
 
 
-def _scored(raw: Any) -> dict[str, float]:
-    """A ``WITHSCORES`` reply as member -> score, whether the client paired it up or not."""
-    items = list(raw)
-    if items and isinstance(items[0], list | tuple):
-        return {_text(member): float(score) for member, score in items}
-    return {_text(items[i]): float(items[i + 1]) for i in range(0, len(items), 2)}
-
-
 class ValkeyWaits(ValkeyLifecycle):
     """Timers and waits, signals, updates, pause, terminate, hand-back and hand-on on Valkey."""
 
-    def _require(self, name: str, run_id: str) -> None:
-        """Raise :class:`RunNotFoundError` unless the run exists (for the plain reads)."""
-        if not int(self._cmd("EXISTS", self._key("r", name, run_id))):
+    def _require(self, name: str, run_id: str) -> int:
+        """The run's shard; :class:`RunNotFoundError` unless it exists (for the plain reads)."""
+        shard = self._located(name, run_id)
+        if shard is None or not int(self._cmd("EXISTS", self._key("r", name, run_id, shard=shard))):
+            self._forget(name, run_id)
             raise RunNotFoundError(name, run_id)
+        return shard
 
     # -- timers and waits ----------------------------------------------------------------------
 
     def park_run(
         self, name: str, run_id: str, *, lease: str, events: list[RunEvent], wait: WaitSpec
     ) -> WaitOutcome:
-        outcome = self._script(
+        outcome = self._on_run(
             "w_park",
             name,
             run_id,
@@ -67,8 +63,21 @@ class ValkeyWaits(ValkeyLifecycle):
         return WaitOutcome(_text(outcome))
 
     def get_sleeping_runs(self, before: float, limit: int = 100) -> list[tuple[str, str]]:
-        """Due waits, earliest first and in submit order within one due time."""
-        timers = self._key("timers")
+        """Due waits, earliest first and in submit order within one due time (each shard's
+        order; across shards, by submit time)."""
+        ranked: list[tuple[float, float, int, str, str]] = []
+        for shard in self._shards():
+            ranked.extend(self._due_in(shard, before, limit))
+        ranked.sort(key=lambda t: t[:3])
+        due = [(name, run_id) for *_, name, run_id in ranked[:limit]]
+        return due
+
+    def _due_in(
+        self, shard: int, before: float, limit: int
+    ) -> list[tuple[float, float, int, str, str]]:
+        """Up to ``limit`` of ``shard``'s due waits (and any tied with the last), as
+        (due at, submitted at, ord, name, run id), of runs that have not ended."""
+        timers = self._key("timers", shard=shard)
         due = self._cmd(
             "ZRANGEBYSCORE", timers, "-inf", repr(float(before)), "WITHSCORES", "LIMIT", 0, limit
         )
@@ -78,29 +87,33 @@ class ValkeyWaits(ValkeyLifecycle):
             last = repr(max(entries.values()))
             tied = self._cmd("ZRANGEBYSCORE", timers, last, last, "WITHSCORES")
             entries.update(_scored(tied))
-        ranked: list[tuple[float, int, str, str]] = []
+        ranked: list[tuple[float, float, int, str, str]] = []
         for member, due_at in entries.items():
             name, _, run_id = member.partition(SEP)
-            order, terminal = self._cmd("HMGET", self._key("r", name, run_id), "ord", "terminal")
+            key = self._key("r", name, run_id, shard=shard)
+            order, submitted, terminal = self._cmd("HMGET", key, "ord", "submitted_at", "terminal")
             if order is not None and not terminal:
-                ranked.append((due_at, int(order), name, run_id))
-        ranked.sort(key=lambda t: (t[0], t[1]))
-        return [(name, run_id) for _, _, name, run_id in ranked[:limit]]
+                self._remember(name, run_id, shard)
+                at = float(submitted) if self.shard_count > 1 else 0.0
+                ranked.append((due_at, at, int(order), name, run_id))
+        return ranked
 
     def wake_due(self, name: str, run_id: str, *, due_by: float) -> WaitOutcome:
-        outcome = self._script("w_wake", name, run_id, "", repr(float(due_by)), "")
-        return WaitOutcome(_text(outcome))
+        outcome = _text(self._on_run("w_wake", name, run_id, "", repr(float(due_by)), ""))
+        if outcome == "handoff":
+            return self._finish_hand_on(name, run_id)
+        return WaitOutcome(outcome)
 
     def wake_run(
         self, name: str, run_id: str, *, wait_id: str, lease: str | None = None
     ) -> WaitOutcome:
-        outcome = self._script("w_wake", name, run_id, EventKind.RUN_WOKEN, wait_id, lease or "")
+        outcome = self._on_run("w_wake", name, run_id, EventKind.RUN_WOKEN, wait_id, lease or "")
         return WaitOutcome(_text(outcome))
 
     def time_out_wait(
         self, name: str, run_id: str, *, wait_id: str, lease: str | None = None
     ) -> WaitOutcome:
-        outcome = self._script(
+        outcome = self._on_run(
             "w_wake", name, run_id, EventKind.RUN_WAIT_TIMED_OUT, wait_id, lease or ""
         )
         return WaitOutcome(_text(outcome))
@@ -123,12 +136,12 @@ class ValkeyWaits(ValkeyLifecycle):
         )
         entry = f"{signal_name}{SEP}{signal_id}{SEP}{record}"
         return _text(
-            self._script("w_signal", name, run_id, signal_name, entry, idempotency_key or "")
+            self._on_run("w_signal", name, run_id, signal_name, entry, idempotency_key or "")
         )
 
     def peek_signal(self, name: str, run_id: str, signal_name: str) -> dict[str, Any] | None:
-        self._require(name, run_id)
-        for raw in self._cmd("LRANGE", self._key("sig", name, run_id), 0, -1):
+        shard = self._require(name, run_id)
+        for raw in self._cmd("LRANGE", self._key("sig", name, run_id, shard=shard), 0, -1):
             entry_name, _, rest = _text(raw).partition(SEP)
             if entry_name == signal_name:
                 signal: dict[str, Any] = json.loads(rest.partition(SEP)[2])
@@ -136,7 +149,7 @@ class ValkeyWaits(ValkeyLifecycle):
         return None
 
     def pop_signal_match(self, name: str, run_id: str, signal_name: str, signal_id: str) -> bool:
-        return bool(self._script("w_pop_signal", name, run_id, signal_name, signal_id))
+        return bool(self._on_run("w_pop_signal", name, run_id, signal_name, signal_id))
 
     # -- updates -------------------------------------------------------------------------------
 
@@ -152,11 +165,11 @@ class ValkeyWaits(ValkeyLifecycle):
         record = _dumps(
             {"update_id": update_id, "update": update_name, "payload": payload, "sent_at": sent_at}
         )
-        return _text(self._script("w_update", name, run_id, update_id, record))
+        return _text(self._on_run("w_update", name, run_id, update_id, record))
 
     def peek_pending_updates(self, name: str, run_id: str) -> list[dict[str, Any]]:
-        self._require(name, run_id)
-        stored = self._cmd("HVALS", self._key("upd", name, run_id))
+        shard = self._require(name, run_id)
+        stored = self._cmd("HVALS", self._key("upd", name, run_id, shard=shard))
         pending = sorted((json.loads(_text(raw)) for raw in stored), key=lambda u: int(u["seq"]))
         return [dict(u["record"]) for u in pending]
 
@@ -170,12 +183,15 @@ class ValkeyWaits(ValkeyLifecycle):
         fence: str | None = None,
         ack: bool = True,
     ) -> None:
-        self._script(
+        self._on_run(
             "w_settle", name, run_id, update_id, _dumps(outcome), fence or "", "1" if ack else ""
         )
 
     def read_update_result(self, name: str, run_id: str, update_id: str) -> dict[str, Any] | None:
-        raw = self._cmd("HGET", self._key("updr", name, run_id), update_id)
+        shard = self._located(name, run_id)
+        raw = None
+        if shard is not None:
+            raw = self._cmd("HGET", self._key("updr", name, run_id, shard=shard), update_id)
         if raw is None:
             self._require(name, run_id)
             return None
@@ -185,12 +201,12 @@ class ValkeyWaits(ValkeyLifecycle):
     # -- controls ------------------------------------------------------------------------------
 
     def request_pause(self, name: str, run_id: str) -> str:
-        return _text(self._script("w_pause", name, run_id, iso(self._now())))
+        return _text(self._control("w_pause", name, run_id, iso(self._now())))
 
     def resume_paused_run(
         self, name: str, run_id: str, *, wait_id: str | None = None
     ) -> WaitOutcome:
-        return WaitOutcome(_text(self._script("w_resume", name, run_id, wait_id or "")))
+        return WaitOutcome(_text(self._on_run("w_resume", name, run_id, wait_id or "")))
 
     def terminate_run(
         self,
@@ -205,11 +221,11 @@ class ValkeyWaits(ValkeyLifecycle):
         error = RunEvent(
             EventKind.RUN_ERROR, terminated_payload(now, reason, requested_by, cause), run_id
         )
-        outcome = self._script("w_terminate", name, run_id, event_args([error]), now)
+        outcome = self._on_run("w_terminate", name, run_id, event_args([error]), now)
         return TerminateOutcome(_text(outcome))
 
     def hand_back_run(self, name: str, run_id: str, worker_id: str | None = None) -> None:
-        self._script("release", name, run_id, worker_id or "", "hand_back")
+        self._on_run("release", name, run_id, worker_id or "", "hand_back")
 
     def hand_on_run(
         self,
@@ -222,8 +238,11 @@ class ValkeyWaits(ValkeyLifecycle):
         version_behavior: str,
         gates: Gates,
     ) -> str:
+        """One script when the successor's gates map it to the run's shard; otherwise the
+        steps ``w_hand_on_create`` lists, each safe to repeat."""
+        shard = self._located(name, run_id)
         fields = self._fields(name, run_id)
-        if fields is None:
+        if shard is None or fields is None:
             raise RunNotFoundError(name, run_id)
         owner = fields.get("owner") or None
         submit = successor_submit(
@@ -236,17 +255,70 @@ class ValkeyWaits(ValkeyLifecycle):
             version_behavior=version_behavior,
             gates=gates,
         )
-        continued = RunEvent(
-            EventKind.RUN_CONTINUED, continued_payload(name, successor_id, gates), run_id
+        continued = event_args(
+            [
+                RunEvent(
+                    EventKind.RUN_CONTINUED, continued_payload(name, successor_id, gates), run_id
+                )
+            ]
         )
-        handed = self._script(
-            "w_hand_on",
-            name,
-            run_id,
-            lease,
-            successor_id,
+        born = [
             json.dumps(run_fields(submit, fair_bucket(owner, gates))),
             event_args(submit.opening_events(successor_id, self._now(), None)),
-            event_args([continued]),
+        ]
+        target = self._home(shard_key(gates.concurrency_key, gates.rate_key, successor_id))
+        if self.shard_count == 1 or target == shard:
+            held = self._route(name, successor_id, shard)[1] if self.shard_count > 1 else ""
+            args = (lease, successor_id, *born, continued, held)
+            handed = _text(self._script("w_hand_on", name, run_id, *args, shard=shard))
+            if self.shard_count > 1:
+                self._routed(name, successor_id, shard, held)
+            return handed
+        return self._hand_on_across(
+            name, run_id, lease, successor_id, born, continued, shard, target
         )
-        return _text(handed)
+
+    def _hand_on_across(
+        self,
+        name: str,
+        run_id: str,
+        lease: str,
+        successor_id: str,
+        born: list[str],
+        continued: str,
+        shard: int,
+        target: int,
+    ) -> str:
+        """A hand-on whose successor lives in another shard (``target``)."""
+        off = functools.partial(self._script, "w_hand_off", name, run_id, shard=shard)
+        off(lease, successor_id, "", "check")
+        held = self._route(name, successor_id, target)[1]
+        self._script("w_hand_on_create", name, run_id, successor_id, *born, held, shard=target)
+        self._routed(name, successor_id, target, held)
+        holdings = _text(off(lease, successor_id, continued, "hand"))
+        self._script("w_hand_on_adopt", name, successor_id, "adopt", holdings, shard=target)
+        off("", successor_id, "", "clear")
+        return successor_id
+
+    def _finish_hand_on(self, name: str, successor_id: str) -> WaitOutcome:
+        """The timer of a successor set aside by a hand-on across shards whose worker went:
+        adopt what the run held if it was handed on, look again later while it has not
+        ended, end the successor if the run ended another way."""
+        fields = self._fields(name, successor_id)
+        if fields is None or not fields.get("handoff"):
+            return WaitOutcome.SUPERSEDED
+        run_id = fields["handoff_from"]
+        shard = self._run_shard(name, run_id)
+        holdings = _text(
+            self._script("w_hand_off", name, run_id, "", successor_id, "", "read", shard=shard)
+        )
+        adopt = functools.partial(self._on_run, "w_hand_on_adopt", name, successor_id)
+        if holdings == "pending":
+            adopt("rearm", "")
+            return WaitOutcome.SUPERSEDED
+        if holdings == "abandoned":
+            adopt("abandon", "")
+            return WaitOutcome.RESOLVED
+        adopt("adopt", holdings)
+        self._script("w_hand_off", name, run_id, "", successor_id, "", "clear", shard=shard)
+        return WaitOutcome.RESOLVED

@@ -37,7 +37,9 @@ async def claim_one(rt: Runtime, pool: AttemptPool, spec: WorkflowSpec) -> bool:
     lease = rt.new_lease()
     asked_at = rt.clock()  # the lease runs from no later than this
     try:
-        claimed = await rt.io(rt.store.claim_next_run_loaded, spec.name, lease, spec.version)
+        claimed = await rt.io(
+            rt.store.claim_next_run_loaded, spec.name, lease, spec.version, prefer=rt.prefer()
+        )
     except BaseException:
         pool.unreserve()
         raise
@@ -127,6 +129,22 @@ async def maintain(rt: Runtime) -> bool:
     if removed:
         log.info("store maintenance removed %d record(s)", removed)
     return False
+
+
+async def lease_shards(rt: Runtime) -> bool:
+    """Renew this worker's lease on its fair share of the store's shards (taking free or
+    lapsed ones, giving back any over its share), for its claims to try first."""
+    leased = await rt.io(rt.store.rebalance_shards, rt.worker_id)  # type: ignore[attr-defined]
+    if leased != rt.shards:
+        log.info("worker %s now leases shards %s", rt.worker_id, leased)
+    rt.shards = list(leased)
+    return False
+
+
+def sharded(store: object) -> bool:
+    """Whether ``store`` spreads runs over shards a worker can lease."""
+    count = getattr(store, "shard_count", 1)
+    return hasattr(store, "rebalance_shards") and isinstance(count, int) and count > 1
 
 
 Duty = Callable[[Runtime], Awaitable[bool]]

@@ -38,8 +38,10 @@ class WorkerOptions:
     times that while the queue stays empty. Every ``timer_poll_interval_s`` the worker ends up
     to ``timer_max_batch`` due sleeps and signal-wait deadlines; every ``orphan_scan_interval``
     it requeues runs whose holder's lease lapsed; every ``maintenance_interval`` it asks the
-    store to clean up. On stop, running attempts get ``shutdown_grace`` to reach a boundary
-    and hand their run back; any still running then are cancelled and handed back.
+    store to clean up; on a store with shards, every ``shard_lease_interval`` it renews its
+    lease on its share of them, which its claims try first. On stop, running attempts get
+    ``shutdown_grace`` to reach a boundary and hand their run back; any still running then are
+    cancelled and handed back.
 
     ``event_buffer_size`` and ``step_boundary_durability`` go to every attempt: with
     durability on, a step's outcome is in the store before the body moves past it; off, up to
@@ -55,6 +57,7 @@ class WorkerOptions:
     orphan_scan_interval: float = 60.0
     shutdown_grace: float = 30.0
     maintenance_interval: float = 300.0
+    shard_lease_interval: float = 10.0
     event_buffer_size: int = 64
     step_boundary_durability: bool = True
     health_port: int | None = None
@@ -68,6 +71,7 @@ class WorkerOptions:
             "timer_poll_interval_s",
             "orphan_scan_interval",
             "maintenance_interval",
+            "shard_lease_interval",
         ):
             _check_seconds(interval, getattr(self, interval))
         _check_seconds("shutdown_grace", self.shutdown_grace, allow_zero=True)

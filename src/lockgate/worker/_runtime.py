@@ -100,6 +100,18 @@ class Runtime:
     worker_id: str
     specs: dict[str, WorkflowSpec]
     stop: StopSignal = field(default_factory=StopSignal)
+    #: The store's shards this worker leases (see ``lease_shards``); its claims try them first.
+    shards: list[int] = field(default_factory=list)
+    _claims: int = 0
+
+    def prefer(self) -> list[int]:
+        """The leased shards, starting one further along at each claim, so no one of them
+        always goes first."""
+        if not self.shards:
+            return []
+        self._claims += 1
+        turn = self._claims % len(self.shards)
+        return self.shards[turn:] + self.shards[:turn]
 
     async def io(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Call a store method, on a worker thread when the store may block on I/O."""

@@ -14,7 +14,7 @@ from typing import Any
 
 from lockgate import _failpoints as failpoints
 from lockgate._clock import Clock, as_clock
-from lockgate._errors import ConfigurationError
+from lockgate._errors import ConfigurationError, StoreUnavailable
 from lockgate.client._client import WorkflowClient
 from lockgate.stores._base import Store
 from lockgate.worker._attempts import AttemptPool
@@ -25,8 +25,10 @@ from lockgate.worker._loops import (
     every,
     fire_due_timers,
     fire_due_triggers,
+    lease_shards,
     maintain,
     recover_orphans,
+    sharded,
 )
 from lockgate.worker._options import WorkerOptions
 from lockgate.worker._registration import register_workflows
@@ -254,6 +256,12 @@ class WorkflowWorker:
                 name="lockgate-orphans",
             )
         )
+        if sharded(self.store):
+            loops.append(
+                asyncio.create_task(
+                    every(rt, lease_shards, options.shard_lease_interval), name="lockgate-shards"
+                )
+            )
         loops.append(
             asyncio.create_task(
                 every(rt, maintain, options.maintenance_interval, at_start=False),
@@ -287,6 +295,13 @@ class WorkflowWorker:
         for task in claimers:
             task.cancel()
         await asyncio.gather(*loops, return_exceptions=True)
+        if sharded(self.store):
+            # Claims have stopped: let the other workers take these shards at once.
+            try:
+                await self._rt.io(self.store.release_shards, self.worker_id)  # type: ignore[attr-defined]
+            except StoreUnavailable as exc:
+                log.warning("worker %s: releasing its shards failed: %s", self.worker_id, exc)
+            self._rt.shards = []
         handed = await self._pool.drain(max(0.0, deadline - self.clock()))
         if self._health is not None:
             await self._health.close()

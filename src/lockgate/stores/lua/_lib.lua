@@ -2,9 +2,10 @@
 -- each script it loads, so each operation is one script and one atomic step.
 --
 -- Calling convention (every script):
---   KEYS[1]  an anchor key inside the namespace's hash tag: every key a script touches is built
+--   KEYS[1]  an anchor key inside the prefix's hash tag: every key a script touches is built
 --            from the prefix below and carries that tag, so it lives in the anchor's slot
---   ARGV[1]  the key prefix, "lg:{<namespace>}:"
+--   ARGV[1]  the key prefix: a shard's, "lg:{<namespace>:<shard>}:", or the namespace-wide
+--            one, "lg:{<namespace>}:" (which is also shard 0's when there is one shard)
 --   ARGV[2]  "now" in epoch seconds, or "" to judge time by the server's own clock (TIME)
 --   ARGV[3]  lock TTL (s)   ARGV[4] max_retries   ARGV[5] max_store_requeues   ARGV[6] held TTL (s)
 --   ARGV[7...] the operation's own arguments (A(1), A(2), ...)
@@ -55,8 +56,12 @@ local function has(value) return value ~= nil and value ~= '' end
 
 local function queued(run) return has(run.queued) end
 
+-- A successor created across shards is set aside until the run it takes over from hands over
+-- what it holds (w_hand_on_create, w_hand_on_adopt): nothing queues it before that.
+local function handing_over(run) return has(run.handoff) end
+
 local function enqueue(run)
-  if ended(run) or queued(run) then return end
+  if ended(run) or queued(run) or handing_over(run) then return end
   local seq = redis.call('INCR', K('qseq'))
   redis.call('ZADD', K('q', run.name, run.bucket), seq, run.id)
   redis.call('SADD', K('qb', run.name), run.bucket)
@@ -206,6 +211,7 @@ end
 
 local function latch_cancel(run, at, detail_json)
   set(run, 'cancel_at', at)
+  set(run, 'cancel_detail', detail_json)
   local err = append(run, {{'run:cancel', '{"requested_at":' .. cjson.encode(at) .. ',"detail":' .. detail_json .. '}', '1', '{}'}}, nil)
   if err then return err end
   if has(run.wait) and not held(run) then enqueue(run) end
@@ -247,11 +253,44 @@ local function requeue(run, reason)
   return nil
 end
 
+-- -- idempotency keys -----------------------------------------------------------------------
+
+-- The run a live record of idempotency key ikey names (a repeat), an error reply when the
+-- request's body_hash differs from the first one's, or nil when the key is free.
+local function idempotent_repeat(ikey, name, key, body_hash)
+  local rec = redis.call('HMGET', ikey, 'run_id', 'body_hash', 'expires_at')
+  if not (rec[1] and tonumber(rec[3]) > NOW) then return nil end
+  if has(body_hash) and has(rec[2]) and rec[2] ~= body_hash then
+    return fail('IDEMPOTENCY', 'idempotency key ' .. key .. ' of ' .. name ..
+      ' was first used for a different request (run ' .. rec[1] .. '); that run is unchanged')
+  end
+  return rec[1]
+end
+
+local function keep_idempotency(ikey, id, body_hash, seconds)
+  redis.call('HSET', ikey, 'run_id', id, 'body_hash', body_hash, 'expires_at', NOW + seconds)
+  redis.call('EXPIRE', ikey, math.ceil(seconds) + 60)  -- a backstop; the clock judges
+end
+
 -- -- creating a run ------------------------------------------------------------------------------
 
+-- The controls held for an id not submitted yet, taken out of this shard: those held here, else
+-- those routed (the ones held namespace-wide, read when the id was routed to this shard).
+local function take_held(name, id, routed)
+  local hkey = K('held', name, id)
+  local h = redis.call('HMGET', hkey, 'cancel_at', 'cancel_detail', 'pause_at', 'expires_at')
+  redis.call('DEL', hkey)
+  local held = routed or {}
+  if h[4] and tonumber(h[4]) > NOW then
+    held = {cancel_at = h[1] or held.cancel_at, cancel_detail = h[2] or held.cancel_detail,
+            pause_at = h[3] or held.pause_at}
+  end
+  return held
+end
+
 -- fields: the run hash's fields as a flat list; opening: the opening events; wait_json/due: the
--- delayed start's wait, or ''.
-local function insert_run(name, id, fields, opening, wait_json, due)
+-- delayed start's wait, or ''; routed: controls held namespace-wide for the id (or nil).
+local function insert_run(name, id, fields, opening, wait_json, due, routed)
   local key = run_key(name, id)
   if redis.call('EXISTS', key) == 1 then return fail('DUPLICATE', name .. SEP .. id) end
   local order = redis.call('INCR', K('ord', name))
@@ -261,18 +300,56 @@ local function insert_run(name, id, fields, opening, wait_json, due)
   local err = append(run, opening, nil)
   if err then return err end
   if has(wait_json) then open_wait(run, wait_json, due) else enqueue(run) end
-  local hkey = K('held', name, id)
-  local h = redis.call('HMGET', hkey, 'cancel_at', 'cancel_detail', 'pause_at', 'expires_at')
-  redis.call('DEL', hkey)
-  if h[4] and tonumber(h[4]) > NOW then
-    if h[3] then
-      err = latch_pause(run, h[3])
-      if err then return err end
-    end
-    if h[1] then
-      err = latch_cancel(run, h[1], h[2] or '{}')
-      if err then return err end
-    end
+  local held = take_held(name, id, routed)
+  if has(held.pause_at) then
+    err = latch_pause(run, held.pause_at)
+    if err then return err end
+  end
+  if has(held.cancel_at) then
+    err = latch_cancel(run, held.cancel_at, has(held.cancel_detail) and held.cancel_detail or '{}')
+    if err then return err end
   end
   return run
+end
+
+-- -- handing a run on ------------------------------------------------------------------------------
+
+-- The fields of a stream entry as a table.
+local function entry_fields(entry)
+  local fields = {}
+  for i = 1, #entry[2], 2 do fields[entry[2][i]] = entry[2][i + 1] end
+  return fields
+end
+
+-- Whether run was handed on to successor_id: as its hash says (continued_to, set with the
+-- run:continued, so a journal kept elsewhere need not be read), else as its last event says.
+local function handed_on_to(run, successor_id)
+  if has(run.continued_to) then return run.continued_to == successor_id end
+  local last = redis.call('XREVRANGE', events_key(run.name, run.id), '+', '-', 'COUNT', 1)[1]
+  if not last then return false end
+  local fields = entry_fields(last)
+  return fields.k == 'run:continued' and cjson.decode(fields.p).run_id == successor_id
+end
+
+-- The detail (JSON) of run's latest run:cancel, as latched: kept on the run by latch_cancel,
+-- else cut out of the payload it journaled, so its numbers are kept exactly; re-encoded only for
+-- a payload of another shape.
+local function cancel_detail(run)
+  if has(run.cancel_detail) then return run.cancel_detail end
+  local top = '+'
+  while true do
+    local page = redis.call('XREVRANGE', events_key(run.name, run.id), top, '-', 'COUNT', 100)
+    for _, entry in ipairs(page) do
+      local fields = entry_fields(entry)
+      if fields.k == 'run:cancel' then
+        local detail = string.match(fields.p, '^{"requested_at":"[^"]*","detail":(.*)}$')
+        if detail then return detail end
+        local decoded = cjson.decode(fields.p).detail
+        if type(decoded) ~= 'table' then return '{}' end
+        return cjson.encode(decoded)
+      end
+    end
+    if #page < 100 then return '{}' end
+    top = '(' .. page[#page][1]
+  end
 end

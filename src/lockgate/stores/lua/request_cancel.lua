@@ -1,6 +1,12 @@
 -- Latch a cancel (once), or hold it for an id not submitted yet.
 -- A(1) name  A(2) run id  A(3) timestamp  A(4) detail (JSON)
+-- A(5) 'route' when called namespace-wide for an id no shard holds: answers {'routed', shard}
+-- instead, writing nothing, once the id is routed to a shard (its control goes there)
 local name, id, at = A(1), A(2), A(3)
+if A(5) == 'route' then
+  local shard = redis.call('HGET', K('shardof'), name .. SEP .. id)
+  if shard then return {'routed', shard} end
+end
 local run = load(name, id)
 if not run then
   local hkey = K('held', name, id)

@@ -3,43 +3,9 @@
 -- and end the run with run:continued, fenced by the lease. A repeat returns the successor.
 -- A(1) name  A(2) run id  A(3) lease  A(4) successor id  A(5) successor fields (JSON flat list)
 -- A(6) successor opening events (JSON)  A(7) the run:continued event (JSON events)
-local CONTINUED, CANCEL = 'run:continued', 'run:cancel'
-
--- The fields of a stream entry as a table.
-local function entry_fields(entry)
-  local fields = {}
-  for i = 1, #entry[2], 2 do fields[entry[2][i]] = entry[2][i + 1] end
-  return fields
-end
-
--- Whether run's last event hands it on to successor_id.
-local function handed_on_to(run, successor_id)
-  local last = redis.call('XREVRANGE', events_key(run.name, run.id), '+', '-', 'COUNT', 1)[1]
-  if not last then return false end
-  local fields = entry_fields(last)
-  return fields.k == CONTINUED and cjson.decode(fields.p).run_id == successor_id
-end
-
--- The detail (JSON) of run's latest run:cancel, as latched: cut out of the payload latch_cancel
--- wrote, so its numbers are kept exactly; re-encoded only for a payload of another shape.
-local function cancel_detail(run)
-  local top = '+'
-  while true do
-    local page = redis.call('XREVRANGE', events_key(run.name, run.id), top, '-', 'COUNT', 100)
-    for _, entry in ipairs(page) do
-      local fields = entry_fields(entry)
-      if fields.k == CANCEL then
-        local detail = string.match(fields.p, '^{"requested_at":"[^"]*","detail":(.*)}$')
-        if detail then return detail end
-        local decoded = cjson.decode(fields.p).detail
-        if type(decoded) ~= 'table' then return '{}' end
-        return cjson.encode(decoded)
-      end
-    end
-    if #page < 100 then return '{}' end
-    top = '(' .. page[#page][1]
-  end
-end
+-- A(8) controls held namespace-wide for the successor id (JSON), or ''
+-- (Across shards the hand-on takes several steps instead: w_hand_off, w_hand_on_create,
+-- w_hand_on_adopt.)
 
 -- Move key suffix (sig, sigk, upd) from run to successor.
 local function move(suffix, run, successor)
@@ -58,7 +24,8 @@ if ended(run) then
 end
 local err = check_fence(run, lease)
 if err then return err end
-local successor = insert_run(name, successor_id, cjson.decode(A(5)), cjson.decode(A(6)), '', '')
+local successor = insert_run(name, successor_id, cjson.decode(A(5)), cjson.decode(A(6)), '', '',
+  has(A(8)) and cjson.decode(A(8)) or nil)
 if successor.err then return successor end
 for _, suffix in ipairs({'sig', 'sigk', 'upd'}) do move(suffix, run, successor) end
 if has(run.pause_at) then
@@ -69,6 +36,7 @@ if has(run.cancel_at) then
   err = latch_cancel(successor, run.cancel_at, cancel_detail(run))
   if err then return err end
 end
+set(run, 'continued_to', successor_id)
 err = append(run, cjson.decode(A(7)), run.epoch)
 if err then return err end
 return successor_id

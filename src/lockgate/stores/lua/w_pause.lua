@@ -1,6 +1,10 @@
 -- Latch a pause (once), or hold it for an id not submitted yet. Returns the latch's time.
--- A(1) name  A(2) run id  A(3) timestamp
+-- A(1) name  A(2) run id  A(3) timestamp  A(4) 'route': as in request_cancel
 local name, id, at = A(1), A(2), A(3)
+if A(4) == 'route' then
+  local shard = redis.call('HGET', K('shardof'), name .. SEP .. id)
+  if shard then return {'routed', shard} end
+end
 local run = load(name, id)
 if not run then
   local hkey = K('held', name, id)

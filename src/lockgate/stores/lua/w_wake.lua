@@ -44,6 +44,9 @@ end
 
 local function by_timer(name, id, due_by)
   local run = load(name, id)
+  -- A successor set aside for a hand-on across shards that did not finish: the store's side
+  -- finishes it (it reads the run it takes over from, in another shard).
+  if run and handing_over(run) then return 'handoff' end
   if not run or not has(run.wait) or not has(run.wait_due) or tonumber(run.wait_due) > due_by then
     return 'superseded'
   end

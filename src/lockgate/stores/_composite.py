@@ -1,0 +1,398 @@
+"""CompositeStore: a lifecycle backend that coordinates, and an event log that keeps history.
+
+The lifecycle backend decides everything that must be atomic (claims and gates, fenced
+appends, waits, signals, terminals), and keeps each run's events as an outbox while the run
+lives. After every operation the composite copies the run's new events, with their ``run_seq``
+and epoch headers, to the event log, which then answers every journal read. A copy is
+idempotent (the log keeps one event per ``run_seq``), so one lost to a crash is made by the next
+operation or read of that run. Once a run's terminal has been copied, its outbox is dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from lockgate._errors import ConfigurationError
+from lockgate.journal._events import RunEvent
+from lockgate.stores._base import EventLogStore, Store
+from lockgate.stores._gates import WaitReason
+from lockgate.stores._triggers import TriggerPolicy
+from lockgate.stores._types import (
+    RunControls,
+    RunInfo,
+    TerminateOutcome,
+    WaitOutcome,
+    WaitSpec,
+)
+
+
+@runtime_checkable
+class Outbox(Protocol):
+    """What a lifecycle backend offers a composite: each live run's events, to copy."""
+
+    def events_after(self, name: str, run_id: str, after_seq: int) -> list[RunEvent]: ...
+
+    def drop_outbox(self, name: str, run_id: str) -> None: ...
+
+
+@runtime_checkable
+class CopyingLog(Protocol):
+    """What an event log offers a composite: copies kept by ``run_seq``, once each."""
+
+    def append_copies(self, name: str, run_id: str, events: Sequence[RunEvent]) -> None: ...
+
+
+class CompositeStore(Store):
+    """``lifecycle`` (for example :class:`ValkeyLifecycleStore`) coordinates runs and serves
+    every optional group; ``events`` (an event log that keeps copies, for example
+    :class:`SQLiteStore`) holds each run's journal and answers journal reads."""
+
+    blocking_io = True  # every call goes to at least one backend that does I/O
+
+    def __init__(self, *, lifecycle: Store, events: EventLogStore) -> None:
+        if not isinstance(lifecycle, Outbox):
+            raise ConfigurationError(
+                f"CompositeStore(lifecycle=...) needs a store that keeps an outbox of each "
+                f"run's events (events_after, drop_outbox), such as ValkeyLifecycleStore; "
+                f"{type(lifecycle).__name__} does not"
+            )
+        if not isinstance(events, CopyingLog):
+            raise ConfigurationError(
+                f"CompositeStore(events=...) needs an event log that keeps copies "
+                f"(append_copies), such as SQLiteStore; {type(events).__name__} does not"
+            )
+        self.lifecycle = lifecycle
+        self.events = events
+        self._outbox: Outbox = lifecycle
+        self._log: CopyingLog = events
+        self.heartbeat_interval = getattr(lifecycle, "heartbeat_interval", 10.0)
+        self.lock_ttl = getattr(lifecycle, "lock_ttl", 30.0)
+        self.max_replay_entries = getattr(lifecycle, "max_replay_entries", None)
+        self.shard_count = getattr(lifecycle, "shard_count", 1)
+
+    def rebalance_shards(self, worker_id: str, ttl: float | None = None) -> list[int]:
+        """The lifecycle backend's shard leases (see ``ValkeyStore.rebalance_shards``)."""
+        leased: list[int] = self.lifecycle.rebalance_shards(worker_id, ttl)  # type: ignore[attr-defined]
+        return leased
+
+    def release_shards(self, worker_id: str) -> None:
+        self.lifecycle.release_shards(worker_id)  # type: ignore[attr-defined]
+
+    def __repr__(self) -> str:
+        return f"CompositeStore(lifecycle={self.lifecycle!r}, events={self.events!r})"
+
+    def capabilities(self) -> frozenset[str]:
+        return self.lifecycle.capabilities()
+
+    @property
+    def read_events_from(self) -> Callable[..., list[RunEvent]]:
+        """The event log's suffix read, after a copy, when the log has one; AttributeError
+        otherwise, so callers can look for it with ``getattr``."""
+        method = getattr(self.events, "read_events_from", None)
+        if method is None:
+            raise AttributeError(f"{type(self.events).__name__} has no read_events_from")
+
+        def read(name: str, run_id: str, *args: Any, **kwargs: Any) -> list[RunEvent]:
+            self._copy(name, run_id)
+            return method(name, run_id, *args, **kwargs)  # type: ignore[no-any-return]
+
+        return read
+
+    # -- copying -------------------------------------------------------------------------------
+
+    def _copy(self, name: str, run_id: str | None) -> None:
+        """Copy the run's events the log does not have yet; drop the outbox once its terminal
+        is copied."""
+        if run_id is None:
+            return
+        last = self.events.get_last_event(name, run_id)
+        have = last.run_seq or 0 if last is not None else 0
+        fresh = self._outbox.events_after(name, run_id, have)
+        if fresh:
+            self._log.append_copies(name, run_id, fresh)
+        ended = fresh[-1].is_terminal if fresh else last is not None and last.is_terminal
+        if ended:
+            self._outbox.drop_outbox(name, run_id)
+
+    # -- the lifecycle role ----------------------------------------------------------------------
+
+    def submit_run(self, name: str, run_id: str, params: dict[str, Any], **options: Any) -> str:
+        submitted = self.lifecycle.submit_run(name, run_id, params, **options)
+        self._copy(name, submitted)
+        return submitted
+
+    def claim_next_run(
+        self,
+        name: str,
+        worker_id: str,
+        worker_version: str | None = None,
+        *,
+        prefer: Sequence[int] = (),
+    ) -> str | None:
+        claimed = self.lifecycle.claim_next_run(name, worker_id, worker_version, prefer=prefer)
+        self._copy(name, claimed)
+        return claimed
+
+    def claim_run(self, name: str, run_id: str, worker_id: str) -> None:
+        try:
+            self.lifecycle.claim_run(name, run_id, worker_id)
+        finally:
+            self._copy(name, run_id)  # a lapsed lease taken over journals run:requeued
+
+    def release_run(self, name: str, run_id: str, worker_id: str | None = None) -> None:
+        self.lifecycle.release_run(name, run_id, worker_id)
+
+    def requeue_run(
+        self, name: str, run_id: str, worker_id: str | None = None, *, reason: str = "owner_gone"
+    ) -> None:
+        self.lifecycle.requeue_run(name, run_id, worker_id, reason=reason)
+        self._copy(name, run_id)
+
+    def recover_pending_runs(self, name: str, now: float | None = None) -> list[str]:
+        recovered = self.lifecycle.recover_pending_runs(name, now)
+        for run_id in recovered:
+            self._copy(name, run_id)
+        return recovered
+
+    def explain_wait(self, name: str, run_id: str) -> WaitReason | None:
+        return self.lifecycle.explain_wait(name, run_id)
+
+    def get_pending_count(self, name: str) -> int:
+        return self.lifecycle.get_pending_count(name)
+
+    def heartbeat(self, name: str, run_id: str, worker_id: str) -> tuple[str | None, str | None]:
+        return self.lifecycle.heartbeat(name, run_id, worker_id)
+
+    def lock_holder(self, name: str, run_id: str) -> str | None:
+        return self.lifecycle.lock_holder(name, run_id)
+
+    def request_cancel(
+        self, name: str, run_id: str, *, detail: dict[str, Any] | None = None
+    ) -> str:
+        at = self.lifecycle.request_cancel(name, run_id, detail=detail)
+        self._copy(name, run_id)
+        return at
+
+    def get_run_controls(self, name: str, run_id: str) -> tuple[str | None, str | None]:
+        return self.lifecycle.get_run_controls(name, run_id)
+
+    def poll_run(self, name: str, run_id: str) -> RunControls:
+        return self.lifecycle.poll_run(name, run_id)
+
+    def get_run(self, name: str, run_id: str) -> RunInfo | None:
+        return self.lifecycle.get_run(name, run_id)
+
+    def list_runs(
+        self, name: str, *, limit: int = 50, cursor: str | None = None, owner: str | None = None
+    ) -> tuple[list[RunInfo], str | None]:
+        return self.lifecycle.list_runs(name, limit=limit, cursor=cursor, owner=owner)
+
+    def ping(self) -> None:
+        self.lifecycle.ping()
+        getattr(self.events, "ping", lambda: None)()
+
+    def close(self) -> None:
+        self.lifecycle.close()
+        getattr(self.events, "close", lambda: None)()
+
+    def run_maintenance(self, now: float | None = None) -> int:
+        return self.lifecycle.run_maintenance(now)
+
+    # -- the event-log role ----------------------------------------------------------------------
+
+    def append_events(
+        self, name: str, run_id: str, events: list[RunEvent], *, fence: str | None = None
+    ) -> None:
+        self.lifecycle.append_events(name, run_id, events, fence=fence)
+        self._copy(name, run_id)
+
+    def append_and_poll(
+        self, name: str, run_id: str, events: list[RunEvent], *, fence: str
+    ) -> RunControls:
+        controls = self.lifecycle.append_and_poll(name, run_id, events, fence=fence)
+        self._copy(name, run_id)
+        return controls
+
+    def load_run(self, name: str, run_id: str, *, max_events: int | None = None) -> list[RunEvent]:
+        self._copy(name, run_id)
+        return self.events.load_run(name, run_id, max_events=max_events)
+
+    def replay_run(
+        self, name: str, run_id: str, *, cursor: Any | None = None, count: int | None = None
+    ) -> tuple[list[RunEvent], Any | None]:
+        self._copy(name, run_id)
+        return self.events.replay_run(name, run_id, cursor=cursor, count=count)
+
+    def get_last_event(self, name: str, run_id: str) -> RunEvent | None:
+        self._copy(name, run_id)
+        return self.events.get_last_event(name, run_id)
+
+    # -- optional groups: the lifecycle backend's --------------------------------------------------
+
+    def get_idempotency_run(self, name: str, key: str) -> str | None:
+        return self.lifecycle.get_idempotency_run(name, key)
+
+    def set_idempotency_run(self, name: str, key: str, run_id: str, ttl: int = 86_400) -> bool:
+        return self.lifecycle.set_idempotency_run(name, key, run_id, ttl)
+
+    def get_idempotency_body_hash(self, name: str, key: str) -> str | None:
+        return self.lifecycle.get_idempotency_body_hash(name, key)
+
+    def park_run(
+        self,
+        name: str,
+        run_id: str,
+        *,
+        lease: str,
+        events: list[RunEvent],
+        wait: WaitSpec,
+    ) -> WaitOutcome:
+        outcome = self.lifecycle.park_run(name, run_id, lease=lease, events=events, wait=wait)
+        self._copy(name, run_id)
+        return outcome
+
+    def get_sleeping_runs(self, before: float, limit: int = 100) -> list[tuple[str, str]]:
+        return self.lifecycle.get_sleeping_runs(before, limit)
+
+    def wake_due(self, name: str, run_id: str, *, due_by: float) -> WaitOutcome:
+        outcome = self.lifecycle.wake_due(name, run_id, due_by=due_by)
+        self._copy(name, run_id)
+        return outcome
+
+    def wake_run(
+        self, name: str, run_id: str, *, wait_id: str, lease: str | None = None
+    ) -> WaitOutcome:
+        outcome = self.lifecycle.wake_run(name, run_id, wait_id=wait_id, lease=lease)
+        self._copy(name, run_id)
+        return outcome
+
+    def time_out_wait(
+        self, name: str, run_id: str, *, wait_id: str, lease: str | None = None
+    ) -> WaitOutcome:
+        outcome = self.lifecycle.time_out_wait(name, run_id, wait_id=wait_id, lease=lease)
+        self._copy(name, run_id)
+        return outcome
+
+    def send_signal(
+        self,
+        name: str,
+        run_id: str,
+        signal_name: str,
+        payload: dict[str, Any],
+        sent_at: str,
+        *,
+        idempotency_key: str | None = None,
+    ) -> str:
+        result = self.lifecycle.send_signal(
+            name, run_id, signal_name, payload, sent_at, idempotency_key=idempotency_key
+        )
+        self._copy(name, run_id)
+        return result
+
+    def peek_signal(self, name: str, run_id: str, signal_name: str) -> dict[str, Any] | None:
+        return self.lifecycle.peek_signal(name, run_id, signal_name)
+
+    def pop_signal_match(self, name: str, run_id: str, signal_name: str, signal_id: str) -> bool:
+        return self.lifecycle.pop_signal_match(name, run_id, signal_name, signal_id)
+
+    def deliver_update(
+        self,
+        name: str,
+        run_id: str,
+        update_name: str,
+        payload: dict[str, Any],
+        update_id: str,
+        sent_at: str,
+    ) -> str:
+        result = self.lifecycle.deliver_update(
+            name, run_id, update_name, payload, update_id, sent_at
+        )
+        self._copy(name, run_id)
+        return result
+
+    def peek_pending_updates(self, name: str, run_id: str) -> list[dict[str, Any]]:
+        return self.lifecycle.peek_pending_updates(name, run_id)
+
+    def settle_update(
+        self,
+        name: str,
+        run_id: str,
+        update_id: str,
+        outcome: dict[str, Any],
+        *,
+        fence: str | None = None,
+        ack: bool = True,
+    ) -> None:
+        self.lifecycle.settle_update(name, run_id, update_id, outcome, fence=fence, ack=ack)
+        self._copy(name, run_id)
+
+    def read_update_result(self, name: str, run_id: str, update_id: str) -> dict[str, Any] | None:
+        return self.lifecycle.read_update_result(name, run_id, update_id)
+
+    def request_pause(self, name: str, run_id: str) -> str:
+        at = self.lifecycle.request_pause(name, run_id)
+        self._copy(name, run_id)
+        return at
+
+    def resume_paused_run(
+        self, name: str, run_id: str, *, wait_id: str | None = None
+    ) -> WaitOutcome:
+        outcome = self.lifecycle.resume_paused_run(name, run_id, wait_id=wait_id)
+        self._copy(name, run_id)
+        return outcome
+
+    def terminate_run(
+        self,
+        name: str,
+        run_id: str,
+        *,
+        reason: str | None = None,
+        requested_by: str | None = None,
+        cause: dict[str, Any] | None = None,
+    ) -> TerminateOutcome:
+        outcome = self.lifecycle.terminate_run(
+            name, run_id, reason=reason, requested_by=requested_by, cause=cause
+        )
+        self._copy(name, run_id)
+        return outcome
+
+    def hand_back_run(self, name: str, run_id: str, worker_id: str | None = None) -> None:
+        self.lifecycle.hand_back_run(name, run_id, worker_id)
+
+    def hand_on_run(
+        self, name: str, run_id: str, lease: str, successor_id: str, **stamp: Any
+    ) -> str:
+        successor = self.lifecycle.hand_on_run(name, run_id, lease, successor_id, **stamp)
+        self._copy(name, successor)
+        self._copy(name, run_id)
+        return successor
+
+    def register_version(self, name: str, version: str) -> int:
+        return self.lifecycle.register_version(name, version)
+
+    def version_rank(self, name: str, version: str) -> int | None:
+        return self.lifecycle.version_rank(name, version)
+
+    def record_workflow_policy(self, name: str, policy: dict[str, Any]) -> None:
+        self.lifecycle.record_workflow_policy(name, policy)
+
+    def get_workflow_policy(self, name: str) -> dict[str, Any] | None:
+        return self.lifecycle.get_workflow_policy(name)
+
+    def trigger_event(
+        self, name: str, key: str, event: dict[str, Any], *, policy: TriggerPolicy
+    ) -> str | None:
+        fired = self.lifecycle.trigger_event(name, key, event, policy=policy)
+        self._copy(name, fired)
+        return fired
+
+    def due_triggers(self, name: str, before: float, limit: int = 100) -> list[str]:
+        return self.lifecycle.due_triggers(name, before, limit)
+
+    def fire_trigger(
+        self, name: str, key: str, *, policy: TriggerPolicy, due_by: float
+    ) -> str | None:
+        fired = self.lifecycle.fire_trigger(name, key, policy=policy, due_by=due_by)
+        self._copy(name, fired)
+        return fired

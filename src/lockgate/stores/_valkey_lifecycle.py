@@ -1,0 +1,27 @@
+"""ValkeyLifecycleStore: ValkeyStore as the lifecycle half of a :class:`CompositeStore`."""
+
+from __future__ import annotations
+
+from lockgate.journal._events import RunEvent
+from lockgate.stores._valkey_core import event_from
+from lockgate.stores._valkey_store import ValkeyStore
+
+
+class ValkeyLifecycleStore(ValkeyStore):
+    """Coordination on Valkey (queue, claims and gates, leases, waits, signals, updates,
+    controls, triggers), with another store keeping the journals.
+
+    Every atomic decision still happens in one script here, so each run's events are kept here
+    too while it lives: an outbox the composite copies to its event log after each operation
+    (:meth:`events_after`) and drops once the run's terminal is copied (:meth:`drop_outbox`).
+    Valkey then holds only live runs' events. Takes the same options as :class:`ValkeyStore`.
+    """
+
+    def events_after(self, name: str, run_id: str, after_seq: int) -> list[RunEvent]:
+        """The run's outbox events after ``run_seq`` ``after_seq``, oldest first."""
+        entries = self._cmd("XRANGE", self._run_key("e", name, run_id), f"(0-{after_seq}", "+")
+        return [event_from(name, run_id, entry_id, fields) for entry_id, fields in entries]
+
+    def drop_outbox(self, name: str, run_id: str) -> None:
+        """Forget the events of a run whose terminal the event log now holds."""
+        self._cmd("DEL", self._run_key("e", name, run_id))
