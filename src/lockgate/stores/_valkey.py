@@ -59,6 +59,9 @@ def _controls(cancel_at: Any, pause_at: Any, updates: Any) -> RunControls:
 class ValkeyLifecycle(ValkeyCore):
     """The lifecycle and event-log roles on Valkey."""
 
+    #: Events per reply when a journal is read (the store's ``replay_page_size``).
+    replay_page_size: int = 1_000
+
     def _now(self) -> float:
         return self._server_now()
 
@@ -443,11 +446,19 @@ class ValkeyLifecycle(ValkeyCore):
         if shard is None or (max_events is not None and max_events <= 0):
             return []
         key = self._key("e", name, run_id, shard=shard)
-        if max_events is None:
-            entries = self._cmd("XRANGE", key, "-", "+")
-        else:
-            entries = self._cmd("XRANGE", key, "-", "+", "COUNT", max_events)
-        return [event_from(name, run_id, entry_id, fields) for entry_id, fields in entries]
+        events: list[RunEvent] = []
+        start = "-"
+        # Page by replay_page_size, so no one reply holds a whole long journal.
+        while max_events is None or len(events) < max_events:
+            page = self.replay_page_size
+            if max_events is not None:
+                page = min(page, max_events - len(events))
+            entries = self._cmd("XRANGE", key, start, "+", "COUNT", page)
+            events.extend(event_from(name, run_id, entry, fields) for entry, fields in entries)
+            if len(entries) < page:
+                break
+            start = f"({_text(entries[-1][0])}"
+        return events
 
     def get_last_event(self, name: str, run_id: str) -> RunEvent | None:
         shard = self._located(name, run_id)

@@ -25,11 +25,13 @@ import itertools
 import json
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import Any
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from lockgate._errors import (
     ConfigurationError,
@@ -50,16 +52,23 @@ from lockgate.stores._types import RunInfo, WaitSpec
 
 try:
     import redis
+    from redis.backoff import NoBackoff
+    from redis.cluster import RedisCluster
+    from redis.exceptions import (
+        ClusterDownError,
+        MovedError,
+        NoScriptError,
+        RedisClusterException,
+        ResponseError,
+        TryAgainError,
+    )
     from redis.exceptions import (
         ConnectionError as RedisConnectionError,
     )
     from redis.exceptions import (
-        NoScriptError,
-        ResponseError,
-    )
-    from redis.exceptions import (
         TimeoutError as RedisTimeoutError,
     )
+    from redis.retry import Retry
 except ImportError:  # pragma: no cover - the extra is missing
     redis = None  # type: ignore[assignment]
 
@@ -131,6 +140,10 @@ class ValkeyCore:
     retry_backoff: float
     shard_count: int
     _clock: Callable[[], float] | None
+    #: A ``redis.Redis``, or a ``redis.cluster.RedisCluster`` on a cluster.
+    _redis: Any
+    #: Whether the store talks to a Valkey cluster (keys routed to their slot's node).
+    cluster: bool
 
     def _connect(
         self,
@@ -139,7 +152,12 @@ class ValkeyCore:
         namespace: str | None,
         socket_timeout: float,
         eviction_policy_check: bool,
+        cluster: bool | None = None,
+        socket_connect_timeout: float = 2.0,
     ) -> None:
+        """Connect to ``url``: a Valkey cluster (keys routed to the node owning their slot)
+        when ``cluster`` is True, or when it is None and the server says it runs in cluster
+        mode (``INFO cluster``); a single server otherwise."""
         if redis is None:
             raise ConfigurationError(
                 "ValkeyStore needs the redis client: pip install 'lockgate[valkey]'"
@@ -160,33 +178,123 @@ class ValkeyCore:
         self._located_runs: dict[str, int] = {}
         self._buffers: dict[str, dict[str, int]] = {}
         self._claim_turn = itertools.count()
-        self.url = url
-        try:
-            self._redis = redis.Redis.from_url(
-                url,
-                socket_timeout=socket_timeout,
-                socket_connect_timeout=socket_timeout,
-                decode_responses=False,
-            )
-            info = self._redis.info()
-        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-            raise StoreUnavailable(f"cannot reach Valkey at {url}: {exc}") from exc
-        self.cluster = bool(info.get("cluster_enabled"))
+        #: The URL with any password shown as ``***``: the only form messages, logs and
+        #: ``repr`` show. The password itself stays with the client's connections.
+        self.url = redacted_url(url)
+        self._secrets = _secrets_of(url)
+        self._redis, self.cluster = self._client(
+            url,
+            cluster,
+            socket_timeout=socket_timeout,
+            socket_connect_timeout=socket_connect_timeout,
+        )
         if eviction_policy_check:
-            answer = {
-                _text(k): v for k, v in dict(self._redis.config_get("maxmemory-policy")).items()
-            }
-            policy = _text(answer.get("maxmemory-policy", "noeviction"))
-            if policy != "noeviction":
-                raise ConfigurationError(
-                    f"Valkey at {url} has maxmemory-policy {policy!r}: it may evict a lease or "
-                    f"a counter, which loses runs silently. Set maxmemory-policy noeviction, "
-                    f"or pass eviction_policy_check=False if you accept that"
-                )
+            self._check_eviction_policy()
         self._lib = _lib()
         self._shas: dict[str, str] = {}
         self._script_lock = threading.Lock()
         self._check_shard_count()
+
+    def _client(
+        self,
+        url: str,
+        cluster: bool | None,
+        *,
+        socket_timeout: float,
+        socket_connect_timeout: float,
+    ) -> tuple[Any, bool]:
+        """The client for ``url`` and whether it is a cluster client, the server reached."""
+        options: dict[str, Any] = {
+            "socket_timeout": socket_timeout,
+            "socket_connect_timeout": socket_connect_timeout,
+            "decode_responses": False,
+        }
+        plain: Any = None
+        try:
+            if cluster is not True:
+                plain = redis.Redis.from_url(url, **options)
+                if cluster is None:
+                    try:
+                        cluster = bool(plain.info("cluster").get("cluster_enabled"))
+                    except ResponseError as exc:
+                        raise ConfigurationError(
+                            f"could not ask Valkey at {self.url} whether it is a cluster "
+                            f"(INFO refused: {self._scrub(exc)}); pass cluster=True or "
+                            f"cluster=False"
+                        ) from None
+                else:
+                    plain.ping()
+                if not cluster:
+                    return plain, False
+                plain.close()
+                plain = None
+            # One immediate retry inside the client (after it re-reads the slot map, as a
+            # failover needs); the store's own retries with backoff come on top (``_io``).
+            return RedisCluster.from_url(url, retry=Retry(NoBackoff(), 1), **options), True
+        except BaseException as exc:
+            if plain is not None:
+                plain.close()
+            if isinstance(exc, RedisClusterException) and "cluster mode is not enabled" in (
+                str(exc).lower()
+            ):
+                raise ConfigurationError(
+                    f"Valkey at {self.url} is not a cluster (cluster mode is not enabled): "
+                    f"pass cluster=False, or leave cluster=None to ask the server"
+                ) from None
+            if isinstance(exc, RedisClusterException) and "cannot be connected" not in str(exc):
+                raise ConfigurationError(  # a Unix socket, a db other than 0, ...
+                    f"cannot use the Valkey cluster at {self.url}: {self._scrub(exc)}"
+                ) from None
+            if isinstance(exc, _UNREACHABLE):
+                raise StoreUnavailable(
+                    f"cannot reach Valkey at {self.url}: {self._scrub(exc)}"
+                ) from None
+            if isinstance(exc, ValueError):
+                raise ConfigurationError(
+                    f"Valkey URL {self.url!r} is not usable: {self._scrub(exc)}"
+                ) from None
+            raise
+
+    def _check_eviction_policy(self) -> None:
+        """Refuse a server (on a cluster: any primary) whose ``maxmemory-policy`` may evict
+        keys, or whose policy cannot be read."""
+        if self.cluster:
+            places = [(node.name, node) for node in self._redis.get_primaries()]
+        else:
+            places = [(self.url, None)]
+        for where, node in places:
+            try:
+                if node is None:
+                    raw = self._redis.execute_command("CONFIG GET", "maxmemory-policy")
+                else:
+                    raw = self._redis.execute_command(
+                        "CONFIG GET", "maxmemory-policy", target_nodes=node
+                    )
+            except _UNREACHABLE as exc:
+                raise StoreUnavailable(
+                    f"cannot reach Valkey at {where}: {self._scrub(exc)}"
+                ) from None
+            except ResponseError as exc:  # NOPERM from an ACL, CONFIG renamed away, ...
+                raise ConfigurationError(
+                    f"could not read the maxmemory-policy of Valkey at {where} "
+                    f"({self._scrub(exc)}): lockgate needs noeviction, as a lease or a counter "
+                    f"evicted loses runs silently. Grant the user CONFIG GET, or pass "
+                    f"eviction_policy_check=False if the policy is known to be noeviction"
+                ) from None
+            policy = _config_value(raw, "maxmemory-policy")
+            if policy != "noeviction":
+                raise ConfigurationError(
+                    f"Valkey at {where} has maxmemory-policy {policy!r}: it may evict a lease or "
+                    f"a counter, which loses runs silently. Set maxmemory-policy noeviction, "
+                    f"or pass eviction_policy_check=False if you accept that"
+                )
+
+    def _scrub(self, error: object) -> str:
+        """``error``'s text with the URL's password (if it shows up at all) as ``***``."""
+        text = str(error)
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
 
     def _check_shard_count(self) -> None:
         """Record the namespace's shard count, or refuse a store built with another one: its
@@ -238,31 +346,67 @@ class ValkeyCore:
         return self._io(call, name)
 
     def _io(self, call: Callable[[], Any], what: str) -> Any:
-        """``call``, retried with backoff while the server is unreachable; then
-        :class:`StoreUnavailable`. A script's own refusal becomes its lockgate error."""
+        """``call``, retried with backoff while the server (on a cluster: the node owning the
+        slot) is unreachable or the cluster is down; then :class:`StoreUnavailable`. A script's
+        own refusal becomes its lockgate error."""
         delay = self.retry_backoff
         for attempt in range(self.retry_attempts + 1):
             try:
                 return call()
+            except _UNREACHABLE as exc:
+                if attempt >= self.retry_attempts:
+                    raise StoreUnavailable(
+                        f"Valkey at {self.url} is unreachable ({what}): {self._scrub(exc)}"
+                    ) from exc
+                log.warning(
+                    "Valkey at %s is unreachable (%s); retrying in %.2fs",
+                    self.url,
+                    self._scrub(exc),
+                    delay,
+                )
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
             except ResponseError as exc:
                 message = str(exc)
                 if message.startswith("LG:"):
                     raise _error(message) from None
-                raise StoreUnavailable(f"Valkey refused {what}: {message}") from exc
-            except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-                if attempt >= self.retry_attempts:
-                    raise StoreUnavailable(
-                        f"Valkey at {self.url} is unreachable ({what}): {exc}"
-                    ) from exc
-                log.warning(
-                    "Valkey at %s is unreachable (%s); retrying in %.2fs", self.url, exc, delay
-                )
-                time.sleep(delay)
-                delay = min(delay * 2, 2.0)
+                if isinstance(exc, MovedError) and not self.cluster:
+                    raise ConfigurationError(
+                        f"Valkey at {self.url} is a cluster node and another node owns the "
+                        f"keys of {what} ({self._scrub(message)}): leave cluster=None (or pass "
+                        f"cluster=True) so the store routes every key to its node"
+                    ) from None
+                raise StoreUnavailable(f"Valkey refused {what}: {self._scrub(message)}") from exc
         raise AssertionError("unreachable")
 
     def _cmd(self, *args: Any) -> Any:
-        return self._io(lambda: self._redis.execute_command(*args), str(args[0]))  # type: ignore[no-untyped-call]
+        """One command: on a cluster, sent to the node owning its key's slot (keyless ones,
+        such as TIME and PING, to the client's default node; SCAN to the node owning the
+        slot of its ``MATCH`` pattern's prefix, as every pattern here lies in one prefix)."""
+        if self.cluster and str(args[0]).upper() == "SCAN":
+            # The node's own client: its cursor means something on that node only.
+            return self._io(
+                lambda: self._redis.get_redis_connection(
+                    self._node_of_pattern(args)
+                ).execute_command(*args),
+                "SCAN",
+            )
+        return self._io(lambda: self._redis.execute_command(*args), str(args[0]))
+
+    def _node_of_pattern(self, args: tuple[Any, ...]) -> Any:
+        """The cluster node holding the keys a ``SCAN ... MATCH <pattern>`` looks for: that
+        of the store prefix the (glob-unescaped) pattern starts with."""
+        words = [_text(a) for a in args]
+        upper = [w.upper() for w in words]
+        pattern = words[upper.index("MATCH") + 1] if "MATCH" in upper[:-1] else ""
+        literal = re.sub(r"\\(.)", r"\1", pattern)
+        for prefix in (self.prefix, *self._prefixes):
+            if literal.startswith(prefix):
+                return self._redis.get_node_from_key(prefix)
+        raise LockgateError(
+            f"SCAN on a Valkey cluster needs a MATCH inside one of the store's prefixes, "
+            f"not {pattern!r}"
+        )
 
     # -- keys and reading runs ---------------------------------------------------------------
 
@@ -271,10 +415,11 @@ class ValkeyCore:
         return (self.prefix if shard is None else self._prefixes[shard]) + ":".join(parts)
 
     def _pipeline(self, *commands: tuple[Any, ...]) -> list[Any]:
-        """Commands sent together: one round trip, no atomicity (reads only)."""
+        """Commands sent together: one round trip (on a cluster, one per node involved), no
+        atomicity (reads only). The answers come back in the commands' order."""
         pipe = self._redis.pipeline(transaction=False)
         for command in commands:
-            pipe.execute_command(*command)  # type: ignore[no-untyped-call]
+            pipe.execute_command(*command)
         return list(pipe.execute())
 
     # -- shards --------------------------------------------------------------------------------
@@ -404,6 +549,67 @@ class ValkeyCore:
             wait=wait,
             cancel_requested_at=fields.get("cancel_at") or None,
         )
+
+
+def redacted_url(url: str) -> str:
+    """``url`` with its password (``user:password@`` or ``?password=``) shown as ``***``."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    rest, hashmark, fragment = rest.partition("#")
+    rest, question, query = rest.partition("?")
+    slash = rest.find("/")
+    netloc, path = (rest, "") if slash < 0 else (rest[:slash], rest[slash:])
+    userinfo, at, host = netloc.rpartition("@")
+    if at:
+        user, colon, _ = userinfo.partition(":")
+        netloc = f"{user}:***@{host}" if colon else netloc
+    if query:
+        query = "&".join(
+            f"{key}=***" if unquote(key).lower() == "password" and eq else f"{key}{eq}{value}"
+            for key, eq, value in (part.partition("=") for part in query.split("&"))
+        )
+    return f"{scheme}://{netloc}{path}{question}{query}{hashmark}{fragment}"
+
+
+def _secrets_of(url: str) -> list[str]:
+    """The password(s) in ``url``, as written and decoded, longest first."""
+    found: set[str] = set()
+    try:
+        parts = urlsplit(url)
+        if parts.password:
+            found.update({parts.password, unquote(parts.password)})
+        for key, value in parse_qsl(parts.query, keep_blank_values=False):
+            if key.lower() == "password" and value:
+                found.update({value, quote(value, safe="")})
+    except ValueError:
+        pass
+    return sorted(found, key=len, reverse=True)
+
+
+def _config_value(raw: Any, name: str) -> str:
+    """One parameter of a ``CONFIG GET`` answer, paired up by the client or not."""
+    if isinstance(raw, dict):
+        answer = {_text(k): v for k, v in raw.items()}
+    else:
+        items = list(raw)
+        answer = {_text(items[i]): items[i + 1] for i in range(0, len(items) - 1, 2)}
+    return _text(answer.get(name, "noeviction"))
+
+
+#: Failures that may pass (a server or cluster node away, a failover under way): retried.
+_UNREACHABLE: tuple[type[BaseException], ...] = (
+    (
+        RedisConnectionError,
+        RedisTimeoutError,
+        OSError,
+        ClusterDownError,
+        TryAgainError,
+        RedisClusterException,
+    )
+    if redis is not None
+    else (OSError,)
+)
 
 
 def _decode_hash(raw: Any) -> dict[str, str]:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
-from lockgate._errors import ConfigurationError
+from lockgate._errors import ConfigurationError, LockgateError
 from lockgate.stores._base import Store
-from lockgate.stores._valkey_triggers import ValkeyTriggers
+from lockgate.stores._valkey_core import _text
+from lockgate.stores._valkey_triggers import ValkeyTriggers, glob_escaped
 from lockgate.stores._valkey_waits import ValkeyWaits
 
 #: Shards of a store that does not say: one, the layout of an unsharded store.
@@ -16,14 +18,23 @@ SHARD_COUNT_DEFAULT = 1
 class ValkeyStore(ValkeyWaits, ValkeyTriggers, Store):
     """Every store guarantee on a Valkey server, for worker processes on many hosts.
 
-    ``url`` is ``valkey://``, ``redis://``, ``rediss://`` or ``unix://``. Keys live under
-    ``namespace`` (default ``LOCKGATE_VALKEY_NAMESPACE``, else ``lockgate``), inside one hash
-    tag. Leases and timers are judged by the server's clock; a ``clock`` given here replaces it
-    (tests move time that way). A server that cannot be reached raises
-    :class:`StoreUnavailable` here; one whose ``maxmemory-policy`` may evict keys raises
-    :class:`ConfigurationError` unless ``eviction_policy_check`` is False. Calls that lose the
+    ``url`` is ``valkey://``, ``redis://``, ``rediss://`` or ``unix://``; ``store.url`` shows it
+    with any password replaced by ``***``, as every message does. Keys live under ``namespace``
+    (default ``LOCKGATE_VALKEY_NAMESPACE``, else ``lockgate``), inside one hash tag per shard.
+    ``cluster=None`` asks the server (``INFO``) whether it is a cluster and builds the client
+    that fits; True or False says so instead. Leases and token buckets are judged by the
+    server's clock; a ``clock`` given here replaces it (tests move time that way). A server
+    that cannot be reached raises :class:`StoreUnavailable` here; one whose
+    ``maxmemory-policy`` may evict keys raises :class:`ConfigurationError` unless
+    ``eviction_policy_check`` is False. Calls that lose the
     server are retried ``retry_attempts`` times with backoff from ``retry_backoff`` seconds,
     then raise :class:`StoreUnavailable`.
+
+    ``maxlen`` is the most events one run's journal may hold (``max_replay_entries``, when
+    given, overrides it): the engine ends a run with ``stream:overflow`` before it would go
+    past it, and nothing is ever trimmed from a live journal. Journals are read
+    ``replay_page_size`` events per reply. :meth:`run_maintenance` forgets runs that ended
+    more than ``completed_ttl`` seconds ago (None keeps them).
 
     ``shard_count`` splits the namespace's runs over that many shards, each under a hash tag of
     its own, so a Valkey cluster spreads them over its nodes (see ``_valkey_core`` for the
@@ -44,12 +55,17 @@ class ValkeyStore(ValkeyWaits, ValkeyTriggers, Store):
         lock_ttl: float = 30.0,
         heartbeat_interval: float | None = None,
         held_ttl: float = 86_400.0,
-        max_replay_entries: int = 200_000,
+        completed_ttl: float | None = 86_400.0,
+        maxlen: int = 100_000,
+        max_replay_entries: int | None = None,
+        replay_page_size: int = 1_000,
         max_retries: int = 3,
         max_store_requeues: int = 20,
         retry_attempts: int = 5,
         retry_backoff: float = 0.1,
         socket_timeout: float = 5.0,
+        socket_connect_timeout: float = 2.0,
+        cluster: bool | None = None,
         eviction_policy_check: bool = True,
         shard_count: int = SHARD_COUNT_DEFAULT,
         shard_lease_ttl: float = 30.0,
@@ -65,6 +81,8 @@ class ValkeyStore(ValkeyWaits, ValkeyTriggers, Store):
             raise ConfigurationError(
                 f"ValkeyStore shard_count must be an int >= 1, got {shard_count!r}"
             )
+        if socket_connect_timeout <= 0:
+            raise ConfigurationError("ValkeyStore socket_connect_timeout must be > 0")
         if shard_lease_ttl <= 0:
             raise ConfigurationError("ValkeyStore shard_lease_ttl must be > 0")
         self.shard_count = shard_count
@@ -72,7 +90,14 @@ class ValkeyStore(ValkeyWaits, ValkeyTriggers, Store):
         self.lock_ttl = lock_ttl
         self.heartbeat_interval = heartbeat_interval or lock_ttl / 3
         self.held_ttl = held_ttl
-        self.max_replay_entries = max_replay_entries
+        if completed_ttl is not None and completed_ttl <= 0:
+            raise ConfigurationError("ValkeyStore completed_ttl must be > 0, or None to keep runs")
+        if maxlen < 3 or replay_page_size < 1:
+            raise ConfigurationError("ValkeyStore maxlen must be >= 3 and replay_page_size >= 1")
+        self.completed_ttl = completed_ttl
+        self.maxlen = maxlen
+        self.max_replay_entries = maxlen if max_replay_entries is None else max_replay_entries
+        self.replay_page_size = replay_page_size
         self.max_retries = max_retries
         self.max_store_requeues = max_store_requeues
         self.retry_attempts = retry_attempts
@@ -87,11 +112,56 @@ class ValkeyStore(ValkeyWaits, ValkeyTriggers, Store):
             namespace=namespace,
             socket_timeout=socket_timeout,
             eviction_policy_check=eviction_policy_check,
+            cluster=cluster,
+            socket_connect_timeout=socket_connect_timeout,
         )
 
     def __repr__(self) -> str:
         shards = f", shard_count={self.shard_count}" if self.shard_count > 1 else ""
         return f"ValkeyStore({self.url!r}, namespace={self.namespace!r}{shards})"
+
+    def info(self) -> dict[str, Any]:
+        """What an operator asks first: the server, its persistence settings, and how many runs
+        each workflow has here (live, and ended but not yet forgotten)."""
+        server: dict[str, Any] = self._io(lambda: dict(self._redis.info()), "info")
+        if "redis_version" not in server and server:
+            # A cluster client answers per node: show the first node's settings.
+            server = dict(next(iter(server.values())))
+        workflows: dict[str, dict[str, int]] = {}
+        for shard in self._shards():
+            prefix = self._key("runs:", shard=shard)
+            cursor = "0"
+            while True:
+                cursor_raw, keys = self._cmd(
+                    "SCAN", cursor, "MATCH", glob_escaped(prefix) + "*", "COUNT", 500
+                )
+                for key in keys:
+                    name = _text(key).removeprefix(prefix)
+                    counts = workflows.setdefault(name, {"runs": 0})
+                    counts["runs"] += int(self._cmd("ZCARD", _text(key)))
+                cursor = _text(cursor_raw)
+                if cursor == "0":
+                    break
+        return {
+            "url": self.url,
+            "namespace": self.namespace,
+            "shard_count": self.shard_count,
+            "cluster": self.cluster,
+            "server_version": server.get("valkey_version") or server.get("redis_version"),
+            "appendonly": self._config("appendonly"),
+            "appendfsync": self._config("appendfsync"),
+            "maxmemory_policy": self._config("maxmemory-policy"),
+            "completed_ttl": self.completed_ttl,
+            "workflows": workflows,
+        }
+
+    def _config(self, name: str) -> str | None:
+        try:
+            answer = self._io(lambda: dict(self._redis.config_get(name)), "CONFIG GET")
+        except LockgateError:
+            return None  # not allowed to read it (an ACL user, a managed service)
+        values = {_text(k): _text(v) for k, v in answer.items()}
+        return values.get(name)
 
     def shard_of(self, name: str, run_id: str) -> int:
         """The shard a run lives in: its gate's if it was submitted with one, otherwise the

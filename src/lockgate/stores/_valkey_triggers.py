@@ -26,6 +26,8 @@ SLOT_MARK = f"\x1elg-slot-{uuid.uuid4().hex}:"
 _SLOT_JSON = re.compile(re.escape(json.dumps(SLOT_MARK)[:-1]) + r'(\w+)"')
 #: Records with an ``expires_at`` that maintenance drops once it has passed.
 EXPIRING = ("idem", "held")
+#: Ended runs one maintenance script forgets.
+FORGET_BATCH = 500
 #: Keys one maintenance script judges.
 MAINTENANCE_BATCH = 500
 
@@ -197,7 +199,8 @@ class ValkeyTriggers(ValkeyLifecycle):
 
     def run_maintenance(self, now: float | None = None) -> int:
         """Drop expired idempotency records and held controls, namespace-wide and in every
-        shard. Finished runs are kept."""
+        shard, and forget runs that ended more than ``completed_ttl`` seconds before ``now``
+        (the store's time by default). Returns how many records and runs went."""
         at = "" if now is None else repr(float(now))
         removed = 0
         places: list[int | None] = [None] if self.shard_count == 1 else [None, *self._shards()]
@@ -205,6 +208,15 @@ class ValkeyTriggers(ValkeyLifecycle):
             for kind in EXPIRING:
                 for batch in self._scan(kind, shard):
                     removed += int(self._script("t_expire", at, *batch, shard=shard))
+        completed_ttl: float | None = getattr(self, "completed_ttl", None)
+        if completed_ttl is not None:
+            cutoff = repr((self._server_now() if now is None else now) - completed_ttl)
+            for shard in self._shards():
+                while True:
+                    gone = int(self._script("t_forget_ended", cutoff, FORGET_BATCH, shard=shard))
+                    removed += gone
+                    if gone < FORGET_BATCH:
+                        break
         return removed
 
     def _scan(self, kind: str, shard: int | None) -> Iterator[list[str]]:
