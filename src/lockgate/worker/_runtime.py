@@ -103,6 +103,8 @@ class Runtime:
     #: The store's shards this worker leases (see ``lease_shards``); its claims try them first.
     shards: list[int] = field(default_factory=list)
     _claims: int = 0
+    _leases: int = 0
+    _nonce: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
 
     def prefer(self) -> list[int]:
         """The leased shards, starting one further along at each claim, so no one of them
@@ -118,9 +120,11 @@ class Runtime:
         return await call_store(self.store, method, *args, **kwargs)
 
     def new_lease(self) -> str:
-        """A fresh lease for one claim: this worker's id, then a per-claim suffix, so a lock
-        holder names the worker that holds it."""
-        return f"{self.worker_id}/{uuid.uuid4().hex[:12]}"
+        """A fresh lease for one claim: this worker's id, then a suffix unique to this process
+        and claim (a random nonce drawn once, and a counter), so a lock holder names the worker
+        that holds it and no two claims, even of a restarted worker of the same id, share one."""
+        self._leases += 1
+        return f"{self.worker_id}/{self._nonce}.{self._leases}"
 
     async def give_back(self, name: str, run_id: str, lease: str) -> None:
         """Return a claim unrun and uncounted, if ``lease`` still holds it. A store without
