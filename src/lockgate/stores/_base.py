@@ -594,3 +594,17 @@ class Store(
         them, which the attempt's next boundary uses instead of reading them again."""
         self.append_events(name, run_id, events, fence=fence)
         return self.poll_run(name, run_id)
+
+    def finish_if_quiet(
+        self, name: str, run_id: str, events: list[RunEvent], *, fence: str
+    ) -> RunControls | None:
+        """End the run with ``events`` (the last one terminal), fenced, unless a cancel is
+        latched or updates wait for it: then append all but the terminal and return the
+        controls, for the attempt to deal with them first. None when the run ended."""
+        controls = self.poll_run(name, run_id)
+        if controls.cancel_requested_at is None and not controls.updates_pending:
+            self.append_events(name, run_id, events, fence=fence)
+            return None
+        if events[:-1]:
+            self.append_events(name, run_id, events[:-1], fence=fence)
+        return controls

@@ -214,6 +214,13 @@ class CompositeStore(Store):
         self._copy(name, run_id)
         return controls
 
+    def finish_if_quiet(
+        self, name: str, run_id: str, events: list[RunEvent], *, fence: str
+    ) -> RunControls | None:
+        controls = self.lifecycle.finish_if_quiet(name, run_id, events, fence=fence)
+        self._copy(name, run_id)
+        return controls
+
     def load_run(self, name: str, run_id: str, *, max_events: int | None = None) -> list[RunEvent]:
         self._copy(name, run_id)
         return self.events.load_run(name, run_id, max_events=max_events)

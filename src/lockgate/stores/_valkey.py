@@ -441,6 +441,15 @@ class ValkeyLifecycle(ValkeyCore):
         )
         return _controls(cancel_at, pause_at, updates)
 
+    def finish_if_quiet(
+        self, name: str, run_id: str, events: list[RunEvent], *, fence: str
+    ) -> RunControls | None:
+        """The conditional terminal in one script: one round trip."""
+        answer = self._on_run("finish", name, run_id, event_args(events), fence)
+        if isinstance(answer, list):
+            return _controls(*answer)
+        return None
+
     def load_run(self, name: str, run_id: str, *, max_events: int | None = None) -> list[RunEvent]:
         shard = self._located(name, run_id)
         if shard is None or (max_events is not None and max_events <= 0):

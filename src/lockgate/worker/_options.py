@@ -44,7 +44,8 @@ class WorkerOptions:
     cancelled and handed back.
 
     ``event_buffer_size`` and ``step_boundary_durability`` go to every attempt: with
-    durability on, a step's outcome is in the store before the body moves past it; off, up to
+    durability on, a step's outcome is in the store before the body's next durable call or its
+    end; off, up to
     ``event_buffer_size`` events are batched into one append, and a crash may run again a step
     whose outcome was still buffered. ``health_port`` (0 picks a free port) serves
     ``/livez`` and ``/readyz`` on ``health_host``; None serves nothing.

@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, Literal
 
+from lockgate import _failpoints as failpoints
 from lockgate._clock import Clock
 from lockgate._errors import (
     LockgateError,
@@ -188,6 +189,21 @@ class AttemptCore:
         self._fresh = await self._io(
             self.store.append_and_poll, self.spec.name, self.run_id, events, fence=self.lease
         )
+        self._appended(events)
+
+    def _appended(self, events: list[RunEvent]) -> None:
+        """``events`` are in the store now."""
+        if any(event.kind == EventKind.STEP_DONE for event in events):
+            failpoints.hit("after_step_append")
+
+    async def _controls_now(self) -> RunControls:
+        """The run's controls: read by the write that makes a step's outcome durable when one
+        waits in the buffer (with step-boundary durability), else by a poll."""
+        if self.step_boundary_durability and self._buffer and self.lease is not None:
+            await self.flush()
+            if self._fresh is not None:
+                return self._fresh
+        return await self.poll()
 
     # -- call positions and boundaries ---------------------------------------------------------
 
@@ -237,7 +253,7 @@ class AttemptCore:
 
     async def _check_controls(self, index: int) -> RunControls:
         while True:
-            controls, self._fresh = self._fresh or await self.poll(), None
+            controls, self._fresh = self._fresh or await self._controls_now(), None
             if controls.cancel_requested_at is not None:
                 self._cancel_seen = True
                 if self._cancel_raised:
@@ -266,6 +282,7 @@ class AttemptCore:
             )
         )
         if outcome == WaitOutcome.PARKED:
+            self._appended(batch)
             self._buffer = []
             self.event_count += len(events)
             self._parked = True

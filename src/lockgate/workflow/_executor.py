@@ -3,7 +3,7 @@
 The body is re-executed from the top on every attempt. Each durable call takes the next call
 position; where the journal already records an outcome for that position the outcome is
 returned, otherwise the call runs live and its outcome is journaled, fenced by the attempt's
-lease, before the body moves past it.
+lease, before the body's next durable call (or with the terminal, when the body then returns).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from lockgate.journal._events import (
     payload_size,
 )
 from lockgate.journal._replay import ReplayState
-from lockgate.stores._types import WaitOutcome, WaitSpec
+from lockgate.stores._types import RunControls, WaitOutcome, WaitSpec
 from lockgate.workflow._attempt_core import AttemptCore
 from lockgate.workflow._context import (
     StepContext,
@@ -146,8 +146,13 @@ class Attempt(AttemptCore):
             size=size,
             what=f"result of step {spec.name!r}",
         )
-        await self.step_boundary()
-        failpoints.hit("after_step_append")
+        if self.step_boundary_durability:
+            # The outcome goes with the attempt's next write, before the body's next durable
+            # call or its end: only the body's plain code runs first, which leaves no trace
+            # outside the process. The controls read before the effect are stale now.
+            self._fresh = None
+        else:
+            await self.step_boundary()
         return spec.from_journal(journaled)
 
     async def sleep(self, seconds: float) -> None:
@@ -497,7 +502,16 @@ class Attempt(AttemptCore):
         await self._replay_updates(self.call_index)
         self._check_body_reached_journal_end()
         # The controls the last append read serve here too: since it, only plain code ran.
-        controls, self._fresh = self._fresh or await self.poll(), None
+        controls, self._fresh = self._fresh, None
+        if controls is None:
+            ending = self._completion(result)
+            if ending is not None:
+                # One write ends the run unless a cancel or an update came in the meantime.
+                controls = await self._finish_if_quiet(ending)
+                if controls is None:
+                    return AttemptOutcome.COMPLETED
+            else:
+                controls = await self._controls_now()
         await self._apply_new_updates(self.call_index, controls.updates_pending)
         if controls.cancel_requested_at is not None or self._cancel_raised:
             raise _Cancelled()
@@ -525,6 +539,29 @@ class Attempt(AttemptCore):
         await self._finish(self._event(EventKind.RUN_COMPLETE, {"result": result}))
         return AttemptOutcome.COMPLETED
 
+    def _completion(self, result: Any) -> RunEvent | None:
+        """The ``run:complete`` of a body that returned ``result``, or None when the result
+        cannot be journaled (the slow path then ends the run in error)."""
+        if not json_ready(result):
+            return None
+        limit = self.spec.max_event_payload_bytes
+        if limit is not None and payload_size(result) > limit:
+            return None
+        return self._event(EventKind.RUN_COMPLETE, {"result": result})
+
+    async def _finish_if_quiet(self, terminal: RunEvent) -> RunControls | None:
+        """Append the buffer and ``terminal`` in one fenced write, unless the store finds a
+        cancel latched or an update pending: then only the buffer, and its controls come
+        back. None when the run ended."""
+        events, self._buffer = [*self._buffer, terminal], []
+        controls: RunControls | None = await self._io(
+            self.store.finish_if_quiet, self.spec.name, self.run_id, events, fence=self.lease
+        )
+        self._appended(events if controls is None else events[:-1])
+        if controls is None:
+            failpoints.hit("after_terminal_append")
+        return controls
+
     async def _finish_error(
         self, payload: dict[str, Any], outcome: AttemptOutcome
     ) -> AttemptOutcome:
@@ -538,6 +575,7 @@ class Attempt(AttemptCore):
         await self._io(
             self.store.append_events, self.spec.name, self.run_id, events, fence=self.lease
         )
+        self._appended(events)
         failpoints.hit("after_terminal_append")
 
     async def query(self, query: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
