@@ -5,7 +5,6 @@ ConfigurationError that says what to do."""
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import uuid
 from collections.abc import Iterator
@@ -26,7 +25,7 @@ from lockgate import (
 )
 from lockgate.stores._valkey_core import redacted_url
 from lockgate.worker import WorkerOptions, WorkflowWorker
-from valkey_server import ValkeyCluster, ValkeyServer, binary, free_port, shared_url
+from valkey_server import ValkeyCluster, ValkeyServer, free_port, shared_url
 
 NAME = "orders"
 SHARDS = 6
@@ -35,11 +34,6 @@ OPTIONS = WorkerOptions(
     shard_lease_interval=0.05,
     timer_poll_interval_s=0.05,
     shutdown_grace=2.0,
-)
-
-needs_cluster_option = pytest.mark.skipif(
-    "cluster" not in inspect.signature(ValkeyStore).parameters,
-    reason="ValkeyStore(..., cluster=...) is not wired through the constructor yet",
 )
 
 
@@ -58,17 +52,8 @@ async def cluster_nap(ctx: WorkflowContext) -> str:
 # -- a cluster -----------------------------------------------------------------------------
 
 
-def need_binary() -> None:
-    """These tests start servers of their own: skip (saying why) without a valkey-server."""
-    try:
-        binary()
-    except RuntimeError as exc:
-        pytest.skip(str(exc))
-
-
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[ValkeyCluster]:
-    need_binary()
     started = ValkeyCluster(3)
     try:
         yield started.start()
@@ -139,7 +124,6 @@ def test_a_cluster_is_detected_and_a_single_server_is_not(cluster: ValkeyCluster
         single.close()
 
 
-@needs_cluster_option
 def test_cluster_mode_can_be_forced_either_way(cluster: ValkeyCluster, namespace: str) -> None:
     on: dict[str, Any] = {"cluster": True}
     off: dict[str, Any] = {"cluster": False}
@@ -261,7 +245,6 @@ PASSWORD = "s3cret-Pa55word"
 
 @pytest.fixture(scope="module")
 def guarded() -> Iterator[ValkeyServer]:
-    need_binary()
     server = ValkeyServer(password=PASSWORD)
     try:
         yield server.start()
@@ -305,7 +288,6 @@ def test_a_password_never_shows_in_repr_or_errors(guarded: ValkeyServer) -> None
 def test_a_lost_server_is_reported_without_its_password(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    need_binary()
     server = ValkeyServer(password=PASSWORD).start()
     try:
         store = ValkeyStore(

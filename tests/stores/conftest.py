@@ -2,8 +2,9 @@
 
 Every test in ``tests/stores`` runs once per entry of :data:`STORE_FACTORIES` and speaks only
 the public :class:`lockgate.stores.Store` interface, so a new backend is added by appending a
-factory here and is done when the suite passes unchanged. A factory that needs a server it
-cannot start calls ``pytest.skip`` with the reason, so the run says why it was skipped.
+factory here and is done when the suite passes unchanged. The Valkey factories use a real
+server the suite starts (see ``tests/valkey_server.py``); when it cannot start one, the tests
+fail saying why, never skip.
 
 Every factory builds its store with the same settings (:data:`LOCK_TTL`,
 :data:`HEARTBEAT_INTERVAL`, :data:`MAX_RETRIES`, :data:`MAX_STORE_REQUEUES`), which the tests

@@ -261,10 +261,12 @@ class WorkflowClient:
         """Apply ``act`` to the run carrying ``run_id``'s work. A hand-on that lands between
         finding the tail and acting on it moves what ``act`` left on the old run (a buffered
         signal, a latched cancel), or ``act`` found it ended: act again on the new tail."""
-        tail, _ = await self._tail(name, run_id)
+        tail, info = await self._tail(name, run_id)
         while True:
             result = await act(tail)
-            moved, _ = await self._tail(name, tail)
+            if not _may_be_handed_on(info):
+                return result  # its body started, or it ended: no hand-on can come
+            moved, info = await self._tail(name, tail)
             if moved == tail:
                 return result
             tail = moved
@@ -494,6 +496,14 @@ class WorkflowClient:
             await self._io(self.store.resume_paused_run, name, tail)
 
         await self._on_tail(name, run_id, unpause)
+
+
+def _may_be_handed_on(info: RunInfo) -> bool:
+    """Whether a run could still be handed on: only one whose body has not started, so one
+    queued, held, or waiting for its delayed start."""
+    if info.status in (RunStatus.PENDING, RunStatus.IN_PROGRESS):
+        return True
+    return info.status == RunStatus.SLEEPING and info.wait is not None and info.wait.kind == "start"
 
 
 def _recorded_stamp(

@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 from lockgate._errors import CapabilityMissing
 from lockgate.journal._events import RunEvent
 from lockgate.stores._gates import Gates, WaitReason
+from lockgate.stores._records import Submit
 from lockgate.stores._triggers import TriggerPolicy
 from lockgate.stores._types import (
     ClaimedRun,
@@ -51,7 +52,6 @@ class LifecycleStore(abc.ABC):
         overrides. A forwarding store overrides this to report what it can serve."""
         return _class_capabilities(type(self))
 
-    @abc.abstractmethod
     def submit_run(
         self,
         name: str,
@@ -87,6 +87,43 @@ class LifecycleStore(abc.ABC):
         says ``{"unknown": true}``, and the claiming worker hands the run on with its own.
         Nothing is written when it raises.
         """
+        return self.create_run(
+            Submit(
+                name,
+                params,
+                metadata,
+                owner,
+                version,
+                version_behavior,
+                concurrency_key,
+                concurrency_max,
+                rate_key,
+                rate_per_second,
+                rate_burst,
+                provenance,
+                start_at,
+                gates_unknown,
+            ),
+            run_id,
+            headers=headers,
+            idempotency_key=idempotency_key,
+            idempotency_body_hash=idempotency_body_hash,
+            idempotency_ttl=idempotency_ttl,
+        )
+
+    @abc.abstractmethod
+    def create_run(
+        self,
+        submit: Submit,
+        run_id: str,
+        *,
+        headers: dict[str, str] | None = None,
+        idempotency_key: str | None = None,
+        idempotency_body_hash: str | None = None,
+        idempotency_ttl: int = 86_400,
+    ) -> str:
+        """:meth:`submit_run` with the run's fields gathered in ``submit``: what a backend
+        implements, under the same contract."""
 
     @abc.abstractmethod
     def claim_next_run(

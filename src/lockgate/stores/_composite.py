@@ -17,6 +17,7 @@ from lockgate._errors import ConfigurationError
 from lockgate.journal._events import RunEvent
 from lockgate.stores._base import EventLogStore, Store
 from lockgate.stores._gates import WaitReason
+from lockgate.stores._records import Submit
 from lockgate.stores._triggers import TriggerPolicy
 from lockgate.stores._types import (
     RunControls,
@@ -25,6 +26,9 @@ from lockgate.stores._types import (
     WaitOutcome,
     WaitSpec,
 )
+
+#: Live runs whose last copied ``run_seq`` a composite remembers, at most.
+COPIED_KEPT = 100_000
 
 
 @runtime_checkable
@@ -70,6 +74,8 @@ class CompositeStore(Store):
         self.lock_ttl = getattr(lifecycle, "lock_ttl", 30.0)
         self.max_replay_entries = getattr(lifecycle, "max_replay_entries", None)
         self.shard_count = getattr(lifecycle, "shard_count", 1)
+        #: The last ``run_seq`` this process copied, per live run.
+        self._copied: dict[tuple[str, str], int] = {}
 
     def rebalance_shards(self, worker_id: str, ttl: float | None = None) -> list[int]:
         """The lifecycle backend's shard leases (see ``ValkeyStore.rebalance_shards``)."""
@@ -103,24 +109,56 @@ class CompositeStore(Store):
 
     def _copy(self, name: str, run_id: str | None) -> None:
         """Copy the run's events the log does not have yet; drop the outbox once its terminal
-        is copied."""
+        is copied.
+
+        The ``run_seq`` this process last copied is remembered, so an operation costs one read
+        of the outbox, not a read of the log too. Another process may have copied further
+        since; the events it copied come again and the log keeps them once."""
         if run_id is None:
             return
-        last = self.events.get_last_event(name, run_id)
-        have = last.run_seq or 0 if last is not None else 0
+        run = (name, run_id)
+        have = self._copied.get(run)
+        if have is None:
+            last = self.events.get_last_event(name, run_id)
+            if last is not None and last.is_terminal:
+                self._outbox.drop_outbox(name, run_id)
+                return
+            have = last.run_seq or 0 if last is not None else 0
         fresh = self._outbox.events_after(name, run_id, have)
-        if fresh:
-            self._log.append_copies(name, run_id, fresh)
-        ended = fresh[-1].is_terminal if fresh else last is not None and last.is_terminal
-        if ended:
+        if not fresh:
+            self._copied[run] = have
+            return
+        self._log.append_copies(name, run_id, fresh)
+        if fresh[-1].is_terminal:
             self._outbox.drop_outbox(name, run_id)
+            self._copied.pop(run, None)
+        else:
+            if len(self._copied) >= COPIED_KEPT:
+                self._copied.clear()  # runs another process ended linger here; start afresh
+            self._copied[run] = fresh[-1].run_seq or have
 
     # -- the lifecycle role ----------------------------------------------------------------------
 
-    def submit_run(self, name: str, run_id: str, params: dict[str, Any], **options: Any) -> str:
-        submitted = self.lifecycle.submit_run(name, run_id, params, **options)
-        self._copy(name, submitted)
-        return submitted
+    def create_run(
+        self,
+        submit: Submit,
+        run_id: str,
+        *,
+        headers: dict[str, str] | None = None,
+        idempotency_key: str | None = None,
+        idempotency_body_hash: str | None = None,
+        idempotency_ttl: int = 86_400,
+    ) -> str:
+        created = self.lifecycle.create_run(
+            submit,
+            run_id,
+            headers=headers,
+            idempotency_key=idempotency_key,
+            idempotency_body_hash=idempotency_body_hash,
+            idempotency_ttl=idempotency_ttl,
+        )
+        self._copy(submit.name, created)
+        return created
 
     def claim_next_run(
         self,

@@ -10,7 +10,6 @@ from typing import Any
 
 from lockgate._clock import iso
 from lockgate._errors import (
-    IdempotencyConflict,
     LockLost,
     RunFinishedError,
     RunGatedError,
@@ -26,6 +25,7 @@ from lockgate.stores._memory_state import _Buffer, _Held, _Idempotency, _locked,
 from lockgate.stores._memory_waits import MemoryWaits
 from lockgate.stores._records import (
     Submit,
+    idempotency_conflict,
     requeue_outcome,
     with_payload,
 )
@@ -85,30 +85,17 @@ class MemoryStore(MemoryWaits, Store):
         self._order = 0
 
     @_locked
-    def submit_run(
+    def create_run(
         self,
-        name: str,
+        submit: Submit,
         run_id: str,
-        params: dict[str, Any],
         *,
-        metadata: dict[str, Any] | None = None,
-        owner: str | None = None,
+        headers: dict[str, str] | None = None,
         idempotency_key: str | None = None,
         idempotency_body_hash: str | None = None,
         idempotency_ttl: int = 86_400,
-        version: str = "",
-        version_behavior: str = "pinned",
-        concurrency_key: str | None = None,
-        concurrency_max: int | None = None,
-        rate_key: str | None = None,
-        rate_per_second: float | None = None,
-        rate_burst: int | None = None,
-        provenance: dict[str, Any] | None = None,
-        headers: dict[str, str] | None = None,
-        start_at: float | None = None,
-        gates_unknown: bool = False,
     ) -> str:
-        now = self._clock()
+        now, name = self._clock(), submit.name
         if idempotency_key is not None:
             record = self._idempotency.get((name, idempotency_key))
             if record is not None and record.expires_at > now:
@@ -117,32 +104,12 @@ class MemoryStore(MemoryWaits, Store):
                     and record.body_hash is not None
                     and record.body_hash != idempotency_body_hash
                 ):
-                    raise IdempotencyConflict(
-                        f"idempotency key {idempotency_key!r} of {name!r} was first used for a "
-                        f"different request (run {record.run_id!r}); that run is unchanged"
-                    )
+                    raise idempotency_conflict(name, idempotency_key, record.run_id)
                 return record.run_id
-        submit = Submit(
-            name,
-            params,
-            metadata,
-            owner,
-            version,
-            version_behavior,
-            concurrency_key,
-            concurrency_max,
-            rate_key,
-            rate_per_second,
-            rate_burst,
-            provenance,
-            start_at,
-            gates_unknown,
-        )
         self._insert_run(submit, run_id, headers, now)
         if idempotency_key is not None:
-            delay = max(0.0, (start_at or now) - now)
             self._idempotency[(name, idempotency_key)] = _Idempotency(
-                run_id, idempotency_body_hash, now + idempotency_ttl + delay
+                run_id, idempotency_body_hash, now + submit.keep_key_for(idempotency_ttl, now)
             )
         return run_id
 

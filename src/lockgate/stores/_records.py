@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from lockgate._errors import IdempotencyConflict
 from lockgate.journal._events import EventKind, RunEvent, RunStatus
 from lockgate.stores._gates import Gates
 
@@ -122,6 +123,19 @@ class Submit:
 
     def delayed(self, now: float) -> bool:
         return self.start_at is not None and self.start_at > now
+
+    def keep_key_for(self, ttl: float, now: float) -> float:
+        """Seconds from ``now`` an idempotency key of this submit is kept: ``ttl`` past the
+        run's start, so a key is never forgotten before its delayed run begins."""
+        return ttl + max(0.0, (self.start_at or now) - now)
+
+
+def idempotency_conflict(name: str, key: str, first_run_id: str) -> IdempotencyConflict:
+    """The refusal of a key reused for a request other than the one that first used it."""
+    return IdempotencyConflict(
+        f"idempotency key {key!r} of {name!r} was first used for a different request (run "
+        f"{first_run_id!r}); that run is unchanged"
+    )
 
 
 def successor_submit(

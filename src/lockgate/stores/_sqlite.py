@@ -20,7 +20,6 @@ from urllib.parse import urlsplit
 from lockgate._clock import iso
 from lockgate._errors import (
     ConfigurationError,
-    IdempotencyConflict,
     LockLost,
     RunFinishedError,
     RunGatedError,
@@ -35,6 +34,7 @@ from lockgate.stores._base import Store
 from lockgate.stores._gates import WaitReason, refill, wait_reason
 from lockgate.stores._records import (
     Submit,
+    idempotency_conflict,
 )
 from lockgate.stores._sqlite_file import (
     SCHEMA,
@@ -184,45 +184,17 @@ class SQLiteStore(SQLiteWaits, SQLiteTriggers, Store):
             self._conn.close()
 
     @translated
-    def submit_run(
+    def create_run(
         self,
-        name: str,
+        submit: Submit,
         run_id: str,
-        params: dict[str, Any],
         *,
-        metadata: dict[str, Any] | None = None,
-        owner: str | None = None,
+        headers: dict[str, str] | None = None,
         idempotency_key: str | None = None,
         idempotency_body_hash: str | None = None,
         idempotency_ttl: int = 86_400,
-        version: str = "",
-        version_behavior: str = "pinned",
-        concurrency_key: str | None = None,
-        concurrency_max: int | None = None,
-        rate_key: str | None = None,
-        rate_per_second: float | None = None,
-        rate_burst: int | None = None,
-        provenance: dict[str, Any] | None = None,
-        headers: dict[str, str] | None = None,
-        start_at: float | None = None,
-        gates_unknown: bool = False,
     ) -> str:
-        submit = Submit(
-            name,
-            params,
-            metadata,
-            owner,
-            version,
-            version_behavior,
-            concurrency_key,
-            concurrency_max,
-            rate_key,
-            rate_per_second,
-            rate_burst,
-            provenance,
-            start_at,
-            gates_unknown,
-        )
+        name = submit.name
         with self._write() as db:
             now = self._clock()
             if idempotency_key is not None:
@@ -238,15 +210,10 @@ class SQLiteStore(SQLiteWaits, SQLiteTriggers, Store):
                         and first_hash is not None
                         and first_hash != idempotency_body_hash
                     ):
-                        raise IdempotencyConflict(
-                            f"idempotency key {idempotency_key!r} of {name!r} was first used "
-                            f"for a different request (run {record['run_id']!r}); that run is "
-                            f"unchanged"
-                        )
+                        raise idempotency_conflict(name, idempotency_key, record["run_id"])
                     return str(record["run_id"])
             self._insert_run(db, submit, run_id, headers, now)
             if idempotency_key is not None:
-                delay = max(0.0, (start_at or now) - now)
                 db.execute(
                     "INSERT OR REPLACE INTO lg_idempotency (name, key, run_id, body_hash, "
                     "expires_at) VALUES (?, ?, ?, ?, ?)",
@@ -255,7 +222,7 @@ class SQLiteStore(SQLiteWaits, SQLiteTriggers, Store):
                         idempotency_key,
                         run_id,
                         idempotency_body_hash,
-                        now + idempotency_ttl + delay,
+                        now + submit.keep_key_for(idempotency_ttl, now),
                     ),
                 )
         return run_id

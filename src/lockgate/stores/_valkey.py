@@ -66,10 +66,10 @@ class ValkeyLifecycle(ValkeyCore):
         return self._server_now()
 
     def _submit_args(
-        self, submit: Submit, run_id: str, headers: dict[str, str] | None
+        self, submit: Submit, run_id: str, headers: dict[str, str] | None, now: float
     ) -> list[str]:
-        """The ``submit`` script's run fields, opening events and delayed start (A(3)..A(6))."""
-        now = self._now()
+        """The ``submit`` script's run fields, opening events and delayed start (A(3)..A(6)),
+        as of ``now``."""
         wait = ""
         due = ""
         if submit.delayed(now):
@@ -100,13 +100,16 @@ class ValkeyLifecycle(ValkeyCore):
         idempotency_key: str | None = None,
         idempotency_body_hash: str | None = None,
         keep_seconds: float = 0.0,
+        now: float | None = None,
     ) -> str:
-        """Create the run. With one shard, one script. With more, two steps: ``g_route``
-        (namespace-wide: the idempotency key, the run -> shard index, held controls), then
+        """Create the run, as of ``now`` (the store's time when None). With one shard, one
+        script. With more, two steps: ``g_route`` (namespace-wide: the idempotency key, the run
+        -> shard index, held controls), then
         ``submit`` in the run's shard; a submit that fails after the first leaves an index
         entry naming a shard without the run, which reads take for a missing run."""
         key, body, keep = idempotency_key or "", idempotency_body_hash or "", repr(keep_seconds)
-        args = self._submit_args(submit, run_id, headers)
+        now = self._now() if now is None else now
+        args = self._submit_args(submit, run_id, headers, now)
         if self.shard_count == 1:
             return _text(self._script("submit", submit.name, run_id, *args, key, body, keep, ""))
         shard = self._submit_shard(submit, run_id)
@@ -157,59 +160,30 @@ class ValkeyLifecycle(ValkeyCore):
             return first_id
         shard = self._submit_shard(submit, first_id)
         _, held = self._route(submit.name, first_id, shard)
-        args = self._submit_args(submit, first_id, headers)
+        args = self._submit_args(submit, first_id, headers, self._now())
         self._script("submit", submit.name, first_id, *args, key, "", "0", held, shard=shard)
         self._routed(submit.name, first_id, shard, held)
         return first_id
 
-    def submit_run(
+    def create_run(
         self,
-        name: str,
+        submit: Submit,
         run_id: str,
-        params: dict[str, Any],
         *,
-        metadata: dict[str, Any] | None = None,
-        owner: str | None = None,
+        headers: dict[str, str] | None = None,
         idempotency_key: str | None = None,
         idempotency_body_hash: str | None = None,
         idempotency_ttl: int = 86_400,
-        version: str = "",
-        version_behavior: str = "pinned",
-        concurrency_key: str | None = None,
-        concurrency_max: int | None = None,
-        rate_key: str | None = None,
-        rate_per_second: float | None = None,
-        rate_burst: int | None = None,
-        provenance: dict[str, Any] | None = None,
-        headers: dict[str, str] | None = None,
-        start_at: float | None = None,
-        gates_unknown: bool = False,
     ) -> str:
-        submit = Submit(
-            name,
-            params,
-            metadata,
-            owner,
-            version,
-            version_behavior,
-            concurrency_key,
-            concurrency_max,
-            rate_key,
-            rate_per_second,
-            rate_burst,
-            provenance,
-            start_at,
-            gates_unknown,
-        )
         now = self._now()
-        delay = max(0.0, (start_at or now) - now)
         return self._submit(
             submit,
             run_id,
             headers,
             idempotency_key=idempotency_key,
             idempotency_body_hash=idempotency_body_hash,
-            keep_seconds=idempotency_ttl + delay,
+            keep_seconds=submit.keep_key_for(idempotency_ttl, now),
+            now=now,  # one reading of the server's clock per submit, not one per use
         )
 
     def claim_next_run(
