@@ -9,48 +9,36 @@ that every run ends exactly once, none is lost, gates hold, and no journaled ste
 from __future__ import annotations
 
 import collections
-import os
 import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import pytest
 
 from lockgate import EventKind
 from lockgate.stores import ValkeyStore
 from test_flow_processes import completed_once, max_overlap, recorded_bodies
+from test_worker_processes import HEARTBEAT, LOCK_TTL, Cluster, wait_for
 from valkey_server import ValkeyServer, shared_url
-
-PROCS = Path(__file__).parent / "procs"
-LOCK_TTL = 1.5
-HEARTBEAT = 0.3
 
 
 @dataclass
-class ValkeyCluster:
-    """Worker processes on one Valkey namespace, each logging to a file of its own."""
+class ValkeyCluster(Cluster):
+    """Worker processes on one Valkey namespace (a fresh one per test), each logging to a file
+    of its own: the SQLite tests' cluster, pointed at a server."""
 
-    tmp: Path
-    server_url: str
+    server_url: str = ""
     namespace: str = field(default_factory=lambda: f"p{uuid.uuid4().hex[:10]}")
-    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
-    logs: list[IO[bytes]] = field(default_factory=list)
 
     @property
-    def url(self) -> str:
+    def target(self) -> str:
         return f"{self.server_url}?namespace={self.namespace}"
 
-    @property
-    def record(self) -> Path:
-        return self.tmp / "executions.txt"
-
-    def store(self, **options: Any) -> ValkeyStore:
+    def store(self, **options: Any) -> ValkeyStore:  # type: ignore[override]
         return ValkeyStore(
             self.server_url,
             namespace=self.namespace,
@@ -59,63 +47,12 @@ class ValkeyCluster:
             **options,
         )
 
-    def start(self, *args: str) -> subprocess.Popen[bytes]:
-        env = dict(os.environ, LOCKGATE_TEST_STORE=self.url, LOCKGATE_TEST_RECORD=str(self.record))
-        log = (self.tmp / f"worker-{len(self.procs)}.log").open("wb")
-        self.logs.append(log)
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                str(PROCS / "worker_main.py"),
-                "--store",
-                self.url,
-                "--lock-ttl",
-                str(LOCK_TTL),
-                "--heartbeat",
-                str(HEARTBEAT),
-                *args,
-            ],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        self.procs.append(proc)
-        return proc
-
-    def tail(self) -> str:
-        parts = []
-        for index, proc in enumerate(self.procs):
-            text = (self.tmp / f"worker-{index}.log").read_text(errors="replace")
-            parts.append(
-                f"--- worker {index} (pid {proc.pid}, rc {proc.poll()}) ---\n{text[-3000:]}"
-            )
-        return "\n".join(parts)
-
-    def close(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.kill()
-        for proc in self.procs:
-            proc.wait(timeout=10)
-        for log in self.logs:
-            log.close()
-
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[ValkeyCluster]:
-    running = ValkeyCluster(tmp_path, shared_url())
+    running = ValkeyCluster(tmp_path, server_url=shared_url())
     yield running
     running.close()
-
-
-def wait_for(what: str, check: Callable[[], bool], cluster: ValkeyCluster, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(
-                f"timed out after {timeout}s waiting until {what}\n{cluster.tail()}"
-            )
-        time.sleep(0.05)
 
 
 def all_ended(store: ValkeyStore, name: str, runs: Iterator[str] | list[str]) -> Callable[[], bool]:
@@ -176,21 +113,6 @@ def test_four_workers_finish_2000_runs_across_50_keys_with_a_limit_of_three(
 STEPS = "proc_steps"  # tests/procs/workflows.py: records each step effect, then sleeps
 
 
-@dataclass(frozen=True)
-class Execution:
-    run_id: str
-    call_index: int
-    done_already: bool
-    pid: int
-
-
-def executions(cluster: ValkeyCluster) -> list[Execution]:
-    if not cluster.record.exists():
-        return []
-    rows = [line.split() for line in cluster.record.read_text().splitlines() if line]
-    return [Execution(r, int(c), d == "1", int(p)) for r, c, d, p in rows]
-
-
 def submit_steps(store: ValkeyStore, count: int, **params: Any) -> dict[str, int]:
     runs = {}
     for n in range(count):
@@ -207,7 +129,7 @@ def assert_all_completed_once(
     for run_id, n in runs.items():
         _, end = completed_once(store, STEPS, run_id)
         assert end.payload["result"] == n * 2
-    again = [e for e in executions(cluster) if e.done_already]
+    again = [e for e in cluster.executions() if e.done_already]
     assert again == [], f"journaled steps ran again: {again}\n{cluster.tail()}"
 
 
@@ -219,7 +141,7 @@ def test_a_worker_killed_mid_step_loses_nothing_and_reruns_no_journaled_step(
     doomed = cluster.start("--worker-id", "doomed", "--concurrency", "4")
     wait_for(
         "the doomed worker is inside a step",
-        lambda: any(e.pid == doomed.pid for e in executions(cluster)),
+        lambda: any(e.pid == doomed.pid for e in cluster.executions()),
         cluster,
         20,
     )
@@ -242,7 +164,7 @@ def test_a_frozen_worker_past_its_lease_has_every_write_refused(cluster: ValkeyC
     frozen = cluster.start("--worker-id", "frozen", "--concurrency", "1")
     wait_for(
         "the worker is inside the first step",
-        lambda: any(e.pid == frozen.pid for e in executions(cluster)),
+        lambda: any(e.pid == frozen.pid for e in cluster.executions()),
         cluster,
         20,
     )
@@ -258,9 +180,9 @@ def test_a_frozen_worker_past_its_lease_has_every_write_refused(cluster: ValkeyC
     journal = store.load_run(STEPS, run_id)
     epochs = {e.headers.get("lg-epoch") for e in journal if e.kind == EventKind.STEP_DONE}
     assert epochs == {"2"}, f"step results from more than the rescuing claim: {journal}"
-    ran = [(e.pid, e.call_index) for e in executions(cluster)]
+    ran = [(e.pid, e.call_index) for e in cluster.executions()]
     assert (frozen.pid, 0) in ran  # the frozen attempt did run its step; its result is gone
-    assert not [e for e in executions(cluster) if e.done_already]
+    assert not [e for e in cluster.executions() if e.done_already]
 
 
 @pytest.fixture
@@ -274,13 +196,13 @@ def own_server() -> Iterator[ValkeyServer]:
 def test_a_server_killed_and_restarted_mid_load_loses_no_run(
     tmp_path: Path, own_server: ValkeyServer
 ) -> None:
-    cluster = ValkeyCluster(tmp_path, own_server.url)
+    cluster = ValkeyCluster(tmp_path, server_url=own_server.url)
     try:
         store = cluster.store()
         runs = submit_steps(store, 60, steps=2, pause=0.05)
         for i in range(2):
             cluster.start("--worker-id", f"w{i}", "--concurrency", "4")
-        wait_for("runs are under way", lambda: len(executions(cluster)) >= 10, cluster, 20)
+        wait_for("runs are under way", lambda: len(cluster.executions()) >= 10, cluster, 20)
         own_server.stop(kill=True)
         own_server.start()  # same port, same directory: it replays its AOF
         wait_for("all runs end", all_ended(store, STEPS, list(runs)), cluster, 90)
@@ -293,18 +215,18 @@ def test_a_server_killed_and_restarted_mid_load_loses_no_run(
 def test_a_server_down_for_seconds_pauses_runs_which_then_resume(
     tmp_path: Path, own_server: ValkeyServer
 ) -> None:
-    cluster = ValkeyCluster(tmp_path, own_server.url)
+    cluster = ValkeyCluster(tmp_path, server_url=own_server.url)
     try:
         store = cluster.store()
         runs = submit_steps(store, 40, steps=2, pause=0.05)
         for i in range(2):
             cluster.start("--worker-id", f"w{i}", "--concurrency", "4")
-        wait_for("runs are under way", lambda: len(executions(cluster)) >= 10, cluster, 20)
+        wait_for("runs are under way", lambda: len(cluster.executions()) >= 10, cluster, 20)
         own_server.stop(kill=True)
         time.sleep(4.0)
-        during = len(executions(cluster))
+        during = len(cluster.executions())
         time.sleep(1.0)
-        assert len(executions(cluster)) <= during + 8  # at most the steps already under way
+        assert len(cluster.executions()) <= during + 8  # at most the steps already under way
         own_server.start()
         wait_for("all runs end", all_ended(store, STEPS, list(runs)), cluster, 90)
         assert_all_completed_once(store, cluster, runs)

@@ -58,6 +58,11 @@ class Cluster:
     def record(self) -> Path:
         return self.tmp / "executions.txt"
 
+    @property
+    def target(self) -> str:
+        """What the workers' ``--store`` (and the step bodies' second view) names."""
+        return str(self.db)
+
     def store(self) -> SQLiteStore:
         return SQLiteStore(
             self.db, lock_ttl=LOCK_TTL, heartbeat_interval=HEARTBEAT, synchronous="normal"
@@ -65,13 +70,13 @@ class Cluster:
 
     def start(self, *args: str, failpoint: str | None = None) -> subprocess.Popen[bytes]:
         env = {k: v for k, v in os.environ.items() if k != FAILPOINTS_ENV}
-        env.update(LOCKGATE_TEST_STORE=str(self.db), LOCKGATE_TEST_RECORD=str(self.record))
+        env.update(LOCKGATE_TEST_STORE=self.target, LOCKGATE_TEST_RECORD=str(self.record))
         if failpoint is not None:
             env[FAILPOINTS_ENV] = failpoint
         log = (self.tmp / f"worker-{len(self.procs)}.log").open("wb")
         self.logs.append(log)
         proc = subprocess.Popen(
-            [sys.executable, str(PROCS / "worker_main.py"), "--store", str(self.db), *args],
+            [sys.executable, str(PROCS / "worker_main.py"), "--store", self.target, *args],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
