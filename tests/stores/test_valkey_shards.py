@@ -348,7 +348,8 @@ def test_an_idempotency_key_spans_the_shards(store: ValkeyStore) -> None:
 
 def test_a_repeat_finishes_a_submit_that_kept_its_key_but_never_landed(store: ValkeyStore) -> None:
     first = ids_in(1, 1)[0]
-    store._route(NAME, first, shard_for(first, SHARDS), "k", "h", "60")  # then the process died
+    # g_route kept the key, then the process died before the submit
+    store._run(store._route_op(NAME, first, shard_for(first, SHARDS), "k", "h", "60"))
     assert store.get_run(NAME, first) is None
     again = ids_in(2, 1)[0]
     assert (

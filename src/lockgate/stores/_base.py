@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import abc
 import functools
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, ClassVar
 
 from lockgate._errors import CapabilityMissing
@@ -46,6 +46,12 @@ class LifecycleStore(abc.ABC):
     lock_ttl: float = 30.0
     #: Seconds between the heartbeats of a running attempt.
     heartbeat_interval: float = 10.0
+
+    def coroutine_for(self, method: Callable[..., Any]) -> Callable[..., Awaitable[Any]] | None:
+        """A coroutine function doing what ``method`` (one of this store's methods) does with
+        its I/O on the running event loop, or None when it has none: the async runtime then
+        calls ``method`` on a store thread (see ``blocking_io``)."""
+        return None
 
     def capabilities(self) -> frozenset[str]:
         """The optional groups this store provides: those whose every method the store's class

@@ -28,8 +28,12 @@ def _executor() -> ThreadPoolExecutor:
 async def call_store(
     store: LifecycleStore, method: Callable[..., Any], *args: Any, **kwargs: Any
 ) -> Any:
-    """Call ``method`` of ``store``: on a store thread when the store may block on I/O
-    (``blocking_io``), inline when it never does, so the event loop is never held up."""
+    """Call ``method`` of ``store``: natively on the event loop when the store has a coroutine
+    for it (:meth:`~LifecycleStore.coroutine_for`), else on a store thread when the store may
+    block on I/O (``blocking_io``), else inline; so the event loop is never held up."""
+    native = store.coroutine_for(method)
+    if native is not None:
+        return await native(*args, **kwargs)
     if store.blocking_io:
         call = functools.partial(contextvars.copy_context().run, method, *args, **kwargs)
         return await asyncio.get_running_loop().run_in_executor(_executor(), call)

@@ -22,6 +22,7 @@ from lockgate.stores._valkey_core import (
     event_from,
     shard_key,
 )
+from lockgate.stores._valkey_loop import Commands, Op, Script, command
 
 #: Held or other-version runs a claim looks past in one fairness bucket.
 CLAIM_SCAN = 64
@@ -91,78 +92,81 @@ class ValkeyLifecycle(ValkeyCore):
             due,
         ]
 
-    def _submit(
+    def _create_run_op(
         self,
         submit: Submit,
         run_id: str,
-        headers: dict[str, str] | None,
         *,
+        headers: dict[str, str] | None = None,
         idempotency_key: str | None = None,
         idempotency_body_hash: str | None = None,
-        keep_seconds: float = 0.0,
-        now: float | None = None,
-    ) -> str:
-        """Create the run, as of ``now`` (the store's time when None). With one shard, one
-        script. With more, two steps: ``g_route`` (namespace-wide: the idempotency key, the run
-        -> shard index, held controls), then
-        ``submit`` in the run's shard; a submit that fails after the first leaves an index
-        entry naming a shard without the run, which reads take for a missing run."""
-        key, body, keep = idempotency_key or "", idempotency_body_hash or "", repr(keep_seconds)
-        now = self._now() if now is None else now
+        idempotency_ttl: int = 86_400,
+    ) -> Op[str]:
+        """Create the run, as of the store's time (read once). With one shard, one script.
+        With more, two steps: ``g_route`` (namespace-wide: the idempotency key, the run ->
+        shard index, held controls), then ``submit`` in the run's shard; a submit that fails
+        after the first leaves an index entry naming a shard without the run, which reads take
+        for a missing run."""
+        now = yield from self._server_now_op()
+        keep = repr(submit.keep_key_for(idempotency_ttl, now))
+        key, body = idempotency_key or "", idempotency_body_hash or ""
         args = self._submit_args(submit, run_id, headers, now)
         if self.shard_count == 1:
-            return _text(self._script("submit", submit.name, run_id, *args, key, body, keep, ""))
+            created = yield Script("submit", (submit.name, run_id, *args, key, body, keep, ""))
+            return _text(created)
         shard = self._submit_shard(submit, run_id)
-        kind, value = self._route(submit.name, run_id, shard, key, body, keep)
+        kind, value = yield from self._route_op(submit.name, run_id, shard, key, body, keep)
         if kind == "existing":
-            return self._finish_first(submit, value, headers, key)
+            return (yield from self._finish_first_op(submit, value, headers, key))
         try:
-            self._script("submit", submit.name, run_id, *args, key, body, keep, value, shard=shard)
+            yield Script("submit", (submit.name, run_id, *args, key, body, keep, value), shard)
         except DuplicateRunError:
             if key:
-                self._script("g_unroute", submit.name, key, run_id)
+                yield Script("g_unroute", (submit.name, key, run_id))
             raise
-        self._routed(submit.name, run_id, shard, value)
+        yield from self._routed_op(submit.name, run_id, shard, value)
         return run_id
 
     def _submit_shard(self, submit: Submit, run_id: str) -> int:
         return self._home(shard_key(submit.concurrency_key, submit.rate_key, run_id))
 
-    def _route(
+    def _route_op(
         self, name: str, run_id: str, shard: int, key: str = "", body: str = "", keep: str = "0"
-    ) -> tuple[str, str]:
+    ) -> Op[tuple[str, str]]:
         """``g_route`` for a run about to be created in ``shard``: ``("existing", run id)``
         for a live idempotency key, else ``("routed", held controls as JSON)``. Raises
         :class:`DuplicateRunError` when the id is a run of another shard."""
-        answer = self._script("g_route", name, run_id, str(shard), key, body, keep, "")
+        answer = yield Script("g_route", (name, run_id, str(shard), key, body, keep, ""))
         if _text(answer[0]) == "elsewhere":
             other = int(answer[1])
-            if int(self._cmd("EXISTS", self._key("r", name, run_id, shard=other))):
+            [exists] = yield command("EXISTS", self._key("r", name, run_id, shard=other))
+            if int(exists):
                 raise DuplicateRunError(name, run_id)
             # A submit routed there never created the run: the id is free to route here.
-            answer = self._script("g_route", name, run_id, str(shard), key, body, keep, "1")
+            answer = yield Script("g_route", (name, run_id, str(shard), key, body, keep, "1"))
         return _text(answer[0]), _text(answer[1])
 
-    def _routed(self, name: str, run_id: str, shard: int, held: str) -> None:
+    def _routed_op(self, name: str, run_id: str, shard: int, held: str) -> Op[None]:
         """After the run was created in ``shard``: remember it, and drop the controls held
         namespace-wide that its submit applied."""
         self._remember(name, run_id, shard)
         if held != "{}":
-            self._cmd("DEL", self._key("held", name, run_id))
+            yield command("DEL", self._key("held", name, run_id))
 
-    def _finish_first(
+    def _finish_first_op(
         self, submit: Submit, first_id: str, headers: dict[str, str] | None, key: str
-    ) -> str:
+    ) -> Op[str]:
         """The run a live idempotency key names. When its submit kept the key but did not
         create the run (its process died between the two steps), this repeat of the request
         creates it; a race with that submit creates it once (the run carries the key)."""
-        if self._fields(submit.name, first_id) is not None:
+        if (yield from self._fields_op(submit.name, first_id)) is not None:
             return first_id
         shard = self._submit_shard(submit, first_id)
-        _, held = self._route(submit.name, first_id, shard)
-        args = self._submit_args(submit, first_id, headers, self._now())
-        self._script("submit", submit.name, first_id, *args, key, "", "0", held, shard=shard)
-        self._routed(submit.name, first_id, shard, held)
+        _, held = yield from self._route_op(submit.name, first_id, shard)
+        now = yield from self._server_now_op()
+        args = self._submit_args(submit, first_id, headers, now)
+        yield Script("submit", (submit.name, first_id, *args, key, "", "0", held), shard)
+        yield from self._routed_op(submit.name, first_id, shard, held)
         return first_id
 
     def create_run(
@@ -175,15 +179,15 @@ class ValkeyLifecycle(ValkeyCore):
         idempotency_body_hash: str | None = None,
         idempotency_ttl: int = 86_400,
     ) -> str:
-        now = self._now()
-        return self._submit(
-            submit,
-            run_id,
-            headers,
-            idempotency_key=idempotency_key,
-            idempotency_body_hash=idempotency_body_hash,
-            keep_seconds=submit.keep_key_for(idempotency_ttl, now),
-            now=now,  # one reading of the server's clock per submit, not one per use
+        return self._run(
+            self._create_run_op(
+                submit,
+                run_id,
+                headers=headers,
+                idempotency_key=idempotency_key,
+                idempotency_body_hash=idempotency_body_hash,
+                idempotency_ttl=idempotency_ttl,
+            )
         )
 
     def claim_next_run(
@@ -194,7 +198,17 @@ class ValkeyLifecycle(ValkeyCore):
         *,
         prefer: Sequence[int] = (),
     ) -> str | None:
-        claimed = self._claim(name, worker_id, worker_version, prefer, "")
+        return self._run(self._claim_next_run_op(name, worker_id, worker_version, prefer=prefer))
+
+    def _claim_next_run_op(
+        self,
+        name: str,
+        worker_id: str,
+        worker_version: str | None = None,
+        *,
+        prefer: Sequence[int] = (),
+    ) -> Op[str | None]:
+        claimed = yield from self._claim_op(name, worker_id, worker_version, prefer, "")
         return _text(claimed) if claimed else None
 
     def claim_next_run_loaded(
@@ -205,8 +219,20 @@ class ValkeyLifecycle(ValkeyCore):
         *,
         prefer: Sequence[int] = (),
     ) -> ClaimedRun | None:
+        return self._run(
+            self._claim_next_run_loaded_op(name, worker_id, worker_version, prefer=prefer)
+        )
+
+    def _claim_next_run_loaded_op(
+        self,
+        name: str,
+        worker_id: str,
+        worker_version: str | None = None,
+        *,
+        prefer: Sequence[int] = (),
+    ) -> Op[ClaimedRun | None]:
         """The claim, the journal and the controls in one script: one round trip."""
-        answer = self._claim(name, worker_id, worker_version, prefer, "load")
+        answer = yield from self._claim_op(name, worker_id, worker_version, prefer, "load")
         if not answer:
             return None
         run_id, entries, cancel_at, pause_at, updates = answer
@@ -217,19 +243,19 @@ class ValkeyLifecycle(ValkeyCore):
             _controls(cancel_at, pause_at, updates),
         )
 
-    def _claim(
+    def _claim_op(
         self,
         name: str,
         worker_id: str,
         worker_version: str | None,
         prefer: Sequence[int],
         load: str,
-    ) -> Any:
+    ) -> Op[Any]:
         """``claim_next`` in each shard with queued runs, ``prefer``'s first, until one
         answers a run: the claim still reaches every shard, so no run is stranded."""
-        for shard in self._claim_order(name, prefer):
-            answer = self._script(
-                "claim_next", name, worker_id, worker_version or "", CLAIM_SCAN, load, shard=shard
+        for shard in (yield from self._claim_order_op(name, prefer)):
+            answer = yield Script(
+                "claim_next", (name, worker_id, worker_version or "", CLAIM_SCAN, load), shard
             )
             if answer:
                 self._remember(name, _text(answer[0] if load else answer), shard)
@@ -240,12 +266,20 @@ class ValkeyLifecycle(ValkeyCore):
         self._on_run("claim_run", name, run_id, worker_id)
 
     def release_run(self, name: str, run_id: str, worker_id: str | None = None) -> None:
-        self._on_run("release", name, run_id, worker_id or "", "")
+        self._run(self._release_run_op(name, run_id, worker_id))
+
+    def _release_run_op(self, name: str, run_id: str, worker_id: str | None = None) -> Op[None]:
+        yield from self._on_run_op("release", name, run_id, worker_id or "", "")
 
     def requeue_run(
         self, name: str, run_id: str, worker_id: str | None = None, *, reason: str = "owner_gone"
     ) -> None:
-        self._on_run("requeue", name, run_id, worker_id or "", reason)
+        self._run(self._requeue_run_op(name, run_id, worker_id, reason=reason))
+
+    def _requeue_run_op(
+        self, name: str, run_id: str, worker_id: str | None = None, *, reason: str = "owner_gone"
+    ) -> Op[None]:
+        yield from self._on_run_op("requeue", name, run_id, worker_id or "", reason)
 
     def recover_pending_runs(self, name: str, now: float | None = None) -> list[str]:
         at = "" if now is None else repr(float(now))
@@ -283,7 +317,12 @@ class ValkeyLifecycle(ValkeyCore):
         return pending
 
     def heartbeat(self, name: str, run_id: str, worker_id: str) -> tuple[str | None, str | None]:
-        cancel_at, pause_at = self._on_run("heartbeat", name, run_id, worker_id)
+        return self._run(self._heartbeat_op(name, run_id, worker_id))
+
+    def _heartbeat_op(
+        self, name: str, run_id: str, worker_id: str
+    ) -> Op[tuple[str | None, str | None]]:
+        cancel_at, pause_at = yield from self._on_run_op("heartbeat", name, run_id, worker_id)
         return (_text(cancel_at) or None, _text(pause_at) or None)
 
     def lock_holder(self, name: str, run_id: str) -> str | None:
@@ -317,12 +356,15 @@ class ValkeyLifecycle(ValkeyCore):
         return controls.cancel_requested_at, controls.pause_requested_at
 
     def poll_run(self, name: str, run_id: str) -> RunControls:
-        shard = self._located(name, run_id)
+        return self._run(self._poll_run_op(name, run_id))
+
+    def _poll_run_op(self, name: str, run_id: str) -> Op[RunControls]:
+        shard = yield from self._located_op(name, run_id)
         if shard is None:
             raise RunNotFoundError(name, run_id)
         key = self._key("r", name, run_id, shard=shard)
-        (cancel_at, pause_at, exists), updates = self._io(
-            lambda: self._pipeline(
+        (cancel_at, pause_at, exists), updates = yield Commands(
+            (
                 ("HMGET", key, "cancel_at", "pause_at", "submitted_at"),
                 ("HLEN", self._key("upd", name, run_id, shard=shard)),
             ),
@@ -334,10 +376,14 @@ class ValkeyLifecycle(ValkeyCore):
         return _controls(cancel_at, pause_at, updates)
 
     def get_run(self, name: str, run_id: str) -> RunInfo | None:
-        fields = self._fields(name, run_id)
+        return self._run(self._get_run_op(name, run_id))
+
+    def _get_run_op(self, name: str, run_id: str) -> Op[RunInfo | None]:
+        fields = yield from self._fields_op(name, run_id)
         if fields is None:
             return None
-        return self._info(name, run_id, fields, self._now())
+        now = yield from self._server_now_op()
+        return self._info(name, run_id, fields, now)
 
     def list_runs(
         self, name: str, *, limit: int = 50, cursor: str | None = None, owner: str | None = None
@@ -404,13 +450,23 @@ class ValkeyLifecycle(ValkeyCore):
     def append_events(
         self, name: str, run_id: str, events: list[RunEvent], *, fence: str | None = None
     ) -> None:
-        self._on_run("append", name, run_id, event_args(events), fence or "")
+        self._run(self._append_events_op(name, run_id, events, fence=fence))
+
+    def _append_events_op(
+        self, name: str, run_id: str, events: list[RunEvent], *, fence: str | None = None
+    ) -> Op[None]:
+        yield from self._on_run_op("append", name, run_id, event_args(events), fence or "")
 
     def append_and_poll(
         self, name: str, run_id: str, events: list[RunEvent], *, fence: str
     ) -> RunControls:
+        return self._run(self._append_and_poll_op(name, run_id, events, fence=fence))
+
+    def _append_and_poll_op(
+        self, name: str, run_id: str, events: list[RunEvent], *, fence: str
+    ) -> Op[RunControls]:
         """The fenced append and the controls read in one script: one round trip."""
-        cancel_at, pause_at, updates = self._on_run(
+        cancel_at, pause_at, updates = yield from self._on_run_op(
             "append", name, run_id, event_args(events), fence, "poll"
         )
         return _controls(cancel_at, pause_at, updates)
@@ -418,14 +474,24 @@ class ValkeyLifecycle(ValkeyCore):
     def finish_if_quiet(
         self, name: str, run_id: str, events: list[RunEvent], *, fence: str
     ) -> RunControls | None:
+        return self._run(self._finish_if_quiet_op(name, run_id, events, fence=fence))
+
+    def _finish_if_quiet_op(
+        self, name: str, run_id: str, events: list[RunEvent], *, fence: str
+    ) -> Op[RunControls | None]:
         """The conditional terminal in one script: one round trip."""
-        answer = self._on_run("finish", name, run_id, event_args(events), fence)
+        answer = yield from self._on_run_op("finish", name, run_id, event_args(events), fence)
         if isinstance(answer, list):
             return _controls(*answer)
         return None
 
     def load_run(self, name: str, run_id: str, *, max_events: int | None = None) -> list[RunEvent]:
-        shard = self._located(name, run_id)
+        return self._run(self._load_run_op(name, run_id, max_events=max_events))
+
+    def _load_run_op(
+        self, name: str, run_id: str, *, max_events: int | None = None
+    ) -> Op[list[RunEvent]]:
+        shard = yield from self._located_op(name, run_id)
         if shard is None or (max_events is not None and max_events <= 0):
             return []
         key = self._key("e", name, run_id, shard=shard)
@@ -436,7 +502,7 @@ class ValkeyLifecycle(ValkeyCore):
             page = self.replay_page_size
             if max_events is not None:
                 page = min(page, max_events - len(events))
-            entries = self._cmd("XRANGE", key, start, "+", "COUNT", page)
+            [entries] = yield command("XRANGE", key, start, "+", "COUNT", page)
             events.extend(event_from(name, run_id, entry, fields) for entry, fields in entries)
             if len(entries) < page:
                 break
@@ -444,10 +510,13 @@ class ValkeyLifecycle(ValkeyCore):
         return events
 
     def get_last_event(self, name: str, run_id: str) -> RunEvent | None:
-        shard = self._located(name, run_id)
+        return self._run(self._get_last_event_op(name, run_id))
+
+    def _get_last_event_op(self, name: str, run_id: str) -> Op[RunEvent | None]:
+        shard = yield from self._located_op(name, run_id)
         if shard is None:
             return None
-        entries = self._cmd(
+        [entries] = yield command(
             "XREVRANGE", self._key("e", name, run_id, shard=shard), "+", "-", "COUNT", 1
         )
         if not entries:

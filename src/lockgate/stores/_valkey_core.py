@@ -20,17 +20,17 @@ id; one a trigger fires, its trigger key (its buffer's shard, where the fire cre
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import itertools
 import json
 import logging
 import os
 import re
-import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from lockgate._errors import (
@@ -49,9 +49,13 @@ from lockgate._errors import (
 from lockgate.journal._events import RunEvent, RunStatus
 from lockgate.stores._records import derive_status
 from lockgate.stores._types import RunInfo, WaitSpec
+from lockgate.stores._valkey_loop import Commands, LoopClients, Op, Request, Script, command
 
 try:
     import redis
+    from redis.asyncio import Redis as AsyncRedis
+    from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+    from redis.asyncio.retry import Retry as AsyncRetry
     from redis.backoff import NoBackoff
     from redis.cluster import RedisCluster
     from redis.exceptions import (
@@ -73,6 +77,7 @@ except ImportError:  # pragma: no cover - the extra is missing
     redis = None  # type: ignore[assignment]
 
 log = logging.getLogger("lockgate.valkey")
+T = TypeVar("T")
 
 NAMESPACE_ENV = "LOCKGATE_VALKEY_NAMESPACE"
 SEP = "\x1f"
@@ -182,33 +187,23 @@ class ValkeyCore:
         #: ``repr`` show. The password itself stays with the client's connections.
         self.url = redacted_url(url)
         self._secrets = _secrets_of(url)
-        self._redis, self.cluster = self._client(
-            url,
-            cluster,
-            socket_timeout=socket_timeout,
-            socket_connect_timeout=socket_connect_timeout,
-        )
-        if eviction_policy_check:
-            self._check_eviction_policy()
-        self._lib = _lib()
-        self._shas: dict[str, str] = {}
-        self._script_lock = threading.Lock()
-        self._check_shard_count()
-
-    def _client(
-        self,
-        url: str,
-        cluster: bool | None,
-        *,
-        socket_timeout: float,
-        socket_connect_timeout: float,
-    ) -> tuple[Any, bool]:
-        """The client for ``url`` and whether it is a cluster client, the server reached."""
-        options: dict[str, Any] = {
+        self._raw_url = url
+        self._client_options: dict[str, Any] = {
             "socket_timeout": socket_timeout,
             "socket_connect_timeout": socket_connect_timeout,
             "decode_responses": False,
         }
+        self._loop_clients = LoopClients(self._make_loop_client)
+        self._redis, self.cluster = self._client(url, cluster)
+        if eviction_policy_check:
+            self._check_eviction_policy()
+        self._lib = _lib()
+        self._sources: dict[str, tuple[str, str]] = {}
+        self._check_shard_count()
+
+    def _client(self, url: str, cluster: bool | None) -> tuple[Any, bool]:
+        """The client for ``url`` and whether it is a cluster client, the server reached."""
+        options = self._client_options
         plain: Any = None
         try:
             if cluster is not True:
@@ -313,20 +308,23 @@ class ValkeyCore:
     def _now_arg(self) -> str:
         return "" if self._clock is None else repr(float(self._clock()))
 
-    def _sha(self, name: str) -> str:
-        sha = self._shas.get(name)
-        if sha is None:
-            with self._script_lock:
-                text = self._lib + "\n" + _script_text(name)
-                sha = self._shas[name] = _text(self._redis.script_load(text))
-        return sha
+    def _source(self, name: str) -> tuple[str, str]:
+        """Script ``name``'s text (the shared lib first) and its SHA-1, by which the server
+        knows it once loaded."""
+        found = self._sources.get(name)
+        if found is None:
+            text = self._lib + "\n" + _script_text(name)
+            sha = hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
+            found = self._sources[name] = (text, sha)
+        return found
 
-    def _script(self, name: str, *args: Any, shard: int | None = None) -> Any:
-        """Run script ``name`` with the operation's ``args`` on ``shard``'s keys (None: the
-        namespace-wide ones): one atomic step."""
+    def _script_argv(self, name: str, args: tuple[Any, ...], shard: int | None) -> list[Any]:
+        """The ``EVALSHA`` arguments after the SHA: one key (the prefix's anchor, which puts
+        the call in the prefix's slot), the store's settings, then the operation's ``args``."""
         prefix = self.prefix if shard is None else self._prefixes[shard]
-        anchor = prefix + "anchor"
-        argv = [
+        return [
+            1,
+            prefix + "anchor",
             prefix,
             self._now_arg(),
             repr(float(self.lock_ttl)),
@@ -336,14 +334,34 @@ class ValkeyCore:
             *("" if a is None else a for a in args),
         ]
 
+    def _script(self, name: str, *args: Any, shard: int | None = None) -> Any:
+        """Run script ``name`` with the operation's ``args`` on ``shard``'s keys (None: the
+        namespace-wide ones): one atomic step."""
+        text, sha = self._source(name)
+        argv = self._script_argv(name, args, shard)
+
         def call() -> Any:
             try:
-                return self._redis.evalsha(self._sha(name), 1, anchor, *argv)
-            except NoScriptError:
-                self._shas.pop(name, None)  # the server restarted or flushed its scripts
-                return self._redis.evalsha(self._sha(name), 1, anchor, *argv)
+                return self._redis.evalsha(sha, *argv)
+            except NoScriptError:  # a new server, or one that restarted or flushed its scripts
+                return self._redis.eval(text, *argv)  # which caches it again
 
         return self._io(call, name)
+
+    async def _ascript(
+        self, client: Any, name: str, args: tuple[Any, ...], shard: int | None
+    ) -> Any:
+        """:meth:`_script` with an asyncio client."""
+        text, sha = self._source(name)
+        argv = self._script_argv(name, args, shard)
+
+        async def call() -> Any:
+            try:
+                return await client.evalsha(sha, *argv)
+            except NoScriptError:
+                return await client.eval(text, *argv)
+
+        return await self._aio(call, name)
 
     def _io(self, call: Callable[[], Any], what: str) -> Any:
         """``call``, retried with backoff while the server (on a cluster: the node owning the
@@ -353,31 +371,118 @@ class ValkeyCore:
         for attempt in range(self.retry_attempts + 1):
             try:
                 return call()
-            except _UNREACHABLE as exc:
-                if attempt >= self.retry_attempts:
-                    raise StoreUnavailable(
-                        f"Valkey at {self.url} is unreachable ({what}): {self._scrub(exc)}"
-                    ) from exc
-                log.warning(
-                    "Valkey at %s is unreachable (%s); retrying in %.2fs",
-                    self.url,
-                    self._scrub(exc),
-                    delay,
-                )
-                time.sleep(delay)
-                delay = min(delay * 2, 2.0)
-            except ResponseError as exc:
-                message = str(exc)
-                if message.startswith("LG:"):
-                    raise _error(message) from None
-                if isinstance(exc, MovedError) and not self.cluster:
-                    raise ConfigurationError(
-                        f"Valkey at {self.url} is a cluster node and another node owns the "
-                        f"keys of {what} ({self._scrub(message)}): leave cluster=None (or pass "
-                        f"cluster=True) so the store routes every key to its node"
-                    ) from None
-                raise StoreUnavailable(f"Valkey refused {what}: {self._scrub(message)}") from exc
+            except Exception as exc:  # judged: raised unless retried
+                self._judge(exc, attempt, delay, what)
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
         raise AssertionError("unreachable")
+
+    async def _aio(self, call: Callable[[], Awaitable[Any]], what: str) -> Any:
+        """:meth:`_io` on the event loop: the backoff waits without holding it up."""
+        delay = self.retry_backoff
+        for attempt in range(self.retry_attempts + 1):
+            try:
+                return await call()
+            except Exception as exc:  # judged: raised unless retried
+                self._judge(exc, attempt, delay, what)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+        raise AssertionError("unreachable")
+
+    def _judge(self, exc: Exception, attempt: int, delay: float, what: str) -> None:
+        """Return when a call that failed with ``exc`` on try ``attempt`` is to be tried again
+        after ``delay`` seconds (logged); otherwise raise what the store raises for it."""
+        if isinstance(exc, _UNREACHABLE):
+            if attempt >= self.retry_attempts:
+                raise StoreUnavailable(
+                    f"Valkey at {self.url} is unreachable ({what}): {self._scrub(exc)}"
+                ) from exc
+            log.warning(
+                "Valkey at %s is unreachable (%s); retrying in %.2fs",
+                self.url,
+                self._scrub(exc),
+                delay,
+            )
+            return
+        if isinstance(exc, ResponseError):
+            message = str(exc)
+            if message.startswith("LG:"):
+                raise _error(message) from None
+            if isinstance(exc, MovedError) and not self.cluster:
+                raise ConfigurationError(
+                    f"Valkey at {self.url} is a cluster node and another node owns the "
+                    f"keys of {what} ({self._scrub(message)}): leave cluster=None (or pass "
+                    f"cluster=True) so the store routes every key to its node"
+                ) from None
+            raise StoreUnavailable(f"Valkey refused {what}: {self._scrub(message)}") from exc
+        raise exc
+
+    # -- operations: written once, run from a thread or on the event loop ---------------------
+
+    def _run(self, op: Op[T]) -> T:
+        """Drive ``op`` with the blocking client."""
+        answer: Any = None
+        error: Exception | None = None
+        while True:
+            try:
+                request = op.send(answer) if error is None else op.throw(error)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            try:
+                answer, error = self._perform(request), None
+            except Exception as exc:  # thrown into the operation
+                answer, error = None, exc
+
+    async def _arun(self, op: Op[T]) -> T:
+        """Drive ``op`` with this loop's asyncio client."""
+        client = await self._loop_clients.client()
+        answer: Any = None
+        error: Exception | None = None
+        while True:
+            try:
+                request = op.send(answer) if error is None else op.throw(error)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            try:
+                answer, error = await self._aperform(client, request), None
+            except Exception as exc:  # thrown into the operation
+                answer, error = None, exc
+
+    def _perform(self, request: Request) -> Any:
+        if isinstance(request, Script):
+            return self._script(request.name, *request.args, shard=request.shard)
+        return self._io(lambda: self._pipeline(*request.commands), request.what)
+
+    async def _aperform(self, client: Any, request: Request) -> Any:
+        if isinstance(request, Script):
+            return await self._ascript(client, request.name, request.args, request.shard)
+
+        async def send() -> list[Any]:
+            pipe = client.pipeline(transaction=False)
+            for sent in request.commands:
+                pipe.execute_command(*sent)
+            return list(await pipe.execute())
+
+        return await self._aio(send, request.what)
+
+    def coroutine_for(self, method: Callable[..., Any]) -> Callable[..., Awaitable[Any]] | None:
+        """``method``'s operation on the running loop's asyncio client, when it has one: the
+        store method ``name`` whose work is the operation ``_name_op``."""
+        if getattr(method, "__self__", None) is not self:
+            return None
+        op = getattr(self, f"_{method.__name__}_op", None)
+        if op is None:
+            return None
+        return lambda *args, **kwargs: self._arun(op(*args, **kwargs))
+
+    def _make_loop_client(self) -> Any:
+        """An asyncio client like the blocking one, for one event loop."""
+        options = dict(self._client_options)
+        if self.cluster:
+            return AsyncRedisCluster.from_url(
+                self._raw_url, retry=AsyncRetry(NoBackoff(), 1), **options
+            )
+        return AsyncRedis.from_url(self._raw_url, **options)
 
     def _cmd(self, *args: Any) -> Any:
         """One command: on a cluster, sent to the node owning its key's slot (keyless ones,
@@ -418,8 +523,8 @@ class ValkeyCore:
         """Commands sent together: one round trip (on a cluster, one per node involved), no
         atomicity (reads only). The answers come back in the commands' order."""
         pipe = self._redis.pipeline(transaction=False)
-        for command in commands:
-            pipe.execute_command(*command)
+        for sent in commands:
+            pipe.execute_command(*sent)
         return list(pipe.execute())
 
     # -- shards --------------------------------------------------------------------------------
@@ -428,6 +533,9 @@ class ValkeyCore:
         return shard_for(key, self.shard_count)
 
     def _located(self, name: str, run_id: str) -> int | None:
+        return self._run(self._located_op(name, run_id))
+
+    def _located_op(self, name: str, run_id: str) -> Op[int | None]:
         """The shard holding the run, or None when none does: remembered, else the index
         (``shardof``: ``name SEP run_id`` -> shard, written before every submit), else every
         shard asked (a fired run whose index entry was lost with its process)."""
@@ -437,26 +545,20 @@ class ValkeyCore:
         shard = self._located_runs.get(member)
         if shard is not None:
             return shard
-        indexed = self._cmd("HGET", self._key("shardof"), member)
+        [indexed] = yield command("HGET", self._key("shardof"), member)
         if indexed is not None:
             shard = int(indexed)
         else:
-            shard = self._probe(name, run_id)
+            found = yield Commands(
+                tuple(("EXISTS", self._key("r", name, run_id, shard=s)) for s in self._shards()),
+                "locating a run",
+            )
+            shard = next((s for s, hit in enumerate(found) if int(hit)), None)
             if shard is None:
                 return None
-            self._cmd("HSETNX", self._key("shardof"), member, str(shard))
+            yield command("HSETNX", self._key("shardof"), member, str(shard))
         self._remember(name, run_id, shard)
         return shard
-
-    def _probe(self, name: str, run_id: str) -> int | None:
-        """The shard whose keys hold the run, asking them all in one round trip."""
-        found = self._io(
-            lambda: self._pipeline(
-                *(("EXISTS", self._key("r", name, run_id, shard=s)) for s in self._shards())
-            ),
-            "locating a run",
-        )
-        return next((shard for shard, hit in enumerate(found) if int(hit)), None)
 
     def _remember(self, name: str, run_id: str, shard: int) -> None:
         """Remember the run's shard (a run never changes shards)."""
@@ -471,15 +573,22 @@ class ValkeyCore:
         self._located_runs.pop(name + SEP + run_id, None)
 
     def _run_shard(self, name: str, run_id: str) -> int:
+        return self._run(self._run_shard_op(name, run_id))
+
+    def _run_shard_op(self, name: str, run_id: str) -> Op[int]:
         """The shard to address the run in: where it is, else the one its id hashes to (where
         a script finds it missing and answers so)."""
-        located = self._located(name, run_id)
+        located = yield from self._located_op(name, run_id)
         return located if located is not None else self._home(run_id)
 
     def _on_run(self, script: str, name: str, run_id: str, *args: Any) -> Any:
+        return self._run(self._on_run_op(script, name, run_id, *args))
+
+    def _on_run_op(self, script: str, name: str, run_id: str, *args: Any) -> Op[Any]:
         """Script ``script`` for the run (``name``, ``run_id``, ``*args``) in its shard."""
+        shard = yield from self._run_shard_op(name, run_id)
         try:
-            return self._script(script, name, run_id, *args, shard=self._run_shard(name, run_id))
+            return (yield Script(script, (name, run_id, *args), shard))
         except RunNotFoundError:
             self._forget(name, run_id)
             raise
@@ -491,7 +600,7 @@ class ValkeyCore:
     def _shards(self) -> range:
         return range(self.shard_count)
 
-    def _claim_order(self, name: str, prefer: Sequence[int]) -> list[int]:
+    def _claim_order_op(self, name: str, prefer: Sequence[int]) -> Op[list[int]]:
         """The shards a claim of ``name`` tries, in order: ``prefer``'s (as given), then the
         others from a place that moves on with every claim, so none is always last. Shards
         with nothing queued are left out (asked in one round trip)."""
@@ -501,24 +610,29 @@ class ValkeyCore:
         start = next(self._claim_turn) % self.shard_count
         rest = [s for s in (*range(start, self.shard_count), *range(start)) if s not in first]
         order = first + rest
-        queued = self._io(
-            lambda: self._pipeline(*(("EXISTS", self._key("qb", name, shard=s)) for s in order)),
-            "claim",
+        queued = yield Commands(
+            tuple(("EXISTS", self._key("qb", name, shard=s)) for s in order), "claim"
         )
         return [s for s, hit in zip(order, queued, strict=True) if int(hit)]
 
     def _server_now(self) -> float:
+        return self._run(self._server_now_op())
+
+    def _server_now_op(self) -> Op[float]:
         if self._clock is not None:
             return float(self._clock())
-        seconds, micros = self._cmd("TIME")
+        [(seconds, micros)] = yield command("TIME")
         return int(seconds) + int(micros) / 1_000_000
 
     def _fields(self, name: str, run_id: str) -> dict[str, str] | None:
+        return self._run(self._fields_op(name, run_id))
+
+    def _fields_op(self, name: str, run_id: str) -> Op[dict[str, str] | None]:
         """The run's hash, or None when no shard holds the run."""
-        shard = self._located(name, run_id)
+        shard = yield from self._located_op(name, run_id)
         if shard is None:
             return None
-        raw = self._cmd("HGETALL", self._key("r", name, run_id, shard=shard))
+        [raw] = yield command("HGETALL", self._key("r", name, run_id, shard=shard))
         if not raw:
             self._forget(name, run_id)
             return None

@@ -27,6 +27,7 @@ from lockgate.stores._records import (
 from lockgate.stores._types import TerminateOutcome, WaitOutcome, WaitSpec
 from lockgate.stores._valkey import ValkeyLifecycle, run_fields
 from lockgate.stores._valkey_core import SEP, _scored, _text, event_args, shard_key
+from lockgate.stores._valkey_loop import Op, command
 
 
 def _dumps(value: Any) -> str:
@@ -36,20 +37,27 @@ def _dumps(value: Any) -> str:
 class ValkeyWaits(ValkeyLifecycle):
     """Timers and waits, signals, updates, pause, terminate, hand-back and hand-on on Valkey."""
 
-    def _require(self, name: str, run_id: str) -> int:
+    def _require_op(self, name: str, run_id: str) -> Op[int]:
         """The run's shard; :class:`RunNotFoundError` unless it exists (for the plain reads)."""
-        shard = self._located(name, run_id)
-        if shard is None or not int(self._cmd("EXISTS", self._key("r", name, run_id, shard=shard))):
-            self._forget(name, run_id)
-            raise RunNotFoundError(name, run_id)
-        return shard
+        shard = yield from self._located_op(name, run_id)
+        if shard is not None:
+            [exists] = yield command("EXISTS", self._key("r", name, run_id, shard=shard))
+            if int(exists):
+                return shard
+        self._forget(name, run_id)
+        raise RunNotFoundError(name, run_id)
 
     # -- timers and waits ----------------------------------------------------------------------
 
     def park_run(
         self, name: str, run_id: str, *, lease: str, events: list[RunEvent], wait: WaitSpec
     ) -> WaitOutcome:
-        outcome = self._on_run(
+        return self._run(self._park_run_op(name, run_id, lease=lease, events=events, wait=wait))
+
+    def _park_run_op(
+        self, name: str, run_id: str, *, lease: str, events: list[RunEvent], wait: WaitSpec
+    ) -> Op[WaitOutcome]:
+        outcome = yield from self._on_run_op(
             "w_park",
             name,
             run_id,
@@ -107,13 +115,25 @@ class ValkeyWaits(ValkeyLifecycle):
     def wake_run(
         self, name: str, run_id: str, *, wait_id: str, lease: str | None = None
     ) -> WaitOutcome:
-        outcome = self._on_run("w_wake", name, run_id, EventKind.RUN_WOKEN, wait_id, lease or "")
+        return self._run(self._wake_run_op(name, run_id, wait_id=wait_id, lease=lease))
+
+    def _wake_run_op(
+        self, name: str, run_id: str, *, wait_id: str, lease: str | None = None
+    ) -> Op[WaitOutcome]:
+        outcome = yield from self._on_run_op(
+            "w_wake", name, run_id, EventKind.RUN_WOKEN, wait_id, lease or ""
+        )
         return WaitOutcome(_text(outcome))
 
     def time_out_wait(
         self, name: str, run_id: str, *, wait_id: str, lease: str | None = None
     ) -> WaitOutcome:
-        outcome = self._on_run(
+        return self._run(self._time_out_wait_op(name, run_id, wait_id=wait_id, lease=lease))
+
+    def _time_out_wait_op(
+        self, name: str, run_id: str, *, wait_id: str, lease: str | None = None
+    ) -> Op[WaitOutcome]:
+        outcome = yield from self._on_run_op(
             "w_wake", name, run_id, EventKind.RUN_WAIT_TIMED_OUT, wait_id, lease or ""
         )
         return WaitOutcome(_text(outcome))
@@ -130,18 +150,41 @@ class ValkeyWaits(ValkeyLifecycle):
         *,
         idempotency_key: str | None = None,
     ) -> str:
+        return self._run(
+            self._send_signal_op(
+                name, run_id, signal_name, payload, sent_at, idempotency_key=idempotency_key
+            )
+        )
+
+    def _send_signal_op(
+        self,
+        name: str,
+        run_id: str,
+        signal_name: str,
+        payload: dict[str, Any],
+        sent_at: str,
+        *,
+        idempotency_key: str | None = None,
+    ) -> Op[str]:
         signal_id = idempotency_key or uuid.uuid4().hex
         record = _dumps(
             {"signal_id": signal_id, "name": signal_name, "payload": payload, "sent_at": sent_at}
         )
         entry = f"{signal_name}{SEP}{signal_id}{SEP}{record}"
-        return _text(
-            self._on_run("w_signal", name, run_id, signal_name, entry, idempotency_key or "")
+        sent = yield from self._on_run_op(
+            "w_signal", name, run_id, signal_name, entry, idempotency_key or ""
         )
+        return _text(sent)
 
     def peek_signal(self, name: str, run_id: str, signal_name: str) -> dict[str, Any] | None:
-        shard = self._require(name, run_id)
-        for raw in self._cmd("LRANGE", self._key("sig", name, run_id, shard=shard), 0, -1):
+        return self._run(self._peek_signal_op(name, run_id, signal_name))
+
+    def _peek_signal_op(
+        self, name: str, run_id: str, signal_name: str
+    ) -> Op[dict[str, Any] | None]:
+        shard = yield from self._require_op(name, run_id)
+        [buffered] = yield command("LRANGE", self._key("sig", name, run_id, shard=shard), 0, -1)
+        for raw in buffered:
             entry_name, _, rest = _text(raw).partition(SEP)
             if entry_name == signal_name:
                 signal: dict[str, Any] = json.loads(rest.partition(SEP)[2])
@@ -149,7 +192,13 @@ class ValkeyWaits(ValkeyLifecycle):
         return None
 
     def pop_signal_match(self, name: str, run_id: str, signal_name: str, signal_id: str) -> bool:
-        return bool(self._on_run("w_pop_signal", name, run_id, signal_name, signal_id))
+        return self._run(self._pop_signal_match_op(name, run_id, signal_name, signal_id))
+
+    def _pop_signal_match_op(
+        self, name: str, run_id: str, signal_name: str, signal_id: str
+    ) -> Op[bool]:
+        popped = yield from self._on_run_op("w_pop_signal", name, run_id, signal_name, signal_id)
+        return bool(popped)
 
     # -- updates -------------------------------------------------------------------------------
 
@@ -168,8 +217,11 @@ class ValkeyWaits(ValkeyLifecycle):
         return _text(self._on_run("w_update", name, run_id, update_id, record))
 
     def peek_pending_updates(self, name: str, run_id: str) -> list[dict[str, Any]]:
-        shard = self._require(name, run_id)
-        stored = self._cmd("HVALS", self._key("upd", name, run_id, shard=shard))
+        return self._run(self._peek_pending_updates_op(name, run_id))
+
+    def _peek_pending_updates_op(self, name: str, run_id: str) -> Op[list[dict[str, Any]]]:
+        shard = yield from self._require_op(name, run_id)
+        [stored] = yield command("HVALS", self._key("upd", name, run_id, shard=shard))
         pending = sorted((json.loads(_text(raw)) for raw in stored), key=lambda u: int(u["seq"]))
         return [dict(u["record"]) for u in pending]
 
@@ -183,7 +235,19 @@ class ValkeyWaits(ValkeyLifecycle):
         fence: str | None = None,
         ack: bool = True,
     ) -> None:
-        self._on_run(
+        self._run(self._settle_update_op(name, run_id, update_id, outcome, fence=fence, ack=ack))
+
+    def _settle_update_op(
+        self,
+        name: str,
+        run_id: str,
+        update_id: str,
+        outcome: dict[str, Any],
+        *,
+        fence: str | None = None,
+        ack: bool = True,
+    ) -> Op[None]:
+        yield from self._on_run_op(
             "w_settle", name, run_id, update_id, _dumps(outcome), fence or "", "1" if ack else ""
         )
 
@@ -193,7 +257,7 @@ class ValkeyWaits(ValkeyLifecycle):
         if shard is not None:
             raw = self._cmd("HGET", self._key("updr", name, run_id, shard=shard), update_id)
         if raw is None:
-            self._require(name, run_id)
+            self._run(self._require_op(name, run_id))
             return None
         result: dict[str, Any] = json.loads(_text(raw))
         return result
@@ -225,7 +289,10 @@ class ValkeyWaits(ValkeyLifecycle):
         return TerminateOutcome(_text(outcome))
 
     def hand_back_run(self, name: str, run_id: str, worker_id: str | None = None) -> None:
-        self._on_run("release", name, run_id, worker_id or "", "hand_back")
+        self._run(self._hand_back_run_op(name, run_id, worker_id))
+
+    def _hand_back_run_op(self, name: str, run_id: str, worker_id: str | None = None) -> Op[None]:
+        yield from self._on_run_op("release", name, run_id, worker_id or "", "hand_back")
 
     def hand_on_run(
         self,
@@ -268,11 +335,13 @@ class ValkeyWaits(ValkeyLifecycle):
         ]
         target = self._home(shard_key(gates.concurrency_key, gates.rate_key, successor_id))
         if self.shard_count == 1 or target == shard:
-            held = self._route(name, successor_id, shard)[1] if self.shard_count > 1 else ""
+            held = ""
+            if self.shard_count > 1:
+                held = self._run(self._route_op(name, successor_id, shard))[1]
             args = (lease, successor_id, *born, continued, held)
             handed = _text(self._script("w_hand_on", name, run_id, *args, shard=shard))
             if self.shard_count > 1:
-                self._routed(name, successor_id, shard, held)
+                self._run(self._routed_op(name, successor_id, shard, held))
             return handed
         return self._hand_on_across(
             name, run_id, lease, successor_id, born, continued, shard, target
@@ -292,9 +361,9 @@ class ValkeyWaits(ValkeyLifecycle):
         """A hand-on whose successor lives in another shard (``target``)."""
         off = functools.partial(self._script, "w_hand_off", name, run_id, shard=shard)
         off(lease, successor_id, "", "check")
-        held = self._route(name, successor_id, target)[1]
+        held = self._run(self._route_op(name, successor_id, target))[1]
         self._script("w_hand_on_create", name, run_id, successor_id, *born, held, shard=target)
-        self._routed(name, successor_id, target, held)
+        self._run(self._routed_op(name, successor_id, target, held))
         holdings = _text(off(lease, successor_id, continued, "hand"))
         self._script("w_hand_on_adopt", name, successor_id, "adopt", holdings, shard=target)
         off("", successor_id, "", "clear")
