@@ -154,9 +154,7 @@ def store_factory(request: pytest.FixtureRequest) -> StoreFactory:
 
 
 @pytest.fixture(params=STORE_FACTORIES, ids=lambda factory: factory.id)
-def store(
-    request: pytest.FixtureRequest, clock: ManualClock, tmp_path: Path
-) -> Iterator[Store]:
+def store(request: pytest.FixtureRequest, clock: ManualClock, tmp_path: Path) -> Iterator[Store]:
     """A fresh store of the backend under test, on the test's manual clock."""
     factory: StoreFactory = request.param
     backend = factory.make(clock, tmp_path)
