@@ -21,6 +21,7 @@ id; one a trigger fires, its trigger key (its buffer's shard, where the fire cre
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import itertools
 import json
@@ -101,12 +102,43 @@ def shard_key(concurrency_key: str | None, rate_key: str | None, fallback: str) 
     return rate_key if rate_key is not None else fallback
 
 
-def _lib() -> str:
-    return (resources.files("lockgate.stores") / "lua" / "_lib.lua").read_text()
-
-
-def _script_text(name: str) -> str:
+def _lua(name: str) -> str:
     return (resources.files("lockgate.stores") / "lua" / f"{name}.lua").read_text()
+
+
+_DEFINED = re.compile(r"^local (?:function )?([A-Za-z_][A-Za-z0-9_]*)", re.MULTILINE)
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@functools.cache
+def script_text(name: str) -> str:
+    """Script ``name`` as the server runs it: the definitions of ``lua/_lib.lua`` it uses
+    (directly or through one another), in the lib's order, then its own text as a function
+    whose run ends with ``flush()`` (which writes the run fields ``set()`` kept back).
+
+    The lib is split at its top-level ``local`` lines, each part defining one name. Only the
+    parts a script needs go in front of it: Lua runs every top-level definition at every call,
+    and the whole lib made each call tens of microseconds slower on the server."""
+    lib = _lua("_lib")
+    starts = [m.start() for m in _DEFINED.finditer(lib)]
+    parts = {
+        m.group(1): lib[start:end]
+        for m, start, end in zip(
+            _DEFINED.finditer(lib), starts, [*starts[1:], len(lib)], strict=True
+        )
+    }
+    # The script runs as a function, so that set()'s writes are flushed however it returns.
+    own = (
+        f"local function main()\n{_lua(name)}\nend\nlocal result = main()\nflush()\nreturn result\n"
+    )
+    needed: set[str] = set()
+    pending = [word for word in _NAME.findall(own) if word in parts]
+    while pending:
+        word = pending.pop()
+        if word not in needed:
+            needed.add(word)
+            pending.extend(w for w in _NAME.findall(parts[word]) if w in parts and w != word)
+    return "".join(part for word, part in parts.items() if word in needed) + "\n" + own
 
 
 def _error(message: str) -> LockgateError:
@@ -197,7 +229,6 @@ class ValkeyCore:
         self._redis, self.cluster = self._client(url, cluster)
         if eviction_policy_check:
             self._check_eviction_policy()
-        self._lib = _lib()
         self._sources: dict[str, tuple[str, str]] = {}
         self._check_shard_count()
 
@@ -313,7 +344,7 @@ class ValkeyCore:
         knows it once loaded."""
         found = self._sources.get(name)
         if found is None:
-            text = self._lib + "\n" + _script_text(name)
+            text = script_text(name)
             sha = hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()
             found = self._sources[name] = (text, sha)
         return found

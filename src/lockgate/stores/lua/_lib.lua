@@ -33,18 +33,47 @@ local function run_key(name, id) return K('r', name, id) end
 local function events_key(name, id) return K('e', name, id) end
 local SEP = '\31'
 
+-- The runs this call loaded (by key), so a run loaded twice is one table.
+local LOADED = {}
+-- The fields set on each run's hash, by key, in the order the runs were first set: written
+-- with one HSET per run when the script ends (flush), not one per field, as every
+-- redis.call costs the server microseconds. Reads of a run go through its table.
+local DIRTY, DIRTY_KEYS = {}, {}
+
 -- A run's hash as a table, or nil.
 local function load(name, id)
-  local flat = redis.call('HGETALL', run_key(name, id))
+  local key = run_key(name, id)
+  if LOADED[key] then return LOADED[key] end
+  local flat = redis.call('HGETALL', key)
   if #flat == 0 then return nil end
   local run = {name = name, id = id}
   for i = 1, #flat, 2 do run[flat[i]] = flat[i + 1] end
+  LOADED[key] = run
   return run
 end
 
 local function set(run, field, value)
   run[field] = value
-  redis.call('HSET', run_key(run.name, run.id), field, value)
+  local key = run_key(run.name, run.id)
+  local fields = DIRTY[key]
+  if not fields then
+    fields = {}
+    DIRTY[key] = fields
+    table.insert(DIRTY_KEYS, key)
+  end
+  fields[field] = value
+end
+
+-- Write what set() kept back; the store's script wrapper calls it after every script.
+local function flush()
+  for _, key in ipairs(DIRTY_KEYS) do
+    local flat = {}
+    for field, value in pairs(DIRTY[key]) do
+      flat[#flat + 1] = field
+      flat[#flat + 1] = value
+    end
+    redis.call('HSET', key, unpack(flat))
+  end
 end
 
 local function ended(run) return run.terminal ~= nil and run.terminal ~= '' end
