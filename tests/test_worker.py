@@ -205,6 +205,37 @@ async def test_max_concurrent_runs_bounds_bodies(store: MemoryStore) -> None:
     assert ACTIVE["peak"] == 3
 
 
+class BatchRecordingStore(MemoryStore):
+    """A MemoryStore that records how many leases each batch claim asked for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches: list[int] = []
+
+    def claim_next_runs_loaded(self, name: str, leases: Any, *args: Any, **kwargs: Any) -> Any:
+        self.batches.append(len(leases))
+        return super().claim_next_runs_loaded(name, leases, *args, **kwargs)
+
+
+async def test_a_claim_takes_as_many_runs_as_slots_are_free_up_to_the_batch_size() -> None:
+    store = BatchRecordingStore()
+    worker = WorkflowWorker(
+        workflows=[wk_occupy],
+        store=store,
+        options=options(max_concurrent_runs=6, claim_batch_size=4),
+    )
+    handles = [await worker.client.submit("wk_occupy") for _ in range(12)]
+    async with serving(worker):
+        for handle in handles:
+            await handle.result(timeout=WAIT_S)
+    # Six free slots: a claim of four, then one of the two left; never more than four.
+    assert store.batches[:2] == [4, 2]
+    assert max(store.batches) == 4
+    assert ACTIVE["peak"] == 6
+    for handle in handles:
+        assert len(terminals(journal(store, "wk_occupy", handle.run_id))) == 1
+
+
 async def test_timer_loop_wakes_sleeping_runs(store: MemoryStore) -> None:
     worker = WorkflowWorker(workflows=[wk_sleepy], store=store, options=FAST)
     handle = await worker.client.submit("wk_sleepy", {"seconds": 0.05})
@@ -446,6 +477,7 @@ async def test_a_translated_store_blip_in_an_attempt_requeues_the_run() -> None:
         ("claim_poll_interval", float("nan")),
         ("timer_poll_interval_s", -1),
         ("timer_max_batch", 0),
+        ("claim_batch_size", 0),
         ("orphan_scan_interval", float("inf")),
         ("shutdown_grace", -0.5),
         ("maintenance_interval", "soon"),

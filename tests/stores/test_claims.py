@@ -419,3 +419,50 @@ def test_pending_count_counts_queued_runs_per_workflow(store: Store) -> None:
     assert store.get_pending_count(NAME) == 2
     assert store.get_pending_count("other") == 1
     assert store.get_pending_count("nothing") == 0
+
+
+# -- claims that read what the attempt starts from ---------------------------------------------
+
+
+def test_claim_next_run_loaded_answers_the_journal_and_controls(store: Store) -> None:
+    store.submit_run(NAME, "r1", {"n": 1})
+    store.request_cancel(NAME, "r1")
+    run = store.claim_next_run_loaded(NAME, "lease-a")
+    assert run is not None
+    assert run.run_id == "r1"
+    assert run.events == store.load_run(NAME, "r1")
+    assert run.events[0].kind == EventKind.RUN_INIT
+    assert run.controls.cancel_requested_at is not None
+    assert store.lock_holder(NAME, "r1") == "lease-a"
+    assert store.claim_next_run_loaded(NAME, "lease-b") is None
+
+
+def test_claim_next_runs_loaded_claims_one_run_per_lease_in_queue_order(store: Store) -> None:
+    for run_id in ["c", "a", "b"]:
+        store.submit_run(NAME, run_id, {})
+    runs = store.claim_next_runs_loaded(NAME, ["lease-0", "lease-1"])
+    assert [run.run_id for run in runs] == ["c", "a"]
+    assert [store.lock_holder(NAME, run_id) for run_id in ["c", "a"]] == ["lease-0", "lease-1"]
+    assert all(run.events == store.load_run(NAME, run.run_id) for run in runs)
+    # Fewer runs than leases: the rest, then nothing.
+    rest = store.claim_next_runs_loaded(NAME, ["lease-2", "lease-3", "lease-4"])
+    assert [run.run_id for run in rest] == ["b"]
+    assert store.lock_holder(NAME, "b") == "lease-2"
+    assert store.claim_next_runs_loaded(NAME, ["lease-5"]) == []
+    assert store.get_pending_count(NAME) == 0
+
+
+def test_claim_next_runs_loaded_checks_the_gates_for_every_run(store: Store) -> None:
+    for n in range(4):
+        store.submit_run(NAME, f"k{n}", {}, concurrency_key="acme", concurrency_max=2)
+    store.submit_run(NAME, "free", {})
+    runs = store.claim_next_runs_loaded(NAME, [f"lease-{n}" for n in range(5)])
+    # Two of acme's runs fill its Limit; the run behind them in no key is not blocked by them.
+    assert sorted(run.run_id for run in runs) == ["free", "k0", "k1"]
+    assert store.get_pending_count(NAME) == 2
+
+
+def test_claim_next_runs_loaded_with_no_leases_claims_nothing(store: Store) -> None:
+    store.submit_run(NAME, "r1", {})
+    assert store.claim_next_runs_loaded(NAME, []) == []
+    assert store.get_pending_count(NAME) == 1

@@ -406,3 +406,16 @@ def test_every_key_carries_its_shards_hash_tag(store: ValkeyStore, clock: Manual
             assert key.startswith(f"lg:{{{ns}:{shard}}}:"), key
         if parts[0] in ("idem", "ver", "shardof", "shard_leases", "shard_workers", "shards"):
             assert key.startswith(f"lg:{{{ns}}}:"), key
+
+
+def test_a_batch_claim_gathers_runs_from_every_shard_its_own_first(store: ValkeyStore) -> None:
+    ids = [*ids_in(0, 2), *ids_in(1, 1), *ids_in(3, 2)]
+    for run_id in ids:
+        store.submit_run(NAME, run_id, {})
+    leases = [f"w.{n}" for n in range(7)]
+    runs = store.claim_next_runs_loaded(NAME, leases, prefer=[3])
+    # Shard 3's runs first, then the others; one run per lease, in the leases' order.
+    assert [store.shard_of(NAME, run.run_id) for run in runs[:2]] == [3, 3]
+    assert sorted(run.run_id for run in runs) == sorted(ids)
+    assert [store.lock_holder(NAME, run.run_id) for run in runs] == leases[: len(ids)]
+    assert store.claim_next_runs_loaded(NAME, leases) == []

@@ -611,9 +611,10 @@ class Store(
 ):
     """A full store: both roles and every optional group. MemoryStore implements it whole.
 
-    Two compositions of the roles' calls are here so a backend can make each one round trip:
-    :meth:`claim_next_run_loaded` and :meth:`append_and_poll`. The defaults just make the
-    calls one after the other."""
+    Compositions of the roles' calls are here so a backend can make each one round trip:
+    :meth:`claim_next_run_loaded` (and :meth:`claim_next_runs_loaded`, several at once),
+    :meth:`append_and_poll` and :meth:`finish_if_quiet`. The defaults just make the calls
+    one after the other."""
 
     def claim_next_run_loaded(
         self,
@@ -629,6 +630,25 @@ class Store(
         if run_id is None:
             return None
         return ClaimedRun(run_id, self.load_run(name, run_id), self.poll_run(name, run_id))
+
+    def claim_next_runs_loaded(
+        self,
+        name: str,
+        leases: Sequence[str],
+        worker_version: str | None = None,
+        *,
+        prefer: Sequence[int] = (),
+    ) -> list[ClaimedRun]:
+        """Claim up to ``len(leases)`` queued runs, as :meth:`claim_next_run_loaded` claims
+        one: the ``i``-th run returned under ``leases[i]``. Fewer (none when nothing is
+        claimable) when the queue or the gates allow fewer."""
+        claimed: list[ClaimedRun] = []
+        for lease in leases:
+            run = self.claim_next_run_loaded(name, lease, worker_version, prefer=prefer)
+            if run is None:
+                break
+            claimed.append(run)
+        return claimed
 
     def append_and_poll(
         self, name: str, run_id: str, events: list[RunEvent], *, fence: str

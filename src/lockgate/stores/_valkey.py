@@ -15,6 +15,7 @@ from lockgate.stores._gates import Gates, WaitReason, fair_bucket, wait_reason
 from lockgate.stores._records import Submit
 from lockgate.stores._types import ClaimedRun, RunControls, RunInfo
 from lockgate.stores._valkey_core import (
+    SEP,
     ValkeyCore,
     _decode_hash,
     _text,
@@ -208,8 +209,8 @@ class ValkeyLifecycle(ValkeyCore):
         *,
         prefer: Sequence[int] = (),
     ) -> Op[str | None]:
-        claimed = yield from self._claim_op(name, worker_id, worker_version, prefer, "")
-        return _text(claimed) if claimed else None
+        claimed = yield from self._claim_op(name, [worker_id], worker_version, prefer, "")
+        return _text(claimed[0]) if claimed else None
 
     def claim_next_run_loaded(
         self,
@@ -231,36 +232,72 @@ class ValkeyLifecycle(ValkeyCore):
         *,
         prefer: Sequence[int] = (),
     ) -> Op[ClaimedRun | None]:
-        """The claim, the journal and the controls in one script: one round trip."""
-        answer = yield from self._claim_op(name, worker_id, worker_version, prefer, "load")
-        if not answer:
-            return None
-        run_id, entries, cancel_at, pause_at, updates = answer
-        run_id = _text(run_id)
-        return ClaimedRun(
-            run_id,
-            [event_from(name, run_id, entry_id, fields) for entry_id, fields in entries],
-            _controls(cancel_at, pause_at, updates),
+        claimed = yield from self._claim_next_runs_loaded_op(
+            name, [worker_id], worker_version, prefer=prefer
         )
+        return claimed[0] if claimed else None
+
+    def claim_next_runs_loaded(
+        self,
+        name: str,
+        leases: Sequence[str],
+        worker_version: str | None = None,
+        *,
+        prefer: Sequence[int] = (),
+    ) -> list[ClaimedRun]:
+        return self._run(
+            self._claim_next_runs_loaded_op(name, leases, worker_version, prefer=prefer)
+        )
+
+    def _claim_next_runs_loaded_op(
+        self,
+        name: str,
+        leases: Sequence[str],
+        worker_version: str | None = None,
+        *,
+        prefer: Sequence[int] = (),
+    ) -> Op[list[ClaimedRun]]:
+        """The claims, each with its run's journal and controls, in one script per shard
+        tried: one round trip when the first shard has enough."""
+        claimed = []
+        for run_id, entries, cancel_at, pause_at, updates in (
+            yield from self._claim_op(name, leases, worker_version, prefer, "load")
+        ):
+            run_id = _text(run_id)
+            claimed.append(
+                ClaimedRun(
+                    run_id,
+                    [event_from(name, run_id, entry_id, fields) for entry_id, fields in entries],
+                    _controls(cancel_at, pause_at, updates),
+                )
+            )
+        return claimed
 
     def _claim_op(
         self,
         name: str,
-        worker_id: str,
+        leases: Sequence[str],
         worker_version: str | None,
         prefer: Sequence[int],
         load: str,
-    ) -> Op[Any]:
-        """``claim_next`` in each shard with queued runs, ``prefer``'s first, until one
-        answers a run: the claim still reaches every shard, so no run is stranded."""
+    ) -> Op[list[Any]]:
+        """``claim_next`` in each shard with queued runs, ``prefer``'s first, until every
+        lease has a run: the claims still reach every shard, so no run is stranded."""
+        if any(not lease or SEP in lease for lease in leases):
+            raise ValueError(f"a lease must be non-empty, without {SEP!r}: {list(leases)!r}")
+        claimed: list[Any] = []
         for shard in (yield from self._claim_order_op(name, prefer)):
+            if len(claimed) == len(leases):
+                break
             answer = yield Script(
-                "claim_next", (name, worker_id, worker_version or "", CLAIM_SCAN, load), shard
+                "claim_next",
+                (name, SEP.join(leases[len(claimed) :]), worker_version or "", CLAIM_SCAN, load),
+                shard,
             )
-            if answer:
-                self._remember(name, _text(answer[0] if load else answer), shard)
-                return answer
-        return None
+            for claim in answer:
+                self._remember(name, _text(claim[0] if load else claim), shard)
+            claimed.extend(answer)
+        return claimed
 
     def claim_run(self, name: str, run_id: str, worker_id: str) -> None:
         self._on_run("claim_run", name, run_id, worker_id)

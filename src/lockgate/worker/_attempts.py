@@ -69,9 +69,17 @@ class AttemptPool:
             return False
         return await self._slots.acquire()  # not locked: returns without suspending
 
-    def unreserve(self) -> None:
-        """Give back a slot taken by :meth:`reserve` that no attempt will use."""
-        self._slots.release()
+    async def reserve_more(self, most: int) -> int:
+        """Take up to ``most`` more slots that are free now, without waiting; how many."""
+        taken = 0
+        while taken < most and await self.try_reserve():
+            taken += 1
+        return taken
+
+    def unreserve(self, count: int = 1) -> None:
+        """Give back ``count`` slots taken by :meth:`reserve` that no attempt will use."""
+        for _ in range(count):
+            self._slots.release()
 
     def launch(
         self,

@@ -31,32 +31,34 @@ def claim_backoff(poll_interval: float, misses: int) -> float:
     return poll_interval * factor * random.uniform(0.8, 1.2)
 
 
-async def claim_one(rt: Runtime, pool: AttemptPool, spec: WorkflowSpec) -> bool:
-    """Claim the next queued run of ``spec`` into a slot already reserved, and start its
-    attempt. False, with the slot given back, when nothing was claimable."""
-    lease = rt.new_lease()
-    asked_at = rt.clock()  # the lease runs from no later than this
+async def claim_some(rt: Runtime, pool: AttemptPool, spec: WorkflowSpec, count: int) -> bool:
+    """Claim up to ``count`` queued runs of ``spec`` into slots already reserved (one store
+    call), and start their attempts. False when nothing was claimable. Slots no run came for
+    are given back."""
+    leases = [rt.new_lease() for _ in range(count)]
+    asked_at = rt.clock()  # the leases run from no later than this
     try:
         claimed = await rt.io(
-            rt.store.claim_next_run_loaded, spec.name, lease, spec.version, prefer=rt.prefer()
+            rt.store.claim_next_runs_loaded, spec.name, leases, spec.version, prefer=rt.prefer()
         )
     except BaseException:
-        pool.unreserve()
+        pool.unreserve(count)
         raise
-    if claimed is None:
-        pool.unreserve()
-        return False
+    pool.unreserve(count - len(claimed))
     if rt.stop.is_set:
-        # The stop came while the claim was in flight: return the run before it starts.
-        pool.unreserve()
-        await rt.give_back(spec.name, claimed.run_id, lease)
-        return True
-    pool.launch(spec, claimed.run_id, lease, claimed, leased_at=asked_at)
-    return True
+        # The stop came while the claim was in flight: return the runs before they start.
+        pool.unreserve(len(claimed))
+        for run, lease in zip(claimed, leases, strict=False):
+            await rt.give_back(spec.name, run.run_id, lease)
+        return bool(claimed)
+    for run, lease in zip(claimed, leases, strict=False):
+        pool.launch(spec, run.run_id, lease, run, leased_at=asked_at)
+    return bool(claimed)
 
 
 async def claim_loop(rt: Runtime, pool: AttemptPool, spec: WorkflowSpec) -> None:
-    """Claim runs of ``spec`` while the worker runs, one per free slot.
+    """Claim runs of ``spec`` while the worker runs, into its free slots: as many as are free,
+    up to ``claim_batch_size``, in one claim.
 
     Claims go back to back while they find work; empty ones back off (``claim_backoff``)
     until one succeeds again. The loop is never cancelled in the middle of a claim: it
@@ -64,8 +66,9 @@ async def claim_loop(rt: Runtime, pool: AttemptPool, spec: WorkflowSpec) -> None
     misses = 0
     poll = rt.options.claim_poll_interval
     while await pool.reserve():
+        count = 1 + await pool.reserve_more(rt.options.claim_batch_size - 1)
         try:
-            found = await claim_one(rt, pool, spec)
+            found = await claim_some(rt, pool, spec, count)
         except StoreUnavailable as exc:
             log.warning("claiming %s failed: %s", spec.name, exc)
             found = False

@@ -34,14 +34,15 @@ class WorkerOptions:
     """How a :class:`WorkflowWorker` paces itself. Every interval is in seconds.
 
     ``max_concurrent_runs`` bounds the attempts one worker runs at once, across all of its
-    workflows. An idle claim loop polls every ``claim_poll_interval``, backing off up to ten
-    times that while the queue stays empty. Every ``timer_poll_interval_s`` the worker ends up
-    to ``timer_max_batch`` due sleeps and signal-wait deadlines; every ``orphan_scan_interval``
-    it requeues runs whose holder's lease lapsed; every ``maintenance_interval`` it asks the
-    store to clean up; on a store with shards, every ``shard_lease_interval`` it renews its
-    lease on its share of them, which its claims try first. On stop, running attempts get
-    ``shutdown_grace`` to reach a boundary and hand their run back; any still running then are
-    cancelled and handed back.
+    workflows. A claim takes up to ``claim_batch_size`` runs at once when that many slots are
+    free (one store round trip on Valkey). An idle claim loop polls every
+    ``claim_poll_interval``, backing off up to ten times that while the queue stays empty.
+    Every ``timer_poll_interval_s`` the worker ends up to ``timer_max_batch`` due sleeps and
+    signal-wait deadlines; every ``orphan_scan_interval`` it requeues runs whose holder's lease
+    lapsed; every ``maintenance_interval`` it asks the store to clean up; on a store with
+    shards, every ``shard_lease_interval`` it renews its lease on its share of them, which its
+    claims try first. On stop, running attempts get ``shutdown_grace`` to reach a boundary and
+    hand their run back; any still running then are cancelled and handed back.
 
     ``event_buffer_size`` and ``step_boundary_durability`` go to every attempt: with
     durability on, a step's outcome is in the store before the body's next durable call or its
@@ -52,6 +53,7 @@ class WorkerOptions:
     """
 
     max_concurrent_runs: int = 50
+    claim_batch_size: int = 8
     claim_poll_interval: float = 0.1
     timer_poll_interval_s: float = 5.0
     timer_max_batch: int = 100
@@ -65,7 +67,12 @@ class WorkerOptions:
     health_host: str = "127.0.0.1"
 
     def __post_init__(self) -> None:
-        for count in ("max_concurrent_runs", "timer_max_batch", "event_buffer_size"):
+        for count in (
+            "max_concurrent_runs",
+            "claim_batch_size",
+            "timer_max_batch",
+            "event_buffer_size",
+        ):
             _check_count(count, getattr(self, count))
         for interval in (
             "claim_poll_interval",

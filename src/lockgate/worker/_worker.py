@@ -21,7 +21,7 @@ from lockgate.worker._attempts import AttemptPool
 from lockgate.worker._health import HealthServer
 from lockgate.worker._loops import (
     claim_loop,
-    claim_one,
+    claim_some,
     every,
     fire_due_timers,
     fire_due_triggers,
@@ -219,7 +219,8 @@ class WorkflowWorker:
             launched = 0
             for spec in rt.specs.values():
                 while await pool.try_reserve():
-                    if not await claim_one(rt, pool, spec):
+                    count = 1 + await pool.reserve_more(self.options.claim_batch_size - 1)
+                    if not await claim_some(rt, pool, spec, count):
                         break
                     launched += 1
             if launched:

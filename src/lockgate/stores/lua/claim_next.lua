@@ -1,43 +1,57 @@
--- Claim the next queued run of a workflow that its gates allow, fairly across buckets.
--- A(1) name  A(2) lease  A(3) worker version or ''  A(4) how many runs of a bucket to look past
--- A(5) 'load' to answer {id, journal (XRANGE), cancel_at, pause_at, pending updates} instead of id
-local name, lease, wversion, scan = A(1), A(2), A(3), tonumber(A(4))
-local buckets = redis.call('SMEMBERS', K('qb', name))
-if #buckets == 0 then return false end
+-- Claim the next queued runs of a workflow that their gates allow, fairly across buckets: one
+-- per lease, each chosen as if claimed alone, until the leases or the claimable runs run out.
+-- A(1) name  A(2) leases, joined by SEP  A(3) worker version or ''
+-- A(4) how many runs of a bucket to look past
+-- A(5) 'load' to answer each claim as {id, journal (XRANGE), cancel_at, pause_at, pending
+-- updates} instead of its id. Answers the list of claims, in the leases' order.
+local name, wversion, scan = A(1), A(3), tonumber(A(4))
 local served = K('served', name)
-local order = {}
-for _, b in ipairs(buckets) do
-  local head = redis.call('ZRANGE', K('q', name, b), 0, 0, 'WITHSCORES')
-  if #head > 0 then
-    local s = tonumber(redis.call('HGET', served, b) or '0')
-    table.insert(order, {s, tonumber(head[2]), b})
-  end
-end
-table.sort(order, function(x, y)
-  if x[1] ~= y[1] then return x[1] < y[1] end
-  return x[2] < y[2]
-end)
-for _, entry in ipairs(order) do
-  local bucket = entry[3]
-  for _, id in ipairs(redis.call('ZRANGE', K('q', name, bucket), 0, scan - 1)) do
-    local run = load(name, id)
-    local mine = run.lock == lease and held(run)
-    local skip = (held(run) and run.lock ~= lease)
-      or (has(wversion) and run.version_behavior == 'pinned' and has(run.version)
-          and run.version ~= wversion)
-    if not skip then
-      if not mine and gated(run) then break end
-      claim(run, lease)
-      redis.call('HSET', served, bucket, redis.call('INCR', K('serveseq', name)))
-      if A(5) ~= 'load' then return id end
-      return {
-        id,
-        redis.call('XRANGE', events_key(name, id), '-', '+'),
-        run.cancel_at or '',
-        run.pause_at or '',
-        redis.call('HLEN', K('upd', name, id)),
-      }
+
+local function claim_next(lease)
+  local buckets = redis.call('SMEMBERS', K('qb', name))
+  if #buckets == 0 then return nil end
+  local order = {}
+  for _, b in ipairs(buckets) do
+    local head = redis.call('ZRANGE', K('q', name, b), 0, 0, 'WITHSCORES')
+    if #head > 0 then
+      local s = tonumber(redis.call('HGET', served, b) or '0')
+      table.insert(order, {s, tonumber(head[2]), b})
     end
   end
+  table.sort(order, function(x, y)
+    if x[1] ~= y[1] then return x[1] < y[1] end
+    return x[2] < y[2]
+  end)
+  for _, entry in ipairs(order) do
+    local bucket = entry[3]
+    for _, id in ipairs(redis.call('ZRANGE', K('q', name, bucket), 0, scan - 1)) do
+      local run = load(name, id)
+      local mine = run.lock == lease and held(run)
+      local skip = (held(run) and run.lock ~= lease)
+        or (has(wversion) and run.version_behavior == 'pinned' and has(run.version)
+            and run.version ~= wversion)
+      if not skip then
+        if not mine and gated(run) then break end
+        claim(run, lease)
+        redis.call('HSET', served, bucket, redis.call('INCR', K('serveseq', name)))
+        if A(5) ~= 'load' then return id end
+        return {
+          id,
+          redis.call('XRANGE', events_key(name, id), '-', '+'),
+          run.cancel_at or '',
+          run.pause_at or '',
+          redis.call('HLEN', K('upd', name, id)),
+        }
+      end
+    end
+  end
+  return nil
 end
-return false
+
+local claimed = {}
+for lease in string.gmatch(A(2), '[^' .. SEP .. ']+') do
+  local answer = claim_next(lease)
+  if not answer then break end
+  table.insert(claimed, answer)
+end
+return claimed
