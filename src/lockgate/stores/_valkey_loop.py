@@ -73,9 +73,9 @@ class LoopClients:
             return held[0]
         client = self._make()
         closer = _close_at_shutdown(client)
-        await closer.__anext__()  # started: the loop now closes it at shutdown_asyncgens
         with self._lock:
             self._clients[loop] = (client, closer)
+        await closer.__anext__()  # started: the loop now closes it at shutdown_asyncgens
         return client
 
     def close(self) -> None:
