@@ -69,6 +69,39 @@ def test_a_journal_is_read_in_pages_and_whole() -> None:
     store.close()
 
 
+def test_journal_pages_stay_within_replay_page_bytes_and_a_claim_reads_a_long_one_whole() -> None:
+    store = store_with(ManualClock(), replay_page_bytes=300)
+    store.submit_run(NAME, "big", {})
+    store.claim_run(NAME, "big", "lease")
+    emitted = [RunEvent("app:tick", {"pad": "x" * 100, "i": i}, "big") for i in range(12)]
+    store.append_events(NAME, "big", emitted, fence="lease")
+    store.release_run(NAME, "big", "lease")
+    pages: list[int] = []
+    script = store._script
+
+    def recorded(name: str, *args: Any, shard: int | None = None) -> Any:
+        answer = script(name, *args, shard=shard)
+        if name == "read_page":
+            pages.append(len(answer))
+        return answer
+
+    store._script = recorded  # type: ignore[method-assign]
+    journal = store.load_run(NAME, "big")
+    assert [e.run_seq for e in journal] == list(range(1, 14))
+    # About 150 bytes an event: two to a 300-byte page (a third would take it past 300).
+    assert max(pages) <= 2
+    assert sum(pages) == 13
+    # The claim finds the journal is more than a page, and reads it page by page.
+    pages.clear()
+    claimed = store.claim_next_run_loaded(NAME, "lease-2")
+    assert claimed is not None
+    assert claimed.events == journal
+    assert sum(pages) == 13
+    with pytest.raises(ConfigurationError, match="replay_page_bytes"):
+        store_with(ManualClock(), replay_page_bytes=0)
+    store.close()
+
+
 def test_maxlen_is_the_engine_s_event_cap_unless_max_replay_entries_says_otherwise() -> None:
     clock = ManualClock()
     assert store_with(clock, maxlen=500).max_replay_entries == 500

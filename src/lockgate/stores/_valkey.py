@@ -63,6 +63,8 @@ class ValkeyLifecycle(ValkeyCore):
 
     #: Events per reply when a journal is read (the store's ``replay_page_size``).
     replay_page_size: int = 1_000
+    #: About the most bytes of events per reply when a journal is read.
+    replay_page_bytes: int = 8 * 1024 * 1024
 
     def _now(self) -> float:
         return self._server_now()
@@ -264,13 +266,11 @@ class ValkeyLifecycle(ValkeyCore):
             yield from self._claim_op(name, leases, worker_version, prefer, "load")
         ):
             run_id = _text(run_id)
-            claimed.append(
-                ClaimedRun(
-                    run_id,
-                    [event_from(name, run_id, entry_id, fields) for entry_id, fields in entries],
-                    _controls(cancel_at, pause_at, updates),
-                )
-            )
+            if entries is None:  # more than one page: read it page by page
+                events = yield from self._journal_op(name, run_id, 0)
+            else:
+                events = [event_from(name, run_id, entry, fields) for entry, fields in entries]
+            claimed.append(ClaimedRun(run_id, events, _controls(cancel_at, pause_at, updates)))
         return claimed
 
     def _claim_op(
@@ -289,9 +289,11 @@ class ValkeyLifecycle(ValkeyCore):
         for shard in (yield from self._claim_order_op(name, prefer)):
             if len(claimed) == len(leases):
                 break
+            remaining = SEP.join(leases[len(claimed) :])
+            page = (self.replay_page_size, self.replay_page_bytes)
             answer = yield Script(
                 "claim_next",
-                (name, SEP.join(leases[len(claimed) :]), worker_version or "", CLAIM_SCAN, load),
+                (name, remaining, worker_version or "", CLAIM_SCAN, load, *page),
                 shard,
             )
             for claim in answer:
@@ -528,22 +530,31 @@ class ValkeyLifecycle(ValkeyCore):
     def _load_run_op(
         self, name: str, run_id: str, *, max_events: int | None = None
     ) -> Op[list[RunEvent]]:
+        return (yield from self._journal_op(name, run_id, 0, max_events))
+
+    def _journal_op(
+        self, name: str, run_id: str, after_seq: int, max_events: int | None = None
+    ) -> Op[list[RunEvent]]:
+        """The run's events after ``run_seq`` ``after_seq`` (up to ``max_events``), read a
+        page at a time: at most ``replay_page_size`` events and about ``replay_page_bytes``
+        bytes per reply, so no one reply holds a whole long journal."""
         shard = yield from self._located_op(name, run_id)
-        if shard is None or (max_events is not None and max_events <= 0):
-            return []
-        key = self._key("e", name, run_id, shard=shard)
         events: list[RunEvent] = []
-        start = "-"
-        # Page by replay_page_size, so no one reply holds a whole long journal.
+        if shard is None:
+            return events
         while max_events is None or len(events) < max_events:
             page = self.replay_page_size
             if max_events is not None:
                 page = min(page, max_events - len(events))
-            [entries] = yield command("XRANGE", key, start, "+", "COUNT", page)
+            entries = yield Script(
+                "read_page",
+                (name, run_id, after_seq, page, self.replay_page_bytes),
+                shard,
+            )
             events.extend(event_from(name, run_id, entry, fields) for entry, fields in entries)
-            if len(entries) < page:
+            if not entries:
                 break
-            start = f"({_text(entries[-1][0])}"
+            after_seq = int(_text(entries[-1][0]).split("-", 1)[1])
         return events
 
     def get_last_event(self, name: str, run_id: str) -> RunEvent | None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from lockgate.journal._events import RunEvent
-from lockgate.stores._valkey_core import event_from
 from lockgate.stores._valkey_store import ValkeyStore
 
 
@@ -18,9 +17,9 @@ class ValkeyLifecycleStore(ValkeyStore):
     """
 
     def events_after(self, name: str, run_id: str, after_seq: int) -> list[RunEvent]:
-        """The run's outbox events after ``run_seq`` ``after_seq``, oldest first."""
-        entries = self._cmd("XRANGE", self._run_key("e", name, run_id), f"(0-{after_seq}", "+")
-        return [event_from(name, run_id, entry_id, fields) for entry_id, fields in entries]
+        """The run's outbox events after ``run_seq`` ``after_seq``, oldest first (read a page
+        at a time, as journals are)."""
+        return self._run(self._journal_op(name, run_id, after_seq))
 
     def drop_outbox(self, name: str, run_id: str) -> None:
         """Forget the events of a run whose terminal the event log now holds."""

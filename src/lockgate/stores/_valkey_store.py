@@ -32,9 +32,11 @@ class ValkeyStore(ValkeyWaits, ValkeyTriggers, Store):
 
     ``maxlen`` is the most events one run's journal may hold (``max_replay_entries``, when
     given, overrides it): the engine ends a run with ``stream:overflow`` before it would go
-    past it, and nothing is ever trimmed from a live journal. Journals are read
-    ``replay_page_size`` events per reply. :meth:`run_maintenance` forgets runs that ended
-    more than ``completed_ttl`` seconds ago (None keeps them).
+    past it, and nothing is ever trimmed from a live journal. Journals are read a page at a
+    time: ``replay_page_size`` events and about ``replay_page_bytes`` bytes per reply at most
+    (a claim returns the journal with it only when it fits in one page).
+    :meth:`run_maintenance` forgets runs that ended more than ``completed_ttl`` seconds ago
+    (None keeps them).
 
     ``shard_count`` splits the namespace's runs over that many shards, each under a hash tag of
     its own, so a Valkey cluster spreads them over its nodes (see ``_valkey_core`` for the
@@ -59,6 +61,7 @@ class ValkeyStore(ValkeyWaits, ValkeyTriggers, Store):
         maxlen: int = 100_000,
         max_replay_entries: int | None = None,
         replay_page_size: int = 1_000,
+        replay_page_bytes: int = 8 * 1024 * 1024,
         max_retries: int = 3,
         max_store_requeues: int = 20,
         retry_attempts: int = 5,
@@ -92,12 +95,15 @@ class ValkeyStore(ValkeyWaits, ValkeyTriggers, Store):
         self.held_ttl = held_ttl
         if completed_ttl is not None and completed_ttl <= 0:
             raise ConfigurationError("ValkeyStore completed_ttl must be > 0, or None to keep runs")
-        if maxlen < 3 or replay_page_size < 1:
-            raise ConfigurationError("ValkeyStore maxlen must be >= 3 and replay_page_size >= 1")
+        if maxlen < 3 or replay_page_size < 1 or replay_page_bytes < 1:
+            raise ConfigurationError(
+                "ValkeyStore maxlen must be >= 3, replay_page_size and replay_page_bytes >= 1"
+            )
         self.completed_ttl = completed_ttl
         self.maxlen = maxlen
         self.max_replay_entries = maxlen if max_replay_entries is None else max_replay_entries
         self.replay_page_size = replay_page_size
+        self.replay_page_bytes = replay_page_bytes
         self.max_retries = max_retries
         self.max_store_requeues = max_store_requeues
         self.retry_attempts = retry_attempts

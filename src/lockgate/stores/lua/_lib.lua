@@ -33,6 +33,21 @@ local function run_key(name, id) return K('r', name, id) end
 local function events_key(name, id) return K('e', name, id) end
 local SEP = '\31'
 
+-- A journal page (XRANGE entries) cut after the entry that brings its fields past max_bytes
+-- bytes: a reply never holds more than that, bar one entry larger than it alone.
+local function fit_page(entries, max_bytes)
+  local bytes = 0
+  for i, entry in ipairs(entries) do
+    for _, field in ipairs(entry[2]) do bytes = bytes + #field end
+    if bytes > max_bytes and i > 1 then
+      local page = {}
+      for j = 1, i - 1 do page[j] = entries[j] end
+      return page
+    end
+  end
+  return entries
+end
+
 -- The runs this call loaded (by key), so a run loaded twice is one table.
 local LOADED = {}
 -- The fields set on each run's hash, by key, in the order the runs were first set: written

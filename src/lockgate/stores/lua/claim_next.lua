@@ -3,8 +3,18 @@
 -- A(1) name  A(2) leases, joined by SEP  A(3) worker version or ''
 -- A(4) how many runs of a bucket to look past
 -- A(5) 'load' to answer each claim as {id, journal (XRANGE), cancel_at, pause_at, pending
--- updates} instead of its id. Answers the list of claims, in the leases' order.
+-- updates} instead of its id; the journal is false when it holds more than A(6) events or
+-- A(7) bytes (a journal page's bounds: the caller then reads it page by page).
+-- Answers the list of claims, in the leases' order.
 local name, wversion, scan = A(1), A(3), tonumber(A(4))
+local page_size, page_bytes = tonumber(A(6)), tonumber(A(7))
+
+-- The whole journal, or false when it is more than one page.
+local function journal(id)
+  local entries = redis.call('XRANGE', events_key(name, id), '-', '+', 'COUNT', page_size + 1)
+  if #entries > page_size or #fit_page(entries, page_bytes) < #entries then return false end
+  return entries
+end
 local served = K('served', name)
 
 local function claim_next(lease)
@@ -37,7 +47,7 @@ local function claim_next(lease)
         if A(5) ~= 'load' then return id end
         return {
           id,
-          redis.call('XRANGE', events_key(name, id), '-', '+'),
+          journal(id),
           run.cancel_at or '',
           run.pause_at or '',
           redis.call('HLEN', K('upd', name, id)),
