@@ -63,7 +63,7 @@ class ValkeyLifecycle(ValkeyCore):
 
     #: Events per reply when a journal is read (the store's ``replay_page_size``).
     replay_page_size: int = 1_000
-    #: About the most bytes of events per reply when a journal is read.
+    #: The most bytes of events per reply when a journal is read (bar one larger event).
     replay_page_bytes: int = 8 * 1024 * 1024
 
     def _now(self) -> float:
@@ -536,8 +536,8 @@ class ValkeyLifecycle(ValkeyCore):
         self, name: str, run_id: str, after_seq: int, max_events: int | None = None
     ) -> Op[list[RunEvent]]:
         """The run's events after ``run_seq`` ``after_seq`` (up to ``max_events``), read a
-        page at a time: at most ``replay_page_size`` events and about ``replay_page_bytes``
-        bytes per reply, so no one reply holds a whole long journal."""
+        page at a time: at most ``replay_page_size`` events and ``replay_page_bytes`` bytes per
+        reply (bar one larger event), so no one reply holds a whole long journal."""
         shard = yield from self._located_op(name, run_id)
         events: list[RunEvent] = []
         if shard is None:

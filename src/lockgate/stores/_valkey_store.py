@@ -33,7 +33,7 @@ class ValkeyStore(ValkeyWaits, ValkeyTriggers, Store):
     ``maxlen`` is the most events one run's journal may hold (``max_replay_entries``, when
     given, overrides it): the engine ends a run with ``stream:overflow`` before it would go
     past it, and nothing is ever trimmed from a live journal. Journals are read a page at a
-    time: ``replay_page_size`` events and about ``replay_page_bytes`` bytes per reply at most
+    time: at most ``replay_page_size`` events and ``replay_page_bytes`` bytes per reply
     (a claim returns the journal with it only when it fits in one page).
     :meth:`run_maintenance` forgets runs that ended more than ``completed_ttl`` seconds ago
     (None keeps them).

@@ -33,8 +33,8 @@ local function run_key(name, id) return K('r', name, id) end
 local function events_key(name, id) return K('e', name, id) end
 local SEP = '\31'
 
--- A journal page (XRANGE entries) cut after the entry that brings its fields past max_bytes
--- bytes: a reply never holds more than that, bar one entry larger than it alone.
+-- A journal page (XRANGE entries) cut before the entry that would bring its fields past
+-- max_bytes bytes: a reply never holds more than that, bar one entry larger than it alone.
 local function fit_page(entries, max_bytes)
   local bytes = 0
   for i, entry in ipairs(entries) do
