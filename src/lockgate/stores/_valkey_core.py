@@ -1,6 +1,6 @@
-"""The Valkey store's plumbing: the connection, the Lua scripts (loaded once, called by SHA,
-reloaded on ``NOSCRIPT``), retries with backoff, shards and their key prefixes, and a run's hash
-read back.
+"""The Valkey store's plumbing: the connection, the Lua scripts (called by SHA; sent whole,
+which loads them again, on ``NOSCRIPT``), retries with backoff, the drivers of operations (see
+``_valkey_loop``), shards and their key prefixes, and a run's hash read back.
 
 Shards. A namespace's runs are split over ``shard_count`` shards. Every key of shard ``i``
 carries the hash tag ``{<namespace>:<i>}`` (``lg:{<namespace>:<i>}:...``), and what is not one
@@ -340,7 +340,7 @@ class ValkeyCore:
         return "" if self._clock is None else repr(float(self._clock()))
 
     def _source(self, name: str) -> tuple[str, str]:
-        """Script ``name``'s text (the shared lib first) and its SHA-1, by which the server
+        """Script ``name``'s text (:func:`script_text`) and its SHA-1, by which the server
         knows it once loaded."""
         found = self._sources.get(name)
         if found is None:
@@ -349,7 +349,7 @@ class ValkeyCore:
             found = self._sources[name] = (text, sha)
         return found
 
-    def _script_argv(self, name: str, args: tuple[Any, ...], shard: int | None) -> list[Any]:
+    def _script_argv(self, args: tuple[Any, ...], shard: int | None) -> list[Any]:
         """The ``EVALSHA`` arguments after the SHA: one key (the prefix's anchor, which puts
         the call in the prefix's slot), the store's settings, then the operation's ``args``."""
         prefix = self.prefix if shard is None else self._prefixes[shard]
@@ -369,7 +369,7 @@ class ValkeyCore:
         """Run script ``name`` with the operation's ``args`` on ``shard``'s keys (None: the
         namespace-wide ones): one atomic step."""
         text, sha = self._source(name)
-        argv = self._script_argv(name, args, shard)
+        argv = self._script_argv(args, shard)
 
         def call() -> Any:
             try:
@@ -384,7 +384,7 @@ class ValkeyCore:
     ) -> Any:
         """:meth:`_script` with an asyncio client."""
         text, sha = self._source(name)
-        argv = self._script_argv(name, args, shard)
+        argv = self._script_argv(args, shard)
 
         async def call() -> Any:
             try:
