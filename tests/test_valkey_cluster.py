@@ -291,7 +291,7 @@ def test_a_lost_server_is_reported_without_its_password(
     server = ValkeyServer(password=PASSWORD).start()
     try:
         store = ValkeyStore(
-            server.url, namespace="lost", retry_attempts=1, retry_backoff=0.01, socket_timeout=1
+            server.url, namespace="lost", retry_attempts=1, retry_base=0.01, socket_timeout=1
         )
         server.stop(kill=True)
         with (

@@ -174,7 +174,7 @@ class ValkeyCore:
     max_retries: int
     max_store_requeues: int
     retry_attempts: int
-    retry_backoff: float
+    retry_base: float
     shard_count: int
     _clock: Callable[[], float] | None
     #: A ``redis.Redis``, or a ``redis.cluster.RedisCluster`` on a cluster.
@@ -398,7 +398,7 @@ class ValkeyCore:
         """``call``, retried with backoff while the server (on a cluster: the node owning the
         slot) is unreachable or the cluster is down; then :class:`StoreUnavailable`. A script's
         own refusal becomes its lockgate error."""
-        delay = self.retry_backoff
+        delay = self.retry_base
         for attempt in range(self.retry_attempts + 1):
             try:
                 return call()
@@ -410,7 +410,7 @@ class ValkeyCore:
 
     async def _aio(self, call: Callable[[], Awaitable[Any]], what: str) -> Any:
         """:meth:`_io` on the event loop: the backoff waits without holding it up."""
-        delay = self.retry_backoff
+        delay = self.retry_base
         for attempt in range(self.retry_attempts + 1):
             try:
                 return await call()

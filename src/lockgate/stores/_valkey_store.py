@@ -27,7 +27,7 @@ class ValkeyStore(ValkeyWaits, ValkeyTriggers, Store):
     that cannot be reached raises :class:`StoreUnavailable` here; one whose
     ``maxmemory-policy`` may evict keys raises :class:`ConfigurationError` unless
     ``eviction_policy_check`` is False. Calls that lose the
-    server are retried ``retry_attempts`` times with backoff from ``retry_backoff`` seconds,
+    server are retried ``retry_attempts`` times with backoff from ``retry_base`` seconds,
     then raise :class:`StoreUnavailable`.
 
     ``maxlen`` is the most events one run's journal may hold (``max_replay_entries``, when
@@ -65,7 +65,7 @@ class ValkeyStore(ValkeyWaits, ValkeyTriggers, Store):
         max_retries: int = 3,
         max_store_requeues: int = 20,
         retry_attempts: int = 5,
-        retry_backoff: float = 0.1,
+        retry_base: float = 0.1,
         socket_timeout: float = 5.0,
         socket_connect_timeout: float = 2.0,
         cluster: bool | None = None,
@@ -76,9 +76,9 @@ class ValkeyStore(ValkeyWaits, ValkeyTriggers, Store):
     ) -> None:
         if lock_ttl <= 0 or (heartbeat_interval is not None and heartbeat_interval <= 0):
             raise ConfigurationError("ValkeyStore lock_ttl and heartbeat_interval must be > 0")
-        if retry_attempts < 0 or retry_backoff < 0 or socket_timeout <= 0:
+        if retry_attempts < 0 or retry_base < 0 or socket_timeout <= 0:
             raise ConfigurationError(
-                "ValkeyStore retry_attempts and retry_backoff must be >= 0, socket_timeout > 0"
+                "ValkeyStore retry_attempts and retry_base must be >= 0, socket_timeout > 0"
             )
         if isinstance(shard_count, bool) or not isinstance(shard_count, int) or shard_count < 1:
             raise ConfigurationError(
@@ -107,7 +107,7 @@ class ValkeyStore(ValkeyWaits, ValkeyTriggers, Store):
         self.max_retries = max_retries
         self.max_store_requeues = max_store_requeues
         self.retry_attempts = retry_attempts
-        self.retry_backoff = retry_backoff
+        self.retry_base = retry_base
         self._clock = clock
         if url.startswith("valkey://"):
             url = "redis://" + url.removeprefix("valkey://")
