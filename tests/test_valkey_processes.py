@@ -219,11 +219,14 @@ def test_a_server_down_for_seconds_pauses_runs_which_then_resume(
     try:
         store = cluster.store()
         runs = submit_steps(store, 40, steps=2, pause=0.05)
+        # Orphan scans far apart: what puts the interrupted runs back is their own workers.
         for i in range(2):
-            cluster.start("--worker-id", f"w{i}", "--concurrency", "4")
+            cluster.start("--worker-id", f"w{i}", "--concurrency", "4", "--orphan-scan", "60")
         wait_for("runs are under way", lambda: len(cluster.executions()) >= 10, cluster, 20)
         own_server.stop(kill=True)
-        time.sleep(4.0)
+        # Longer than a store call's retries (about 3 s) and than the lease (1.5 s): the
+        # attempts give up on the store, and their leases lapse, while it is away.
+        time.sleep(7.0)
         during = len(cluster.executions())
         time.sleep(1.0)
         assert len(cluster.executions()) <= during + 8  # at most the steps already under way
@@ -232,5 +235,15 @@ def test_a_server_down_for_seconds_pauses_runs_which_then_resume(
         assert_all_completed_once(store, cluster, runs)
         assert all(proc.poll() is None for proc in cluster.procs), cluster.tail()
         assert "is unreachable" in cluster.tail()
+        # The runs the outage interrupted went back counted against max_store_requeues, by
+        # their holders once the server answered, not as lost owners.
+        reasons = collections.Counter(
+            event.payload["reason"]
+            for run_id in runs
+            for event in store.load_run(STEPS, run_id)
+            if event.kind == EventKind.RUN_REQUEUED
+        )
+        assert reasons["store_unavailable"] >= 1, (reasons, cluster.tail())
+        assert reasons["owner_gone"] == 0, (reasons, cluster.tail())
     finally:
         cluster.close()

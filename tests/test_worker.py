@@ -671,7 +671,7 @@ async def deaf_workflow(ctx: WorkflowContext) -> str:
     return await slow_effect()
 
 
-async def test_an_attempt_whose_heartbeats_fail_for_a_whole_lease_stops_writing() -> None:
+async def test_an_attempt_cut_off_from_the_store_for_a_whole_lease_stops_writing() -> None:
     clock = ManualClock()
     store = DeafStore(clock=clock, lock_ttl=30.0, heartbeat_interval=10.0)
     STEP_GATE["open"] = asyncio.Event()
@@ -686,7 +686,14 @@ async def test_an_attempt_whose_heartbeats_fail_for_a_whole_lease_stops_writing(
         clock.advance(10)
         await asyncio.sleep(0)
     STEP_GATE["open"].set()
-    await attempt
+    # The lease lapsed because the store was away: the body is stopped, and the run goes back
+    # counted against max_store_requeues (no one else took it meanwhile).
+    with pytest.raises(StoreUnavailable, match="heartbeat lost"):
+        await attempt
     assert store.appends == 1  # the step's result was never sent
-    kinds = [e.kind for e in await handle.events()]
-    assert EventKind.STEP_DONE not in kinds
+    events = await handle.events()
+    assert EventKind.STEP_DONE not in [e.kind for e in events]
+    assert (events[-1].kind, events[-1].payload["reason"]) == (
+        EventKind.RUN_REQUEUED,
+        "store_unavailable",
+    )

@@ -348,6 +348,28 @@ def test_requeue_by_a_lease_not_holding_the_run_does_nothing(store: Store) -> No
     assert store.get_pending_count(NAME) == 0
 
 
+def test_requeue_by_a_lapsed_lease_no_one_took_over_counts_its_reason(
+    store: Store, clock: ManualClock
+) -> None:
+    claimed(store, lease="lease-a")
+    clock.advance(LOCK_TTL + 1)  # an outage: no heartbeat got through
+    store.requeue_run(NAME, "r1", "lease-a", reason="store_unavailable")
+    last = store.get_last_event(NAME, "r1")
+    assert last is not None
+    assert (last.kind, last.payload["reason"]) == (EventKind.RUN_REQUEUED, "store_unavailable")
+    assert store.recover_pending_runs(NAME) == []  # nothing left for the orphan scan
+    # Once recovered or claimed by another lease, the lapsed one no longer names the run.
+    assert store.claim_next_run(NAME, "lease-b") == "r1"
+    clock.advance(LOCK_TTL + 1)
+    assert store.recover_pending_runs(NAME) == ["r1"]
+    store.requeue_run(NAME, "r1", "lease-a", reason="store_unavailable")
+    store.requeue_run(NAME, "r1", "lease-b", reason="store_unavailable")
+    reasons = [
+        e.payload["reason"] for e in store.load_run(NAME, "r1") if e.kind == EventKind.RUN_REQUEUED
+    ]
+    assert reasons == ["store_unavailable", "owner_gone"]
+
+
 def test_requeue_of_an_ended_run_only_releases_it(store: Store) -> None:
     claimed(store)
     complete(store, "r1", "lease-a")

@@ -180,8 +180,10 @@ class LifecycleStore(abc.ABC):
         ``owner_gone`` counts against ``max_retries``, ``store_unavailable`` against
         ``max_store_requeues``, each since the run last made progress (a ``step:done`` or an
         applied update). Past the budget the run ends with ``run:error`` instead. With
-        ``worker_id`` it does nothing unless that lease holds the run. A run whose journal has
-        ended is only released.
+        ``worker_id`` it does nothing unless the run is locked under that lease, live or
+        lapsed (a lapsed one no one took over still names it: an attempt cut off by an outage
+        puts its run back once the store answers). A run whose journal has ended is only
+        released.
         """
 
     @abc.abstractmethod

@@ -17,6 +17,11 @@ from lockgate.workflow._unwind import AttemptOutcome
 
 log = logging.getLogger("lockgate.worker")
 
+#: Seconds between tries to requeue a run while the store stays unreachable: doubling from
+#: the first to the most (each try also waits out the store's own retries).
+REQUEUE_RETRY_FIRST = 0.2
+REQUEUE_RETRY_MOST = 5.0
+
 
 @dataclass(frozen=True)
 class Claim:
@@ -131,14 +136,7 @@ class AttemptPool:
             log.warning(
                 "run %s of %s: loading the journal failed: %s", claim.run_id, spec.name, exc
             )
-            with contextlib.suppress(Exception):
-                await rt.io(
-                    rt.store.requeue_run,
-                    spec.name,
-                    claim.run_id,
-                    claim.lease,
-                    reason="store_unavailable",
-                )
+            await self._requeue_when_back(claim)
             return
         attempt = Attempt(
             store=rt.store,
@@ -156,9 +154,11 @@ class AttemptPool:
         try:
             outcome = await attempt.execute()
         except StoreUnavailable as exc:
-            # The attempt has already put the run back, counted against its store budget.
             log.warning("run %s of %s: %s", claim.run_id, spec.name, exc)
             self.outcomes["store_unavailable"] += 1
+            # The attempt tried to put the run back once; while the store stays away, that
+            # did not land: keep the run in its slot and try until it does.
+            await self._requeue_when_back(claim)
             return
         except Exception:
             # An engine fault, not the body's (the body's own errors end the run in error).
@@ -176,6 +176,38 @@ class AttemptPool:
             log.warning("run %s of %s: the attempt lost its lease", claim.run_id, spec.name)
         else:
             log.debug("run %s of %s: %s", claim.run_id, spec.name, outcome.value)
+
+    async def _requeue_when_back(self, claim: Claim) -> None:
+        """Requeue a run whose attempt lost the store, as ``store_unavailable`` (counted
+        against ``max_store_requeues``): now, and while the store stays unreachable, again
+        with backoff, the run keeping its slot meanwhile. A lease that lapsed during the
+        outage still lets its holder requeue the run, unless an orphan scan (which counts
+        ``owner_gone``) or another claim got to it first; then this does nothing."""
+        rt = self._rt
+        delay = REQUEUE_RETRY_FIRST
+        while True:
+            try:
+                await rt.io(
+                    rt.store.requeue_run,
+                    claim.name,
+                    claim.run_id,
+                    claim.lease,
+                    reason="store_unavailable",
+                )
+                return
+            except StoreUnavailable as exc:
+                log.warning(
+                    "run %s of %s: cannot put it back yet (%s); trying again in %.1fs",
+                    claim.run_id,
+                    claim.name,
+                    exc,
+                    delay,
+                )
+            except Exception:
+                log.exception("run %s of %s: putting it back failed", claim.run_id, claim.name)
+                return
+            await rt.clock.sleep(delay)
+            delay = min(delay * 2, REQUEUE_RETRY_MOST)
 
     async def drain(self, seconds: float) -> list[Claim]:
         """Give running attempts up to ``seconds`` to end (a stopping worker's attempts hand

@@ -15,7 +15,7 @@ import random as _random
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NoReturn
 
 from lockgate import _failpoints as failpoints
 from lockgate._clock import SystemClock, iso
@@ -37,6 +37,7 @@ from lockgate.journal._events import (
     payload_size,
 )
 from lockgate.journal._replay import ReplayState
+from lockgate.stores._calls import call_store
 from lockgate.stores._types import RunControls, WaitOutcome, WaitSpec
 from lockgate.workflow._attempt_core import AttemptCore
 from lockgate.workflow._context import (
@@ -349,9 +350,12 @@ class Attempt(AttemptCore):
         try:
             return await self._drive()
         except asyncio.CancelledError:
-            if self._lease_lost and self._task is not None and self._task.uncancel() == 0:
-                return AttemptOutcome.ABANDONED
-            raise
+            lost = self._lease_lost or self._store_lost is not None
+            if self._task is None or not lost or self._task.uncancel() > 0:
+                raise
+            if self._store_lost is not None:
+                await self._put_back(self._store_lost)
+            return AttemptOutcome.ABANDONED
         finally:
             heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -381,6 +385,13 @@ class Attempt(AttemptCore):
                 return
             except _StoreFailed as failed:
                 log.warning("run %s: heartbeat failed: %s", self.run_id, failed.cause)
+                if self.lease_lapsed():
+                    # The store was away for a whole lease: stop the body (nothing it does
+                    # can be journaled) and put the run back when the store answers.
+                    self._store_lost = failed.cause
+                    if self._task is not None:
+                        self._task.cancel()
+                    return
 
     async def _drive(self) -> AttemptOutcome:
         if self.state.terminal is not None:
@@ -424,19 +435,26 @@ class Attempt(AttemptCore):
         except _LeaseLost:
             return AttemptOutcome.ABANDONED
         except _StoreFailed as failed:
-            with contextlib.suppress(Exception):
-                await asyncio.to_thread(
-                    self.store.requeue_run,
-                    self.spec.name,
-                    self.run_id,
-                    self.lease,
-                    reason="store_unavailable",
-                )
-            raise StoreUnavailable(
-                f"the store failed under run {self.run_id!r}: {failed.cause}"
-            ) from failed.cause
+            await self._put_back(failed.cause)
+            raise AssertionError("unreachable") from None
         finally:
             unbind_attempt(token)
+
+    async def _put_back(self, cause: Exception) -> NoReturn:
+        """The store failed under the attempt: try once to requeue the run as
+        ``store_unavailable`` (its lease, even lapsed, still lets it unless someone took the
+        run), then raise :class:`StoreUnavailable`; a worker keeps trying while the store
+        stays away."""
+        with contextlib.suppress(Exception):
+            await call_store(
+                self.store,
+                self.store.requeue_run,
+                self.spec.name,
+                self.run_id,
+                self.lease,
+                reason="store_unavailable",
+            )
+        raise StoreUnavailable(f"the store failed under run {self.run_id!r}: {cause}") from cause
 
     async def _cancelled_payload(self) -> dict[str, Any]:
         """The cancelled terminal, carrying the detail of the ``run:cancel`` that asked."""
