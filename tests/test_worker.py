@@ -688,7 +688,7 @@ async def test_an_attempt_cut_off_from_the_store_for_a_whole_lease_stops_writing
     STEP_GATE["open"].set()
     # The lease lapsed because the store was away: the body is stopped, and the run goes back
     # counted against max_store_requeues (no one else took it meanwhile).
-    with pytest.raises(StoreUnavailable, match="heartbeat lost"):
+    with pytest.raises(StoreUnavailable, match="got through for a whole lease"):
         await attempt
     assert store.appends == 1  # the step's result was never sent
     events = await handle.events()

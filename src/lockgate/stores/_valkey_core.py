@@ -50,7 +50,15 @@ from lockgate._errors import (
 from lockgate.journal._events import RunEvent, RunStatus
 from lockgate.stores._records import derive_status
 from lockgate.stores._types import RunInfo, WaitSpec
-from lockgate.stores._valkey_loop import Commands, LoopClients, Op, Request, Script, command
+from lockgate.stores._valkey_loop import (
+    Commands,
+    LoopClient,
+    LoopClients,
+    Op,
+    Request,
+    Script,
+    command,
+)
 
 try:
     import redis
@@ -380,17 +388,17 @@ class ValkeyCore:
         return self._io(call, name)
 
     async def _ascript(
-        self, client: Any, name: str, args: tuple[Any, ...], shard: int | None
+        self, client: LoopClient, name: str, args: tuple[Any, ...], shard: int | None
     ) -> Any:
-        """:meth:`_script` with an asyncio client."""
+        """:meth:`_script` with the loop's client."""
         text, sha = self._source(name)
         argv = self._script_argv(args, shard)
 
         async def call() -> Any:
             try:
-                return await client.evalsha(sha, *argv)
+                return await client.send("EVALSHA", sha, *argv)
             except NoScriptError:
-                return await client.eval(text, *argv)
+                return await client.send("EVAL", text, *argv)
 
         return await self._aio(call, name)
 
@@ -484,17 +492,10 @@ class ValkeyCore:
             return self._script(request.name, *request.args, shard=request.shard)
         return self._io(lambda: self._pipeline(*request.commands), request.what)
 
-    async def _aperform(self, client: Any, request: Request) -> Any:
+    async def _aperform(self, client: LoopClient, request: Request) -> Any:
         if isinstance(request, Script):
             return await self._ascript(client, request.name, request.args, request.shard)
-
-        async def send() -> list[Any]:
-            pipe = client.pipeline(transaction=False)
-            for sent in request.commands:
-                pipe.execute_command(*sent)
-            return list(await pipe.execute())
-
-        return await self._aio(send, request.what)
+        return await self._aio(lambda: client.send_all(request.commands), request.what)
 
     def coroutine_for(self, method: Callable[..., Any]) -> Callable[..., Awaitable[Any]] | None:
         """``method``'s operation on the running loop's asyncio client, when it has one: the
@@ -506,14 +507,17 @@ class ValkeyCore:
             return None
         return lambda *args, **kwargs: self._arun(op(*args, **kwargs))
 
-    def _make_loop_client(self) -> Any:
-        """An asyncio client like the blocking one, for one event loop."""
+    def _make_loop_client(self) -> LoopClient:
+        """An asyncio client like the blocking one, for one event loop: pipelining what is
+        asked at once on one server; on a cluster, where commands go to different nodes,
+        sending each on its own."""
         options = dict(self._client_options)
         if self.cluster:
-            return AsyncRedisCluster.from_url(
+            cluster = AsyncRedisCluster.from_url(
                 self._raw_url, retry=AsyncRetry(NoBackoff(), 1), **options
             )
-        return AsyncRedis.from_url(self._raw_url, **options)
+            return LoopClient(cluster, pipelined=False)
+        return LoopClient(AsyncRedis.from_url(self._raw_url, **options), pipelined=True)
 
     def _cmd(self, *args: Any) -> Any:
         """One command: on a cluster, sent to the node owning its key's slot (keyless ones,

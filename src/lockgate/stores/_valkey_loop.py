@@ -11,6 +11,12 @@ call cost more than the call itself).
 Asyncio clients belong to one event loop. :class:`LoopClients` keeps one per loop and closes it
 when the loop shuts down (``asyncio.run`` closes a loop's async generators first; a small one
 per client is the hook), or when the store is closed on that loop.
+
+On one server (not a cluster) the loop's client pipelines automatically (:class:`LoopClient`):
+the commands asked for during one pass of the loop (a worker's attempts all reaching the store
+at once) go out as one pipeline, one write and one read for all of them, and each asker gets
+its own reply or error. Valkey runs them in order, each on its own, exactly as if they had been
+sent one by one; only the client's and the server's per-call overhead is shared.
 """
 
 from __future__ import annotations
@@ -54,19 +60,96 @@ def command(*args: Any) -> Commands:
     return Commands((args,), str(args[0]))
 
 
-class LoopClients:
-    """One asyncio client per event loop, made by ``make`` on first use in that loop."""
+class LoopClient:
+    """An asyncio client of one event loop, sending commands one by one or, with
+    ``pipelined``, gathered into one pipeline per pass of the loop."""
 
-    def __init__(self, make: Callable[[], Any]) -> None:
+    def __init__(self, client: Any, *, pipelined: bool) -> None:
+        self.client = client
+        self._pipelined = pipelined
+        self._queue: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []
+        self._flush_soon = False
+        # The pipelines in flight (held here: the loop keeps only weak references to tasks).
+        self._sending: set[asyncio.Task[None]] = set()
+
+    async def send(self, *args: Any) -> Any:
+        """One command's reply; its error raised."""
+        if not self._pipelined:
+            return await self.client.execute_command(*args)
+        return await self._enqueue(args)
+
+    async def send_all(self, commands: tuple[tuple[Any, ...], ...]) -> list[Any]:
+        """The replies of ``commands``, sent together; the first error among them raised."""
+        if not self._pipelined:
+            pipe = self.client.pipeline(transaction=False)
+            for sent in commands:
+                pipe.execute_command(*sent)
+            return list(await pipe.execute())
+        asked = [self._enqueue(sent) for sent in commands]
+        replies = await asyncio.gather(*asked, return_exceptions=True)
+        for reply in replies:
+            if isinstance(reply, BaseException):
+                raise reply
+        return replies
+
+    def _enqueue(self, args: tuple[Any, ...]) -> asyncio.Future[Any]:
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[Any] = loop.create_future()
+        self._queue.append((args, answer))
+        if not self._flush_soon:
+            self._flush_soon = True
+            loop.call_soon(self._flush)
+        return answer
+
+    def _flush(self) -> None:
+        self._flush_soon = False
+        batch, self._queue = self._queue, []
+        if batch:
+            task = asyncio.ensure_future(self._send_batch(batch))
+            self._sending.add(task)
+            task.add_done_callback(self._sending.discard)
+
+    async def _send_batch(self, batch: list[tuple[tuple[Any, ...], asyncio.Future[Any]]]) -> None:
+        pipe = self.client.pipeline(transaction=False)
+        for args, _ in batch:
+            pipe.execute_command(*args)
+        try:
+            replies = await pipe.execute(raise_on_error=False)
+        except BaseException as exc:
+            # The pipeline failed as a whole (the connection broke): every asker gets the
+            # error, and each retries its own command as it would have alone.
+            failure = exc if isinstance(exc, Exception) else ConnectionError(repr(exc))
+            for _, answer in batch:
+                if not answer.done():
+                    answer.set_exception(failure)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for (_, answer), reply in zip(batch, replies, strict=True):
+            if answer.done():  # the asker was cancelled meanwhile
+                continue
+            if isinstance(reply, Exception):
+                answer.set_exception(reply)
+            else:
+                answer.set_result(reply)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
+class LoopClients:
+    """One :class:`LoopClient` per event loop, made by ``make`` on first use in that loop."""
+
+    def __init__(self, make: Callable[[], LoopClient]) -> None:
         self._make = make
         self._lock = threading.Lock()
         # Each loop's client, and the async generator that closes it when the loop shuts down
         # (held here: the loop itself only keeps a weak reference to it).
         self._clients: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, tuple[Any, AsyncGenerator[None, None]]
+            asyncio.AbstractEventLoop, tuple[LoopClient, AsyncGenerator[None, None]]
         ] = weakref.WeakKeyDictionary()
 
-    async def client(self) -> Any:
+    async def client(self) -> LoopClient:
         loop = asyncio.get_running_loop()
         held = self._clients.get(loop)
         if held is not None:
@@ -98,7 +181,7 @@ class LoopClients:
                 asyncio.run_coroutine_threadsafe(client.aclose(), loop)
 
 
-async def _close_at_shutdown(client: Any) -> AsyncGenerator[None, None]:
+async def _close_at_shutdown(client: LoopClient) -> AsyncGenerator[None, None]:
     try:
         yield
     finally:

@@ -91,11 +91,8 @@ class AttemptCore:
         # plain code runs in between, so one read serves both.
         self._fresh: RunControls | None = controls
         self._lease_lost = False
-        # The store's last failure to answer, until a call succeeds again: a lease that
-        # lapses meanwhile lapsed because the store was away, not because this worker was.
-        self._store_away: Exception | None = None
-        # Set when the heartbeat stopped the body because the store was away for a whole
-        # lease: the failure, for the attempt to put the run back with.
+        # Set when the heartbeat stopped the body because no heartbeat got through for a
+        # whole lease: the failure, for the attempt to put the run back with.
         self._store_lost: Exception | None = None
         self._task: asyncio.Task[Any] | None = None
         # The attempt's own view of its lease: ``lock_ttl`` from before the claim was asked
@@ -125,25 +122,25 @@ class AttemptCore:
 
     async def _io(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if self.lease_lapsed():
-            if self._store_away is not None:
-                # It lapsed while the store was away: the run goes back (as
-                # store_unavailable) once the store answers, unless someone took it since.
-                raise _StoreFailed(self._store_away)
-            raise _LeaseLost()
+            # No heartbeat got through for a whole lease: the store was unreachable (or this
+            # process stalled). Nothing more is written for the body; the run goes back (as
+            # store_unavailable) once the store answers, unless someone took it since.
+            raise _StoreFailed(
+                StoreUnavailable(
+                    f"no heartbeat of run {self.run_id!r} got through for a whole lease (the "
+                    f"store unreachable, or this process stalled)"
+                )
+            )
         try:
-            answer = await call_store(self.store, method, *args, **kwargs)
+            return await call_store(self.store, method, *args, **kwargs)
         except LockLost as exc:
             raise _LeaseLost() from exc
         except StoreUnavailable as exc:
-            self._store_away = exc
             raise _StoreFailed(exc) from exc
         except LockgateError:
             raise
         except Exception as exc:
-            self._store_away = exc
             raise _StoreFailed(exc) from exc
-        self._store_away = None
-        return answer
 
     def _event(
         self, kind: str, payload: dict[str, Any], headers: dict[str, str] | None = None
