@@ -1,0 +1,69 @@
+"""The event loop's Valkey client: commands asked for at once go as one pipeline, and each
+asker gets its own reply or error, on a real server."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+
+from lockgate.stores._valkey_loop import LoopClient
+from valkey_server import shared_url
+
+
+class CountingLoopClient(LoopClient):
+    """Counts the pipelines it sends and the commands in each."""
+
+    def __init__(self, client: Any) -> None:
+        super().__init__(client, pipelined=True)
+        self.batches: list[int] = []
+
+    async def _send_batch(self, batch: Any) -> None:
+        self.batches.append(len(batch))
+        await super()._send_batch(batch)
+
+
+async def test_commands_asked_at_once_go_as_one_pipeline_each_with_its_own_reply() -> None:
+    client = CountingLoopClient(Redis.from_url(shared_url()))
+    key = f"loop:{uuid.uuid4().hex}"
+    try:
+        await client.send("SET", f"{key}:text", "not a number")
+        replies = await asyncio.gather(
+            *(client.send("INCRBY", f"{key}:{n}", n) for n in range(50)),
+            client.send("INCR", f"{key}:text"),  # refused: only its asker sees the error
+            return_exceptions=True,
+        )
+        assert replies[:50] == list(range(50))
+        assert isinstance(replies[50], ResponseError)
+        assert client.batches == [1, 51]  # the SET alone, then everything asked at once
+        # A group of commands (one request) gets its replies in order, in the same pipeline
+        # as whatever else was asked meanwhile.
+        group, single = await asyncio.gather(
+            client.send_all((("GET", f"{key}:7"), ("GET", f"{key}:8"))),
+            client.send("GET", f"{key}:9"),
+        )
+        assert group == [b"7", b"8"]
+        assert single == b"9"
+        assert client.batches[-1] == 3
+        with pytest.raises(ResponseError):
+            await client.send_all((("GET", f"{key}:1"), ("INCR", f"{key}:text")))
+    finally:
+        await client.aclose()
+
+
+async def test_a_pipeline_that_cannot_be_sent_fails_every_asker() -> None:
+    # Nothing listens on port 1: the whole pipeline fails, and each asker gets the error
+    # (each then retries its own command, as it would have alone).
+    client = LoopClient(Redis(port=1, socket_connect_timeout=0.5, retry=None), pipelined=True)
+    try:
+        replies = await asyncio.gather(
+            *(client.send("PING") for _ in range(3)), return_exceptions=True
+        )
+        assert all(isinstance(reply, RedisConnectionError) for reply in replies), replies
+    finally:
+        await client.aclose()
