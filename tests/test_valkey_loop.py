@@ -40,7 +40,9 @@ async def test_commands_asked_at_once_go_as_one_pipeline_each_with_its_own_reply
         )
         assert replies[:50] == list(range(50))
         assert isinstance(replies[50], ResponseError)
-        assert client.batches == [1, 51]  # the SET alone, then everything asked at once
+        # The SET alone, then everything asked at once, in pipelines of at most
+        # pipeline_size (8) commands, sent side by side.
+        assert client.batches == [1, 8, 8, 8, 8, 8, 8, 3]
         # A group of commands (one request) gets its replies in order, in the same pipeline
         # as whatever else was asked meanwhile.
         group, single = await asyncio.gather(

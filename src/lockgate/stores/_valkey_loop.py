@@ -64,6 +64,12 @@ class LoopClient:
     """An asyncio client of one event loop, sending commands one by one or, with
     ``pipelined``, gathered into one pipeline per pass of the loop."""
 
+    #: The most commands one pipeline carries. More asked at once go as several pipelines,
+    #: on as many connections, so the first replies come back (and their askers go on)
+    #: while the server still runs the rest: the worker and the server work side by side
+    #: instead of in turns.
+    pipeline_size = 8
+
     def __init__(self, client: Any, *, pipelined: bool) -> None:
         self.client = client
         self._pipelined = pipelined
@@ -103,9 +109,11 @@ class LoopClient:
 
     def _flush(self) -> None:
         self._flush_soon = False
-        batch, self._queue = self._queue, []
-        if batch:
-            task = asyncio.ensure_future(self._send_batch(batch))
+        queued, self._queue = self._queue, []
+        for start in range(0, len(queued), self.pipeline_size):
+            task = asyncio.ensure_future(
+                self._send_batch(queued[start : start + self.pipeline_size])
+            )
             self._sending.add(task)
             task.add_done_callback(self._sending.discard)
 
