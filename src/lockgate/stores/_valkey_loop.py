@@ -14,9 +14,10 @@ per client is the hook), or when the store is closed on that loop.
 
 On one server (not a cluster) the loop's client pipelines automatically (:class:`LoopClient`):
 the commands asked for during one pass of the loop (a worker's attempts all reaching the store
-at once) go out as one pipeline, one write and one read for all of them, and each asker gets
-its own reply or error. Valkey runs them in order, each on its own, exactly as if they had been
-sent one by one; only the client's and the server's per-call overhead is shared.
+at once) go out in pipelines of up to ``pipeline_size``, one write and one read for each, and
+each asker gets its own reply or error. Valkey runs them in order, each on its own, exactly as
+if they had been sent one by one; only the client's and the server's per-call overhead is
+shared.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def command(*args: Any) -> Commands:
 
 class LoopClient:
     """An asyncio client of one event loop, sending commands one by one or, with
-    ``pipelined``, gathered into one pipeline per pass of the loop."""
+    ``pipelined``, gathered into pipelines per pass of the loop."""
 
     #: The most commands one pipeline carries. More asked at once go as several pipelines,
     #: on as many connections, so the first replies come back (and their askers go on)
