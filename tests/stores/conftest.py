@@ -62,6 +62,23 @@ class OnLoopValkeyStore(ValkeyStore):
         return asyncio.run_coroutine_threadsafe(self._arun(op), _Loop.get()).result()
 
 
+V = TypeVar("V", bound=ValkeyStore)
+
+
+def on_valkey(kind: type[V], clock: ManualClock, prefix: str) -> V:
+    """A store of ``kind`` on the suite's server, in a namespace of its own."""
+    return kind(
+        shared_url(),
+        namespace=f"{prefix}{uuid.uuid4().hex[:12]}",
+        clock=clock,
+        lock_ttl=LOCK_TTL,
+        heartbeat_interval=HEARTBEAT_INTERVAL,
+        max_retries=MAX_RETRIES,
+        max_store_requeues=MAX_STORE_REQUEUES,
+        retry_attempts=0,
+    )
+
+
 @dataclass(frozen=True)
 class StoreFactory:
     """A backend under test: ``make(clock, tmp_path)`` returns a fresh, empty store."""
@@ -96,44 +113,14 @@ STORE_FACTORIES: list[StoreFactory] = [
     StoreFactory(
         "valkey",
         # A real server (started once per session); a namespace per store keeps tests apart.
-        lambda clock, tmp_path: ValkeyStore(
-            shared_url(),
-            namespace=f"t{uuid.uuid4().hex[:12]}",
-            clock=clock,
-            lock_ttl=LOCK_TTL,
-            heartbeat_interval=HEARTBEAT_INTERVAL,
-            max_retries=MAX_RETRIES,
-            max_store_requeues=MAX_STORE_REQUEUES,
-            retry_attempts=0,
-        ),
+        lambda clock, tmp_path: on_valkey(ValkeyStore, clock, "t"),
     ),
-    StoreFactory(
-        "valkey-loop",
-        lambda clock, tmp_path: OnLoopValkeyStore(
-            shared_url(),
-            namespace=f"l{uuid.uuid4().hex[:12]}",
-            clock=clock,
-            lock_ttl=LOCK_TTL,
-            heartbeat_interval=HEARTBEAT_INTERVAL,
-            max_retries=MAX_RETRIES,
-            max_store_requeues=MAX_STORE_REQUEUES,
-            retry_attempts=0,
-        ),
-    ),
+    StoreFactory("valkey-loop", lambda clock, tmp_path: on_valkey(OnLoopValkeyStore, clock, "l")),
     StoreFactory(
         "composite",
         # Valkey coordinates; an SQLite file keeps the journals.
         lambda clock, tmp_path: CompositeStore(
-            lifecycle=ValkeyLifecycleStore(
-                shared_url(),
-                namespace=f"c{uuid.uuid4().hex[:12]}",
-                clock=clock,
-                lock_ttl=LOCK_TTL,
-                heartbeat_interval=HEARTBEAT_INTERVAL,
-                max_retries=MAX_RETRIES,
-                max_store_requeues=MAX_STORE_REQUEUES,
-                retry_attempts=0,
-            ),
+            lifecycle=on_valkey(ValkeyLifecycleStore, clock, "c"),
             events=SQLiteStore(tmp_path / "events.db", clock=clock, synchronous="normal"),
         ),
     ),
