@@ -1,5 +1,6 @@
-"""The event loop's Valkey client: commands asked for at once go as one pipeline, and each
-asker gets its own reply or error, on a real server."""
+"""The event loop's Valkey client, on a real server: commands asked for at once go as
+pipelines, each asker gets its own reply or error, one client per event loop, and store
+methods a subclass overrides keep their override."""
 
 from __future__ import annotations
 
@@ -11,7 +12,10 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from lockgate import ValkeyStore
+from lockgate.stores._calls import call_store
 from lockgate.stores._valkey_loop import LoopClient
 from valkey_server import shared_url
 
@@ -69,3 +73,54 @@ async def test_a_pipeline_that_cannot_be_sent_fails_every_asker() -> None:
         assert all(isinstance(reply, RedisConnectionError) for reply in replies), replies
     finally:
         await client.aclose()
+
+
+async def test_a_reply_that_arrived_is_its_askers_even_when_a_later_one_times_out() -> None:
+    # Replies are read one by one: the INCR's comes back and is answered; the BLPOP behind
+    # it blocks past the socket timeout, and only its asker gets the error (the INCR ran
+    # once and is not sent again).
+    key = f"loop:{uuid.uuid4().hex}"
+    client = LoopClient(Redis.from_url(shared_url(), socket_timeout=0.3), pipelined=True)
+    try:
+        counted, blocked = await asyncio.gather(
+            client.send("INCR", f"{key}:n"),
+            client.send("BLPOP", f"{key}:empty", 2),
+            return_exceptions=True,
+        )
+        assert counted == 1
+        assert isinstance(blocked, RedisTimeoutError)
+        assert await client.send("GET", f"{key}:n") == b"1"
+    finally:
+        await client.aclose()
+
+
+def test_each_event_loop_gets_its_client_and_gives_it_up_when_it_shuts_down() -> None:
+    store = ValkeyStore(shared_url(), namespace=f"l{uuid.uuid4().hex[:10]}")
+    try:
+        store.submit_run("wf", "r1", {})
+        for _ in range(3):
+            info = asyncio.run(call_store(store, store.get_run, "wf", "r1"))
+            assert info is not None
+            assert store._loop_clients._clients == {}  # closed with its loop, not held
+    finally:
+        store.close()
+
+
+def test_an_override_of_a_native_method_is_called_not_bypassed() -> None:
+    class Counting(ValkeyStore):
+        beats = 0
+
+        def heartbeat(self, name: str, run_id: str, worker_id: str) -> Any:
+            Counting.beats += 1
+            return super().heartbeat(name, run_id, worker_id)
+
+    store = Counting(shared_url(), namespace=f"o{uuid.uuid4().hex[:10]}")
+    try:
+        assert store.coroutine_for(store.heartbeat) is None  # the override runs, on a thread
+        assert store.coroutine_for(store.append_events) is not None
+        store.submit_run("wf", "r1", {})
+        store.claim_run("wf", "r1", "lease")
+        asyncio.run(call_store(store, store.heartbeat, "wf", "r1", "lease"))
+        assert Counting.beats == 1
+    finally:
+        store.close()

@@ -82,7 +82,7 @@ def test_journal_pages_stay_within_replay_page_bytes_and_a_claim_reads_a_long_on
     def recorded(name: str, *args: Any, shard: int | None = None) -> Any:
         answer = script(name, *args, shard=shard)
         if name == "read_page":
-            pages.append(len(answer))
+            pages.append(len(answer[0]))
         return answer
 
     store._script = recorded  # type: ignore[method-assign]

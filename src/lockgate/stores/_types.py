@@ -72,10 +72,11 @@ class RunControls:
 @dataclass(frozen=True)
 class ClaimedRun:
     """A run a claim took, with what its attempt starts from: its journal and its controls,
-    read in the same step as the claim where the store can."""
+    read in the same step as the claim where the store can. ``events`` is None when the
+    claim could not read the journal (the attempt then loads it)."""
 
     run_id: str
-    events: list[RunEvent]
+    events: list[RunEvent] | None
     controls: RunControls
 
 

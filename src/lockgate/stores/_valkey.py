@@ -3,6 +3,7 @@ processes on many hosts. Every state change is one Lua script (see ``stores/lua`
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 from collections.abc import Sequence
@@ -266,10 +267,12 @@ class ValkeyLifecycle(ValkeyCore):
             yield from self._claim_op(name, leases, worker_version, prefer, "load")
         ):
             run_id = _text(run_id)
-            if entries is None:  # more than one page: read it page by page
-                events = yield from self._journal_op(name, run_id, 0)
-            else:
+            events: list[RunEvent] | None = None
+            if entries is not None:
                 events = [event_from(name, run_id, entry, fields) for entry, fields in entries]
+            else:  # more than one page: read page by page, else left to the attempt to load
+                with contextlib.suppress(Exception):
+                    events = yield from self._journal_op(name, run_id, 0)
             claimed.append(ClaimedRun(run_id, events, _controls(cancel_at, pause_at, updates)))
         return claimed
 
@@ -291,11 +294,16 @@ class ValkeyLifecycle(ValkeyCore):
                 break
             remaining = SEP.join(leases[len(claimed) :])
             page = (self.replay_page_size, self.replay_page_bytes)
-            answer = yield Script(
-                "claim_next",
-                (name, remaining, worker_version or "", CLAIM_SCAN, load, *page),
-                shard,
-            )
+            try:
+                answer = yield Script(
+                    "claim_next",
+                    (name, remaining, worker_version or "", CLAIM_SCAN, load, *page),
+                    shard,
+                )
+            except Exception:
+                if claimed:
+                    break  # the runs claimed so far are the caller's: it must get them
+                raise
             for claim in answer:
                 self._remember(name, _text(claim[0] if load else claim), shard)
             claimed.extend(answer)
@@ -546,13 +554,13 @@ class ValkeyLifecycle(ValkeyCore):
             page = self.replay_page_size
             if max_events is not None:
                 page = min(page, max_events - len(events))
-            entries = yield Script(
+            entries, more = yield Script(
                 "read_page",
                 (name, run_id, after_seq, page, self.replay_page_bytes),
                 shard,
             )
             events.extend(event_from(name, run_id, entry, fields) for entry, fields in entries)
-            if not entries:
+            if not entries or not int(more):
                 break
             after_seq = int(_text(entries[-1][0]).split("-", 1)[1])
         return events

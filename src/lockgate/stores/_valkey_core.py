@@ -114,6 +114,12 @@ def _lua(name: str) -> str:
     return (resources.files("lockgate.stores") / "lua" / f"{name}.lua").read_text()
 
 
+_MAIN_THEN_FLUSH = """local ok, result = pcall(main)
+flush()
+if ok then return result end
+if type(result) == 'table' and result.err then return redis.error_reply(result.err) end
+return redis.error_reply(tostring(result))
+"""
 _DEFINED = re.compile(r"^local (?:function )?([A-Za-z_][A-Za-z0-9_]*)", re.MULTILINE)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -135,10 +141,9 @@ def script_text(name: str) -> str:
             _DEFINED.finditer(lib), starts, [*starts[1:], len(lib)], strict=True
         )
     }
-    # The script runs as a function, so that set()'s writes are flushed however it returns.
-    own = (
-        f"local function main()\n{_lua(name)}\nend\nlocal result = main()\nflush()\nreturn result\n"
-    )
+    # The script runs as a function, so that set()'s writes are flushed however it ends: by
+    # a return, a refusal (an error reply it returns) or a Lua error (raised again after).
+    own = "local function main()\n" + _lua(name) + "\nend\n" + _MAIN_THEN_FLUSH
     needed: set[str] = set()
     pending = [word for word in _NAME.findall(own) if word in parts]
     while pending:
@@ -499,12 +504,17 @@ class ValkeyCore:
 
     def coroutine_for(self, method: Callable[..., Any]) -> Callable[..., Awaitable[Any]] | None:
         """``method``'s operation on the running loop's asyncio client, when it has one: the
-        store method ``name`` whose work is the operation ``_name_op``."""
+        store method ``name`` whose work is the operation ``_name_op`` defined beside it (a
+        subclass that overrides ``name`` alone keeps its override, called on a thread)."""
         if getattr(method, "__self__", None) is not self:
             return None
-        op = getattr(self, f"_{method.__name__}_op", None)
-        if op is None:
+        key = (type(self), method.__name__)
+        if key not in _NATIVE:
+            _NATIVE[key] = _operation_beside(*key)
+        native = _NATIVE[key]
+        if native is None:
             return None
+        op = getattr(self, native)
         return lambda *args, **kwargs: self._arun(op(*args, **kwargs))
 
     def _make_loop_client(self) -> LoopClient:
@@ -698,6 +708,18 @@ class ValkeyCore:
             wait=wait,
             cancel_requested_at=fields.get("cancel_at") or None,
         )
+
+
+#: Per store class and method name: the name of the operation the method runs natively, or
+#: None (see ``ValkeyCore.coroutine_for``).
+_NATIVE: dict[tuple[type, str], str | None] = {}
+
+
+def _operation_beside(cls: type, name: str) -> str | None:
+    """``_name_op`` when the class that defines ``cls``'s ``name`` also defines it."""
+    op = f"_{name}_op"
+    owner = next((klass for klass in cls.__mro__ if name in vars(klass)), None)
+    return op if owner is not None and op in vars(owner) else None
 
 
 def redacted_url(url: str) -> str:

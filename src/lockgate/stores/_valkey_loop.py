@@ -24,10 +24,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import weakref
 from collections.abc import AsyncGenerator, Callable, Generator
 from dataclasses import dataclass
 from typing import Any, TypeVar
+
+try:
+    from redis.exceptions import ResponseError
+except ImportError:  # pragma: no cover - the extra is missing; no store is built then
+    ResponseError = Exception  # type: ignore[assignment,misc]
 
 T = TypeVar("T")
 
@@ -54,6 +58,8 @@ class Commands:
 Request = Script | Commands
 #: An operation: yields requests, is sent their answers, returns its result.
 Op = Generator[Request, Any, T]
+#: Commands waiting to be sent, each with the future its asker awaits.
+Batch = list[tuple[tuple[Any, ...], asyncio.Future[Any]]]
 
 
 def command(*args: Any) -> Commands:
@@ -74,7 +80,7 @@ class LoopClient:
     def __init__(self, client: Any, *, pipelined: bool) -> None:
         self.client = client
         self._pipelined = pipelined
-        self._queue: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []
+        self._queue: Batch = []
         self._flush_soon = False
         # The pipelines in flight (held here: the loop keeps only weak references to tasks).
         self._sending: set[asyncio.Task[None]] = set()
@@ -118,29 +124,40 @@ class LoopClient:
             self._sending.add(task)
             task.add_done_callback(self._sending.discard)
 
-    async def _send_batch(self, batch: list[tuple[tuple[Any, ...], asyncio.Future[Any]]]) -> None:
-        pipe = self.client.pipeline(transaction=False)
-        for args, _ in batch:
-            pipe.execute_command(*args)
-        try:
-            replies = await pipe.execute(raise_on_error=False)
-        except BaseException as exc:
-            # The pipeline failed as a whole (the connection broke): every asker gets the
-            # error, and each retries its own command as it would have alone.
-            failure = exc if isinstance(exc, Exception) else ConnectionError(repr(exc))
-            for _, answer in batch:
-                if not answer.done():
-                    answer.set_exception(failure)
-            if not isinstance(exc, Exception):
-                raise
+    async def _send_batch(self, batch: Batch) -> None:
+        """Write the batch's commands at once on one connection, then read the replies one by
+        one, answering each asker as its reply arrives: a refused command fails only its
+        asker, and a connection that breaks fails only the askers not answered yet (whose
+        commands may or may not have run, as for a command sent alone)."""
+        batch = [(args, answer) for args, answer in batch if not answer.done()]  # not cancelled
+        if not batch:
             return
-        for (_, answer), reply in zip(batch, replies, strict=True):
-            if answer.done():  # the asker was cancelled meanwhile
-                continue
-            if isinstance(reply, Exception):
-                answer.set_exception(reply)
-            else:
-                answer.set_result(reply)
+        pool = self.client.connection_pool
+        try:
+            connection = await pool.get_connection()
+        except BaseException as exc:
+            _fail_unanswered(batch, exc)
+            _raise_if_not_exception(exc)
+            return
+        try:
+            await connection.send_packed_command(
+                connection.pack_commands([args for args, _ in batch])
+            )
+            for args, answer in batch:
+                try:
+                    reply = await self.client.parse_response(connection, args[0])
+                except ResponseError as refused:  # this command's own error; the rest follow
+                    if not answer.done():
+                        answer.set_exception(refused)
+                    continue
+                if not answer.done():  # else its asker was cancelled while it ran
+                    answer.set_result(reply)
+        except BaseException as exc:
+            await connection.disconnect()  # what is left on it is not to be read by another
+            _fail_unanswered(batch, exc)
+            _raise_if_not_exception(exc)
+        finally:
+            await pool.release(connection)
 
     async def aclose(self) -> None:
         await self.client.aclose()
@@ -153,22 +170,41 @@ class LoopClients:
         self._make = make
         self._lock = threading.Lock()
         # Each loop's client, and the async generator that closes it when the loop shuts down
-        # (held here: the loop itself only keeps a weak reference to it).
-        self._clients: weakref.WeakKeyDictionary[
+        # (held here: the loop itself only keeps a weak reference to it). The generator holds
+        # its loop, so an entry goes when its loop shuts down or is found closed, not by
+        # itself.
+        self._clients: dict[
             asyncio.AbstractEventLoop, tuple[LoopClient, AsyncGenerator[None, None]]
-        ] = weakref.WeakKeyDictionary()
+        ] = {}
+        # Clients being closed on their loop, held until they are.
+        self._closing: set[asyncio.Future[None]] = set()
 
     async def client(self) -> LoopClient:
         loop = asyncio.get_running_loop()
         held = self._clients.get(loop)
         if held is not None:
             return held[0]
+        with self._lock:
+            # Loops closed without shutting their async generators down: their clients'
+            # sockets went with them.
+            for closed in [other for other in self._clients if other.is_closed()]:
+                del self._clients[closed]
         client = self._make()
-        closer = _close_at_shutdown(client)
+        closer = self._close_at_shutdown(loop, client)
         with self._lock:
             self._clients[loop] = (client, closer)
         await closer.__anext__()  # started: the loop now closes it at shutdown_asyncgens
         return client
+
+    async def _close_at_shutdown(
+        self, loop: asyncio.AbstractEventLoop, client: LoopClient
+    ) -> AsyncGenerator[None, None]:
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._clients.pop(loop, None)
+            await client.aclose()
 
     def close(self) -> None:
         """Close the clients of loops still running: on this thread's loop, as a task; on
@@ -185,13 +221,23 @@ class LoopClients:
             if loop.is_closed():
                 continue
             if loop is current:
-                loop.create_task(client.aclose())
+                closing = loop.create_task(client.aclose())
+                self._closing.add(closing)
+                closing.add_done_callback(self._closing.discard)
             elif loop.is_running():
                 asyncio.run_coroutine_threadsafe(client.aclose(), loop)
 
 
-async def _close_at_shutdown(client: LoopClient) -> AsyncGenerator[None, None]:
-    try:
-        yield
-    finally:
-        await client.aclose()
+def _fail_unanswered(batch: Batch, exc: BaseException) -> None:
+    """Give ``exc`` to every asker of ``batch`` not answered yet (each then retries its own
+    command, as it would have alone)."""
+    failure = exc if isinstance(exc, Exception) else ConnectionError(repr(exc))
+    for _, answer in batch:
+        if not answer.done():
+            answer.set_exception(failure)
+
+
+def _raise_if_not_exception(exc: BaseException) -> None:
+    """Re-raise a cancellation or an exit: those are not the askers' to handle."""
+    if not isinstance(exc, Exception):
+        raise exc

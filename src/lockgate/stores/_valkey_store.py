@@ -196,4 +196,5 @@ class ValkeyStore(ValkeyWaits, ValkeyTriggers, Store):
         self._script("g_release", worker_id)
 
     def close(self) -> None:
+        self._loop_clients.close()
         self._redis.close()

@@ -129,7 +129,7 @@ class AttemptPool:
         try:
             events = (
                 claimed.events
-                if claimed is not None
+                if claimed is not None and claimed.events is not None
                 else await rt.io(rt.store.load_run, spec.name, claim.run_id)
             )
         except Exception as exc:
