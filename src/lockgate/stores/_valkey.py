@@ -24,7 +24,7 @@ from lockgate.stores._valkey_core import (
     event_from,
     shard_key,
 )
-from lockgate.stores._valkey_loop import Commands, Op, Script, command
+from lockgate.stores._valkey_loop import Commands, Op, Script, command, operation
 
 #: Held or other-version runs a claim looks past in one fairness bucket.
 CLAIM_SCAN = 64
@@ -96,7 +96,8 @@ class ValkeyLifecycle(ValkeyCore):
             due,
         ]
 
-    def _create_run_op(
+    @operation
+    def create_run(
         self,
         submit: Submit,
         run_id: str,
@@ -173,38 +174,8 @@ class ValkeyLifecycle(ValkeyCore):
         yield from self._routed_op(submit.name, first_id, shard, held)
         return first_id
 
-    def create_run(
-        self,
-        submit: Submit,
-        run_id: str,
-        *,
-        headers: dict[str, str] | None = None,
-        idempotency_key: str | None = None,
-        idempotency_body_hash: str | None = None,
-        idempotency_ttl: int = 86_400,
-    ) -> str:
-        return self._run(
-            self._create_run_op(
-                submit,
-                run_id,
-                headers=headers,
-                idempotency_key=idempotency_key,
-                idempotency_body_hash=idempotency_body_hash,
-                idempotency_ttl=idempotency_ttl,
-            )
-        )
-
+    @operation
     def claim_next_run(
-        self,
-        name: str,
-        worker_id: str,
-        worker_version: str | None = None,
-        *,
-        prefer: Sequence[int] = (),
-    ) -> str | None:
-        return self._run(self._claim_next_run_op(name, worker_id, worker_version, prefer=prefer))
-
-    def _claim_next_run_op(
         self,
         name: str,
         worker_id: str,
@@ -215,6 +186,7 @@ class ValkeyLifecycle(ValkeyCore):
         claimed = yield from self._claim_op(name, [worker_id], worker_version, prefer, "")
         return _text(claimed[0]) if claimed else None
 
+    @operation
     def claim_next_run_loaded(
         self,
         name: str,
@@ -222,24 +194,11 @@ class ValkeyLifecycle(ValkeyCore):
         worker_version: str | None = None,
         *,
         prefer: Sequence[int] = (),
-    ) -> ClaimedRun | None:
-        return self._run(
-            self._claim_next_run_loaded_op(name, worker_id, worker_version, prefer=prefer)
-        )
-
-    def _claim_next_run_loaded_op(
-        self,
-        name: str,
-        worker_id: str,
-        worker_version: str | None = None,
-        *,
-        prefer: Sequence[int] = (),
     ) -> Op[ClaimedRun | None]:
-        claimed = yield from self._claim_next_runs_loaded_op(
-            name, [worker_id], worker_version, prefer=prefer
-        )
+        claimed = yield from self._claims_loaded_op(name, [worker_id], worker_version, prefer)
         return claimed[0] if claimed else None
 
+    @operation
     def claim_next_runs_loaded(
         self,
         name: str,
@@ -247,18 +206,15 @@ class ValkeyLifecycle(ValkeyCore):
         worker_version: str | None = None,
         *,
         prefer: Sequence[int] = (),
-    ) -> list[ClaimedRun]:
-        return self._run(
-            self._claim_next_runs_loaded_op(name, leases, worker_version, prefer=prefer)
-        )
+    ) -> Op[list[ClaimedRun]]:
+        return (yield from self._claims_loaded_op(name, leases, worker_version, prefer))
 
-    def _claim_next_runs_loaded_op(
+    def _claims_loaded_op(
         self,
         name: str,
         leases: Sequence[str],
-        worker_version: str | None = None,
-        *,
-        prefer: Sequence[int] = (),
+        worker_version: str | None,
+        prefer: Sequence[int],
     ) -> Op[list[ClaimedRun]]:
         """The claims, each with its run's journal and controls, in one script per shard
         tried: one round trip when the first shard has enough."""
@@ -312,18 +268,12 @@ class ValkeyLifecycle(ValkeyCore):
     def claim_run(self, name: str, run_id: str, worker_id: str) -> None:
         self._on_run("claim_run", name, run_id, worker_id)
 
-    def release_run(self, name: str, run_id: str, worker_id: str | None = None) -> None:
-        self._run(self._release_run_op(name, run_id, worker_id))
-
-    def _release_run_op(self, name: str, run_id: str, worker_id: str | None = None) -> Op[None]:
+    @operation
+    def release_run(self, name: str, run_id: str, worker_id: str | None = None) -> Op[None]:
         yield from self._on_run_op("release", name, run_id, worker_id or "", "")
 
+    @operation
     def requeue_run(
-        self, name: str, run_id: str, worker_id: str | None = None, *, reason: str = "owner_gone"
-    ) -> None:
-        self._run(self._requeue_run_op(name, run_id, worker_id, reason=reason))
-
-    def _requeue_run_op(
         self, name: str, run_id: str, worker_id: str | None = None, *, reason: str = "owner_gone"
     ) -> Op[None]:
         yield from self._on_run_op("requeue", name, run_id, worker_id or "", reason)
@@ -363,10 +313,8 @@ class ValkeyLifecycle(ValkeyCore):
                 pending += int(self._cmd("ZCARD", self._key("q", name, _text(bucket), shard=shard)))
         return pending
 
-    def heartbeat(self, name: str, run_id: str, worker_id: str) -> tuple[str | None, str | None]:
-        return self._run(self._heartbeat_op(name, run_id, worker_id))
-
-    def _heartbeat_op(
+    @operation
+    def heartbeat(
         self, name: str, run_id: str, worker_id: str
     ) -> Op[tuple[str | None, str | None]]:
         cancel_at, pause_at = yield from self._on_run_op("heartbeat", name, run_id, worker_id)
@@ -402,10 +350,8 @@ class ValkeyLifecycle(ValkeyCore):
         controls = self.poll_run(name, run_id)
         return controls.cancel_requested_at, controls.pause_requested_at
 
-    def poll_run(self, name: str, run_id: str) -> RunControls:
-        return self._run(self._poll_run_op(name, run_id))
-
-    def _poll_run_op(self, name: str, run_id: str) -> Op[RunControls]:
+    @operation
+    def poll_run(self, name: str, run_id: str) -> Op[RunControls]:
         shard = yield from self._located_op(name, run_id)
         if shard is None:
             raise RunNotFoundError(name, run_id)
@@ -422,10 +368,8 @@ class ValkeyLifecycle(ValkeyCore):
             raise RunNotFoundError(name, run_id)
         return _controls(cancel_at, pause_at, updates)
 
-    def get_run(self, name: str, run_id: str) -> RunInfo | None:
-        return self._run(self._get_run_op(name, run_id))
-
-    def _get_run_op(self, name: str, run_id: str) -> Op[RunInfo | None]:
+    @operation
+    def get_run(self, name: str, run_id: str) -> Op[RunInfo | None]:
         fields = yield from self._fields_op(name, run_id)
         if fields is None:
             return None
@@ -494,22 +438,14 @@ class ValkeyLifecycle(ValkeyCore):
     def ping(self) -> None:
         self._cmd("PING")
 
+    @operation
     def append_events(
-        self, name: str, run_id: str, events: list[RunEvent], *, fence: str | None = None
-    ) -> None:
-        self._run(self._append_events_op(name, run_id, events, fence=fence))
-
-    def _append_events_op(
         self, name: str, run_id: str, events: list[RunEvent], *, fence: str | None = None
     ) -> Op[None]:
         yield from self._on_run_op("append", name, run_id, event_args(events), fence or "")
 
+    @operation
     def append_and_poll(
-        self, name: str, run_id: str, events: list[RunEvent], *, fence: str
-    ) -> RunControls:
-        return self._run(self._append_and_poll_op(name, run_id, events, fence=fence))
-
-    def _append_and_poll_op(
         self, name: str, run_id: str, events: list[RunEvent], *, fence: str
     ) -> Op[RunControls]:
         """The fenced append and the controls read in one script: one round trip."""
@@ -518,12 +454,8 @@ class ValkeyLifecycle(ValkeyCore):
         )
         return _controls(cancel_at, pause_at, updates)
 
+    @operation
     def finish_if_quiet(
-        self, name: str, run_id: str, events: list[RunEvent], *, fence: str
-    ) -> RunControls | None:
-        return self._run(self._finish_if_quiet_op(name, run_id, events, fence=fence))
-
-    def _finish_if_quiet_op(
         self, name: str, run_id: str, events: list[RunEvent], *, fence: str
     ) -> Op[RunControls | None]:
         """The conditional terminal in one script: one round trip."""
@@ -532,10 +464,8 @@ class ValkeyLifecycle(ValkeyCore):
             return _controls(*answer)
         return None
 
-    def load_run(self, name: str, run_id: str, *, max_events: int | None = None) -> list[RunEvent]:
-        return self._run(self._load_run_op(name, run_id, max_events=max_events))
-
-    def _load_run_op(
+    @operation
+    def load_run(
         self, name: str, run_id: str, *, max_events: int | None = None
     ) -> Op[list[RunEvent]]:
         return (yield from self._journal_op(name, run_id, 0, max_events))
@@ -565,10 +495,8 @@ class ValkeyLifecycle(ValkeyCore):
             after_seq = int(_text(entries[-1][0]).split("-", 1)[1])
         return events
 
-    def get_last_event(self, name: str, run_id: str) -> RunEvent | None:
-        return self._run(self._get_last_event_op(name, run_id))
-
-    def _get_last_event_op(self, name: str, run_id: str) -> Op[RunEvent | None]:
+    @operation
+    def get_last_event(self, name: str, run_id: str) -> Op[RunEvent | None]:
         shard = yield from self._located_op(name, run_id)
         if shard is None:
             return None

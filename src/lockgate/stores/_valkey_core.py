@@ -58,6 +58,8 @@ from lockgate.stores._valkey_loop import (
     Request,
     Script,
     command,
+    operation,
+    operation_of,
 )
 
 try:
@@ -503,19 +505,12 @@ class ValkeyCore:
         return await self._aio(lambda: client.send_all(request.commands), request.what)
 
     def coroutine_for(self, method: Callable[..., Any]) -> Callable[..., Awaitable[Any]] | None:
-        """``method``'s operation on the running loop's asyncio client, when it has one: the
-        store method ``name`` whose work is the operation ``_name_op`` defined beside it (a
-        subclass that overrides ``name`` alone keeps its override, called on a thread)."""
-        if getattr(method, "__self__", None) is not self:
+        """``method``'s operation, run with the running loop's client, when ``method`` is one
+        of this store's methods made with :func:`operation`."""
+        op = operation_of(method) if getattr(method, "__self__", None) is self else None
+        if op is None:
             return None
-        key = (type(self), method.__name__)
-        if key not in _NATIVE:
-            _NATIVE[key] = _operation_beside(*key)
-        native = _NATIVE[key]
-        if native is None:
-            return None
-        op = getattr(self, native)
-        return lambda *args, **kwargs: self._arun(op(*args, **kwargs))
+        return lambda *args, **kwargs: self._arun(op(self, *args, **kwargs))
 
     def _make_loop_client(self) -> LoopClient:
         """An asyncio client like the blocking one, for one event loop: pipelining what is
@@ -577,9 +572,6 @@ class ValkeyCore:
     def _home(self, key: str) -> int:
         return shard_for(key, self.shard_count)
 
-    def _located(self, name: str, run_id: str) -> int | None:
-        return self._run(self._located_op(name, run_id))
-
     def _located_op(self, name: str, run_id: str) -> Op[int | None]:
         """The shard holding the run, or None when none does: remembered, else the index
         (``shardof``: ``name SEP run_id`` -> shard, written before every submit), else every
@@ -605,6 +597,8 @@ class ValkeyCore:
         self._remember(name, run_id, shard)
         return shard
 
+    _located = operation(_located_op)
+
     def _remember(self, name: str, run_id: str, shard: int) -> None:
         """Remember the run's shard (a run never changes shards)."""
         if self.shard_count == 1:
@@ -617,17 +611,13 @@ class ValkeyCore:
         """Forget where the run was thought to be: an index entry whose submit never landed."""
         self._located_runs.pop(name + SEP + run_id, None)
 
-    def _run_shard(self, name: str, run_id: str) -> int:
-        return self._run(self._run_shard_op(name, run_id))
-
     def _run_shard_op(self, name: str, run_id: str) -> Op[int]:
         """The shard to address the run in: where it is, else the one its id hashes to (where
         a script finds it missing and answers so)."""
         located = yield from self._located_op(name, run_id)
         return located if located is not None else self._home(run_id)
 
-    def _on_run(self, script: str, name: str, run_id: str, *args: Any) -> Any:
-        return self._run(self._on_run_op(script, name, run_id, *args))
+    _run_shard = operation(_run_shard_op)
 
     def _on_run_op(self, script: str, name: str, run_id: str, *args: Any) -> Op[Any]:
         """Script ``script`` for the run (``name``, ``run_id``, ``*args``) in its shard."""
@@ -637,6 +627,8 @@ class ValkeyCore:
         except RunNotFoundError:
             self._forget(name, run_id)
             raise
+
+    _on_run = operation(_on_run_op)
 
     def _run_key(self, kind: str, name: str, run_id: str) -> str:
         """The run's key of ``kind`` (``r``, ``e``, ``sig``, ...), in the run's shard."""
@@ -660,17 +652,13 @@ class ValkeyCore:
         )
         return [s for s, hit in zip(order, queued, strict=True) if int(hit)]
 
-    def _server_now(self) -> float:
-        return self._run(self._server_now_op())
-
     def _server_now_op(self) -> Op[float]:
         if self._clock is not None:
             return float(self._clock())
         [(seconds, micros)] = yield command("TIME")
         return int(seconds) + int(micros) / 1_000_000
 
-    def _fields(self, name: str, run_id: str) -> dict[str, str] | None:
-        return self._run(self._fields_op(name, run_id))
+    _server_now = operation(_server_now_op)
 
     def _fields_op(self, name: str, run_id: str) -> Op[dict[str, str] | None]:
         """The run's hash, or None when no shard holds the run."""
@@ -682,6 +670,8 @@ class ValkeyCore:
             self._forget(name, run_id)
             return None
         return _decode_hash(raw)
+
+    _fields = operation(_fields_op)
 
     def _info(self, name: str, run_id: str, fields: dict[str, str], now: float) -> RunInfo:
         wait = WaitSpec.from_dict(json.loads(fields["wait"])) if fields.get("wait") else None
@@ -708,18 +698,6 @@ class ValkeyCore:
             wait=wait,
             cancel_requested_at=fields.get("cancel_at") or None,
         )
-
-
-#: Per store class and method name: the name of the operation the method runs natively, or
-#: None (see ``ValkeyCore.coroutine_for``).
-_NATIVE: dict[tuple[type, str], str | None] = {}
-
-
-def _operation_beside(cls: type, name: str) -> str | None:
-    """``_name_op`` when the class that defines ``cls``'s ``name`` also defines it."""
-    op = f"_{name}_op"
-    owner = next((klass for klass in cls.__mro__ if name in vars(klass)), None)
-    return op if owner is not None and op in vars(owner) else None
 
 
 def redacted_url(url: str) -> str:

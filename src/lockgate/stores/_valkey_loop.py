@@ -3,10 +3,11 @@
 An operation the worker calls on its hot path (a claim, a fenced append, a terminal, a
 heartbeat, ...) is a generator of the requests it sends (:class:`Script`, :class:`Commands`):
 it yields one, is sent the server's answer (or has the store's error thrown in), and returns its
-result. ``ValkeyCore._run`` drives such an operation with the blocking client, for the store's
-synchronous methods; ``ValkeyCore._arun`` drives the same generator with an asyncio client on
-the running loop, so the worker's attempts wait on Valkey without a thread each (a thread hop per
-call cost more than the call itself).
+result. A store method so written carries :func:`operation`: called, it is driven by
+``ValkeyCore._run`` with the blocking client; the event-loop runtime takes the generator itself
+(:func:`operation_of`, through ``Store.coroutine_for``) and ``ValkeyCore._arun`` drives it with
+an asyncio client on the running loop, so the worker's attempts wait on Valkey without a thread
+each (a thread hop per call cost more than the call itself).
 
 Asyncio clients belong to one event loop. :class:`LoopClients` keeps one per loop and closes it
 when the loop shuts down (``asyncio.run`` closes a loop's async generators first; a small one
@@ -23,10 +24,11 @@ shared.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from collections.abc import AsyncGenerator, Callable, Generator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 try:
     from redis.exceptions import ResponseError
@@ -60,6 +62,38 @@ Request = Script | Commands
 Op = Generator[Request, Any, T]
 #: Commands waiting to be sent, each with the future its asker awaits.
 Batch = list[tuple[tuple[Any, ...], asyncio.Future[Any]]]
+
+
+class Driver(Protocol):
+    """What runs an operation with a blocking client: the Valkey store."""
+
+    def _run(self, op: Op[T]) -> T: ...
+
+
+S = TypeVar("S", bound=Driver)
+P = ParamSpec("P")
+
+
+def operation(op: Callable[Concatenate[S, P], Op[T]]) -> Callable[Concatenate[S, P], T]:
+    """A store method written as an operation: called, it runs ``op`` with the store's
+    blocking client (``_run``); :func:`operation_of` hands ``op`` itself to the event-loop
+    runtime, which runs it with the loop's client."""
+
+    @functools.wraps(op)
+    def blocking(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self._run(op(self, *args, **kwargs))
+
+    blocking.__operation__ = op  # type: ignore[attr-defined]
+    return blocking
+
+
+def operation_of(method: Callable[..., Any]) -> Callable[..., Op[Any]] | None:
+    """The operation behind a bound store method made with :func:`operation`, else None (a
+    method a subclass overrides without one keeps its override)."""
+    found: Callable[..., Op[Any]] | None = getattr(
+        getattr(method, "__func__", None), "__operation__", None
+    )
+    return found
 
 
 def command(*args: Any) -> Commands:

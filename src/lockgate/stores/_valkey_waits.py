@@ -27,7 +27,7 @@ from lockgate.stores._records import (
 from lockgate.stores._types import TerminateOutcome, WaitOutcome, WaitSpec
 from lockgate.stores._valkey import ValkeyLifecycle, run_fields
 from lockgate.stores._valkey_core import SEP, _scored, _text, event_args, shard_key
-from lockgate.stores._valkey_loop import Op, command
+from lockgate.stores._valkey_loop import Op, command, operation
 
 
 def _dumps(value: Any) -> str:
@@ -49,12 +49,8 @@ class ValkeyWaits(ValkeyLifecycle):
 
     # -- timers and waits ----------------------------------------------------------------------
 
+    @operation
     def park_run(
-        self, name: str, run_id: str, *, lease: str, events: list[RunEvent], wait: WaitSpec
-    ) -> WaitOutcome:
-        return self._run(self._park_run_op(name, run_id, lease=lease, events=events, wait=wait))
-
-    def _park_run_op(
         self, name: str, run_id: str, *, lease: str, events: list[RunEvent], wait: WaitSpec
     ) -> Op[WaitOutcome]:
         outcome = yield from self._on_run_op(
@@ -112,51 +108,31 @@ class ValkeyWaits(ValkeyLifecycle):
             return self._finish_hand_on(name, run_id)
         return WaitOutcome(outcome)
 
+    @operation
     def wake_run(
         self, name: str, run_id: str, *, wait_id: str, lease: str | None = None
-    ) -> WaitOutcome:
-        return self._run(self._wake_run_op(name, run_id, wait_id=wait_id, lease=lease))
-
-    def _wake_run_op(
-        self, name: str, run_id: str, *, wait_id: str, lease: str | None = None
     ) -> Op[WaitOutcome]:
-        outcome = yield from self._on_run_op(
-            "w_wake", name, run_id, EventKind.RUN_WOKEN, wait_id, lease or ""
-        )
-        return WaitOutcome(_text(outcome))
+        return (yield from self._end_wait_op(name, run_id, EventKind.RUN_WOKEN, wait_id, lease))
 
+    @operation
     def time_out_wait(
         self, name: str, run_id: str, *, wait_id: str, lease: str | None = None
-    ) -> WaitOutcome:
-        return self._run(self._time_out_wait_op(name, run_id, wait_id=wait_id, lease=lease))
-
-    def _time_out_wait_op(
-        self, name: str, run_id: str, *, wait_id: str, lease: str | None = None
     ) -> Op[WaitOutcome]:
-        outcome = yield from self._on_run_op(
-            "w_wake", name, run_id, EventKind.RUN_WAIT_TIMED_OUT, wait_id, lease or ""
+        return (
+            yield from self._end_wait_op(name, run_id, EventKind.RUN_WAIT_TIMED_OUT, wait_id, lease)
         )
+
+    def _end_wait_op(
+        self, name: str, run_id: str, kind: str, wait_id: str, lease: str | None
+    ) -> Op[WaitOutcome]:
+        """End the run's wait ``wait_id`` with an event of ``kind`` (``w_wake``)."""
+        outcome = yield from self._on_run_op("w_wake", name, run_id, kind, wait_id, lease or "")
         return WaitOutcome(_text(outcome))
 
     # -- signals -------------------------------------------------------------------------------
 
+    @operation
     def send_signal(
-        self,
-        name: str,
-        run_id: str,
-        signal_name: str,
-        payload: dict[str, Any],
-        sent_at: str,
-        *,
-        idempotency_key: str | None = None,
-    ) -> str:
-        return self._run(
-            self._send_signal_op(
-                name, run_id, signal_name, payload, sent_at, idempotency_key=idempotency_key
-            )
-        )
-
-    def _send_signal_op(
         self,
         name: str,
         run_id: str,
@@ -176,12 +152,8 @@ class ValkeyWaits(ValkeyLifecycle):
         )
         return _text(sent)
 
-    def peek_signal(self, name: str, run_id: str, signal_name: str) -> dict[str, Any] | None:
-        return self._run(self._peek_signal_op(name, run_id, signal_name))
-
-    def _peek_signal_op(
-        self, name: str, run_id: str, signal_name: str
-    ) -> Op[dict[str, Any] | None]:
+    @operation
+    def peek_signal(self, name: str, run_id: str, signal_name: str) -> Op[dict[str, Any] | None]:
         shard = yield from self._require_op(name, run_id)
         [buffered] = yield command("LRANGE", self._key("sig", name, run_id, shard=shard), 0, -1)
         for raw in buffered:
@@ -191,10 +163,8 @@ class ValkeyWaits(ValkeyLifecycle):
                 return signal
         return None
 
-    def pop_signal_match(self, name: str, run_id: str, signal_name: str, signal_id: str) -> bool:
-        return self._run(self._pop_signal_match_op(name, run_id, signal_name, signal_id))
-
-    def _pop_signal_match_op(
+    @operation
+    def pop_signal_match(
         self, name: str, run_id: str, signal_name: str, signal_id: str
     ) -> Op[bool]:
         popped = yield from self._on_run_op("w_pop_signal", name, run_id, signal_name, signal_id)
@@ -216,28 +186,15 @@ class ValkeyWaits(ValkeyLifecycle):
         )
         return _text(self._on_run("w_update", name, run_id, update_id, record))
 
-    def peek_pending_updates(self, name: str, run_id: str) -> list[dict[str, Any]]:
-        return self._run(self._peek_pending_updates_op(name, run_id))
-
-    def _peek_pending_updates_op(self, name: str, run_id: str) -> Op[list[dict[str, Any]]]:
+    @operation
+    def peek_pending_updates(self, name: str, run_id: str) -> Op[list[dict[str, Any]]]:
         shard = yield from self._require_op(name, run_id)
         [stored] = yield command("HVALS", self._key("upd", name, run_id, shard=shard))
         pending = sorted((json.loads(_text(raw)) for raw in stored), key=lambda u: int(u["seq"]))
         return [dict(u["record"]) for u in pending]
 
+    @operation
     def settle_update(
-        self,
-        name: str,
-        run_id: str,
-        update_id: str,
-        outcome: dict[str, Any],
-        *,
-        fence: str | None = None,
-        ack: bool = True,
-    ) -> None:
-        self._run(self._settle_update_op(name, run_id, update_id, outcome, fence=fence, ack=ack))
-
-    def _settle_update_op(
         self,
         name: str,
         run_id: str,
@@ -288,10 +245,8 @@ class ValkeyWaits(ValkeyLifecycle):
         outcome = self._on_run("w_terminate", name, run_id, event_args([error]), now)
         return TerminateOutcome(_text(outcome))
 
-    def hand_back_run(self, name: str, run_id: str, worker_id: str | None = None) -> None:
-        self._run(self._hand_back_run_op(name, run_id, worker_id))
-
-    def _hand_back_run_op(self, name: str, run_id: str, worker_id: str | None = None) -> Op[None]:
+    @operation
+    def hand_back_run(self, name: str, run_id: str, worker_id: str | None = None) -> Op[None]:
         yield from self._on_run_op("release", name, run_id, worker_id or "", "hand_back")
 
     def hand_on_run(
