@@ -156,9 +156,9 @@ class AttemptPool:
         except StoreUnavailable as exc:
             log.warning("run %s of %s: %s", claim.run_id, spec.name, exc)
             self.outcomes["store_unavailable"] += 1
-            # The attempt tried to put the run back once; while the store stays away, that
-            # did not land: keep the run in its slot and try until it does.
-            await self._requeue_when_back(claim)
+            if not attempt.put_back:
+                # The store is still away: keep the run in its slot and try until it lands.
+                await self._requeue_when_back(claim)
             return
         except Exception:
             # An engine fault, not the body's (the body's own errors end the run in error).

@@ -94,6 +94,9 @@ class AttemptCore:
         # Set when the heartbeat stopped the body because no heartbeat got through for a
         # whole lease: the failure, for the attempt to put the run back with.
         self._store_lost: Exception | None = None
+        #: Whether the attempt, after the store failed under it, put its run back itself
+        #: (else whoever runs it keeps trying while the store stays away).
+        self.put_back = False
         self._task: asyncio.Task[Any] | None = None
         # The attempt's own view of its lease: ``lock_ttl`` from before the claim was asked
         # for, renewed from before each heartbeat that succeeded. Past it, the attempt writes

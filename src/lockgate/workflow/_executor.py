@@ -443,8 +443,8 @@ class Attempt(AttemptCore):
     async def _put_back(self, cause: Exception) -> NoReturn:
         """The store failed under the attempt: try once to requeue the run as
         ``store_unavailable`` (its lease, even lapsed, still lets it unless someone took the
-        run), then raise :class:`StoreUnavailable`; a worker keeps trying while the store
-        stays away."""
+        run), then raise :class:`StoreUnavailable`; ``put_back`` says whether that landed (a
+        worker keeps trying while the store stays away)."""
         with contextlib.suppress(Exception):
             await call_store(
                 self.store,
@@ -454,6 +454,7 @@ class Attempt(AttemptCore):
                 self.lease,
                 reason="store_unavailable",
             )
+            self.put_back = True
         raise StoreUnavailable(f"the store failed under run {self.run_id!r}: {cause}") from cause
 
     async def _cancelled_payload(self) -> dict[str, Any]:
