@@ -33,6 +33,7 @@ EXPECTED = {
     "Fatal",
     "IdempotencyConflict",
     "InlineWorkflowRunner",
+    "InvalidNameError",
     "InvalidParamsError",
     "JournalNeedsNewerRuntime",
     "LifecycleStore",

@@ -7,6 +7,7 @@ parsing messages::
     LockgateError
     ├── ConfigurationError              a declaration or option that cannot work
     ├── InvalidParamsError              submit params that do not fit the workflow body
+    ├── InvalidNameError                a workflow name or id that breaks the naming rules
     ├── PayloadTooLarge                 an event payload over max_event_payload_bytes
     ├── RunNotFoundError                no run with this name and id
     ├── DuplicateRunError               a run id already taken by another run
@@ -61,6 +62,7 @@ class ErrorCode(enum.StrEnum):
 
     CONFIGURATION = "configuration"
     INVALID_PARAMS = "invalid_params"
+    INVALID_NAME = "invalid_name"
     PAYLOAD_TOO_LARGE = "payload_too_large"
     NOT_FOUND = "not_found"
     DUPLICATE_RUN = "duplicate_run"
@@ -117,6 +119,20 @@ class InvalidParamsError(LockgateError, ValueError):
         super().__init__(message)
         self.workflow = workflow
         self.parameter = parameter
+
+
+class InvalidNameError(LockgateError, ValueError):
+    """A workflow name, run id, or another name or id given to lockgate (signal, update and
+    query names and ids, idempotency keys) that breaks the naming rules (see
+    ``lockgate._names``); nothing was written. ``what`` says which it was
+    (``"run id"``, ...), ``value`` is the value refused."""
+
+    code = ErrorCode.INVALID_NAME
+
+    def __init__(self, message: str, *, what: str, value: object) -> None:
+        super().__init__(message)
+        self.what = what
+        self.value = value
 
 
 class PayloadTooLarge(LockgateError):

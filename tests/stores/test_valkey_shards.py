@@ -16,6 +16,7 @@ from lockgate.stores import Gates, ValkeyStore
 from lockgate.stores._triggers import TriggerPolicy
 from lockgate.stores._types import WaitOutcome
 from lockgate.stores._valkey_core import shard_for
+from lockgate.stores._valkey_keys import parts_of
 from valkey_server import shared_url
 
 from ._support import NAME, event, kinds, status
@@ -400,11 +401,12 @@ def test_every_key_carries_its_shards_hash_tag(store: ValkeyStore, clock: Manual
     ns = store.namespace
     assert tags == {ns, *(f"{ns}:{i}" for i in range(SHARDS))}
     for key in keys:
-        parts = key.split("}:", 1)[1].split(":")
+        kind, colon, rest = key.split("}:", 1)[1].partition(":")
+        parts = [kind, *(parts_of(colon + rest) if colon else [])]
         if parts[0] in ("r", "e", "sig", "sigk", "upd") and parts[1] == NAME:
             shard = store.shard_of(NAME, parts[2])
             assert key.startswith(f"lg:{{{ns}:{shard}}}:"), key
-        if parts[0] in ("idem", "ver", "shardof", "shard_leases", "shard_workers", "shards"):
+        if parts[0] in ("idem", "ver", "shardof", "shard_leases", "shard_workers", "shards", "layout"):
             assert key.startswith(f"lg:{{{ns}}}:"), key
 
 

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, ClassVar
 
 from lockgate._errors import CapabilityMissing
+from lockgate._names import check_new_run
 from lockgate.journal._events import RunEvent
 from lockgate.stores._gates import Gates, WaitReason
 from lockgate.stores._records import Submit
@@ -91,8 +92,10 @@ class LifecycleStore(abc.ABC):
         are journaled in ``run:init`` and enforced at every claim. ``gates_unknown`` stamps a
         submit by name made before any policy was recorded: no gate is enforced, ``run:init``
         says ``{"unknown": true}``, and the claiming worker hands the run on with its own.
-        Nothing is written when it raises.
+        Nothing is written when it raises; a name, id or idempotency key the naming rules
+        refuse (``lockgate._names``) raises :class:`InvalidNameError`.
         """
+        check_new_run(name, run_id, idempotency_key)
         return self.create_run(
             Submit(
                 name,

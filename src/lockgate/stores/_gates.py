@@ -3,6 +3,7 @@ buckets, and the fair order in which queued runs are offered to a claim."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,16 +39,20 @@ class Gates:
 def fair_bucket(owner: str | None, gates: Gates) -> str:
     """The bucket claims rotate across: one per owner and set of gates, so a tenant with
     thousands of queued runs does not starve one with a few. The runs of one bucket share every
-    gate, so when one of them is refused, all of them are, and a claim moves on."""
-    parts = (
+    gate, so when one of them is refused, all of them are, and a claim moves on.
+
+    The bucket is the parts as a JSON list: two different owners or sets of gates never give
+    one bucket, whatever their text holds (parts joined with a separator did, when an owner or
+    a key held the separator)."""
+    parts = [
         owner,
         gates.concurrency_key,
         gates.concurrency_max,
         gates.rate_key,
         gates.rate_per_second,
         gates.rate_burst,
-    )
-    return "\x1f".join("" if part is None else str(part) for part in parts)
+    ]
+    return json.dumps(parts, separators=(",", ":"))
 
 
 def refill(tokens: float, updated_at: float, now: float, gates: Gates) -> float:

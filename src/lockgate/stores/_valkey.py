@@ -11,12 +11,12 @@ from typing import Any
 
 from lockgate._clock import iso
 from lockgate._errors import DuplicateRunError, RunNotFoundError
+from lockgate._names import check_new_run
 from lockgate.journal._events import RunEvent
 from lockgate.stores._gates import Gates, WaitReason, fair_bucket, wait_reason
 from lockgate.stores._records import Submit
 from lockgate.stores._types import ClaimedRun, RunControls, RunInfo
 from lockgate.stores._valkey_core import (
-    SEP,
     ValkeyCore,
     _decode_hash,
     _text,
@@ -24,6 +24,7 @@ from lockgate.stores._valkey_core import (
     event_from,
     shard_key,
 )
+from lockgate.stores._valkey_keys import SEP
 from lockgate.stores._valkey_loop import Commands, Op, Script, command, operation
 
 #: Held or other-version runs a claim looks past in one fairness bucket.
@@ -111,7 +112,9 @@ class ValkeyLifecycle(ValkeyCore):
         With more, two steps: ``g_route`` (namespace-wide: the idempotency key, the run ->
         shard index, held controls), then ``submit`` in the run's shard; a submit that fails
         after the first leaves an index entry naming a shard without the run, which reads take
-        for a missing run."""
+        for a missing run. Names and ids are checked first: members join them with ``SEP``,
+        which the naming rules keep out of them."""
+        check_new_run(submit.name, run_id, idempotency_key)
         now = yield from self._server_now_op()
         keep = repr(submit.keep_key_for(idempotency_ttl, now))
         key, body = idempotency_key or "", idempotency_body_hash or ""

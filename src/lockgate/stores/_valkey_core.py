@@ -50,6 +50,7 @@ from lockgate._errors import (
 from lockgate.journal._events import RunEvent, RunStatus
 from lockgate.stores._records import derive_status
 from lockgate.stores._types import RunInfo, WaitSpec
+from lockgate.stores._valkey_keys import KEY_LAYOUT, key, member, split_member
 from lockgate.stores._valkey_loop import (
     Commands,
     LoopClient,
@@ -91,7 +92,6 @@ log = logging.getLogger("lockgate.valkey")
 T = TypeVar("T")
 
 NAMESPACE_ENV = "LOCKGATE_VALKEY_NAMESPACE"
-SEP = "\x1f"
 #: Runs whose shard one process remembers; past it the memory starts over.
 LOCATED_CACHE = 100_000
 
@@ -161,11 +161,9 @@ def _error(message: str) -> LockgateError:
     code, _, detail = message.partition(" ")
     code = code.removeprefix("LG:")
     if code == "NOT_FOUND":
-        name, _, run_id = detail.partition(SEP)
-        return RunNotFoundError(name, run_id)
+        return RunNotFoundError(*split_member(detail))
     if code == "DUPLICATE":
-        name, _, run_id = detail.partition(SEP)
-        return DuplicateRunError(name, run_id)
+        return DuplicateRunError(*split_member(detail))
     if code == "LOCK_LOST":
         return LockLost(detail)
     if code == "AFTER_TERMINAL":
@@ -245,7 +243,7 @@ class ValkeyCore:
         if eviction_policy_check:
             self._check_eviction_policy()
         self._sources: dict[str, tuple[str, str]] = {}
-        self._check_shard_count()
+        self._check_namespace()
 
     def _client(self, url: str, cluster: bool | None) -> tuple[Any, bool]:
         """The client for ``url`` and whether it is a cluster client, the server reached."""
@@ -337,12 +335,15 @@ class ValkeyCore:
             text = text.replace(secret, "***")
         return text
 
-    def _check_shard_count(self) -> None:
-        """Record the namespace's shard count, or refuse a store built with another one: its
-        runs would be looked for in the wrong shards."""
-        key = self._key("shards")
-        self._cmd("SET", key, str(self.shard_count), "NX")
-        recorded = _text(self._cmd("GET", key))
+    def _check_namespace(self) -> None:
+        """Record the namespace's key layout and shard count on first use, or refuse a store
+        that would read it wrongly: a namespace of another key layout (an older lockgate's,
+        whose keys this one would not find, see ``_valkey_keys``), or another shard count (its
+        runs would be looked for in the wrong shards)."""
+        layout, shards = self._script("g_namespace", KEY_LAYOUT, str(self.shard_count))
+        layout, recorded = _text(layout), _text(shards)
+        if layout != KEY_LAYOUT:
+            raise ConfigurationError(_layout_refusal(self.namespace, layout))
         if recorded != str(self.shard_count):
             raise ConfigurationError(
                 f"Valkey namespace {self.namespace!r} has {recorded} shard(s), not "
@@ -555,9 +556,10 @@ class ValkeyCore:
 
     # -- keys and reading runs ---------------------------------------------------------------
 
-    def _key(self, *parts: str, shard: int | None = None) -> str:
-        """A key of ``shard`` (None: a namespace-wide one)."""
-        return (self.prefix if shard is None else self._prefixes[shard]) + ":".join(parts)
+    def _key(self, kind: str, *parts: str, shard: int | None = None) -> str:
+        """The key of ``kind`` for ``parts`` (names, ids, ...: see ``_valkey_keys``) in
+        ``shard`` (None: a namespace-wide one)."""
+        return key(self.prefix if shard is None else self._prefixes[shard], kind, *parts)
 
     def _pipeline(self, *commands: tuple[Any, ...]) -> list[Any]:
         """Commands sent together: one round trip (on a cluster, one per node involved), no
@@ -578,11 +580,11 @@ class ValkeyCore:
         shard asked (a fired run whose index entry was lost with its process)."""
         if self.shard_count == 1:
             return 0
-        member = name + SEP + run_id
-        shard = self._located_runs.get(member)
+        entry = member(name, run_id)
+        shard = self._located_runs.get(entry)
         if shard is not None:
             return shard
-        [indexed] = yield command("HGET", self._key("shardof"), member)
+        [indexed] = yield command("HGET", self._key("shardof"), entry)
         if indexed is not None:
             shard = int(indexed)
         else:
@@ -593,7 +595,7 @@ class ValkeyCore:
             shard = next((s for s, hit in enumerate(found) if int(hit)), None)
             if shard is None:
                 return None
-            yield command("HSETNX", self._key("shardof"), member, str(shard))
+            yield command("HSETNX", self._key("shardof"), entry, str(shard))
         self._remember(name, run_id, shard)
         return shard
 
@@ -605,11 +607,11 @@ class ValkeyCore:
             return
         if len(self._located_runs) >= LOCATED_CACHE:
             self._located_runs.clear()
-        self._located_runs[name + SEP + run_id] = shard
+        self._located_runs[member(name, run_id)] = shard
 
     def _forget(self, name: str, run_id: str) -> None:
         """Forget where the run was thought to be: an index entry whose submit never landed."""
-        self._located_runs.pop(name + SEP + run_id, None)
+        self._located_runs.pop(member(name, run_id), None)
 
     def _run_shard_op(self, name: str, run_id: str) -> Op[int]:
         """The shard to address the run in: where it is, else the one its id hashes to (where
@@ -698,6 +700,22 @@ class ValkeyCore:
             wait=wait,
             cancel_requested_at=fields.get("cancel_at") or None,
         )
+
+
+def _layout_refusal(namespace: str, layout: str) -> str:
+    """Why a store refuses a namespace of key layout ``layout``, and what to do."""
+    if layout.isdigit() and int(layout) > int(KEY_LAYOUT):
+        return (
+            f"Valkey namespace {namespace!r} was written by a newer lockgate (key layout "
+            f"{layout}; this one reads layout {KEY_LAYOUT}): upgrade lockgate to use it"
+        )
+    return (
+        f"Valkey namespace {namespace!r} was written by an older lockgate (key layout "
+        f"{layout}), whose keys could mix up names and ids holding ':'; this one uses key "
+        f"layout {KEY_LAYOUT} and does not read it. Let the older lockgate finish its runs, "
+        f"then delete the namespace's keys (lg:{{{namespace}}}:* and lg:{{{namespace}:<shard>}}:*)"
+        f" or give this store a new namespace (namespace=... or {NAMESPACE_ENV})"
+    )
 
 
 def redacted_url(url: str) -> str:

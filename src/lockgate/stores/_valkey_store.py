@@ -8,6 +8,7 @@ from typing import Any
 from lockgate._errors import ConfigurationError, LockgateError
 from lockgate.stores._base import Store
 from lockgate.stores._valkey_core import _text
+from lockgate.stores._valkey_keys import SEP, parts_of
 from lockgate.stores._valkey_triggers import ValkeyTriggers, glob_escaped
 from lockgate.stores._valkey_waits import ValkeyWaits
 
@@ -135,14 +136,14 @@ class ValkeyStore(ValkeyWaits, ValkeyTriggers, Store):
             server = dict(next(iter(server.values())))
         workflows: dict[str, dict[str, int]] = {}
         for shard in self._shards():
-            prefix = self._key("runs:", shard=shard)
+            prefix = self._key("runs", shard=shard)
             cursor = "0"
             while True:
                 cursor_raw, keys = self._cmd(
-                    "SCAN", cursor, "MATCH", glob_escaped(prefix) + "*", "COUNT", 500
+                    "SCAN", cursor, "MATCH", glob_escaped(prefix + ":") + "*", "COUNT", 500
                 )
                 for key in keys:
-                    name = _text(key).removeprefix(prefix)
+                    [name] = parts_of(_text(key).removeprefix(prefix))
                     counts = workflows.setdefault(name, {"runs": 0})
                     counts["runs"] += int(self._cmd("ZCARD", _text(key)))
                 cursor = _text(cursor_raw)
@@ -182,6 +183,8 @@ class ValkeyStore(ValkeyWaits, ValkeyTriggers, Store):
         the worker's leases, gives back those over its share (ceil(shards / live workers),
         a worker counting as live while its last call's ttl has not passed), and takes free
         or expired ones up to its share. Pass the result as ``prefer=`` to claims."""
+        if not worker_id or SEP in worker_id:  # a lease is kept as worker SEP expiry
+            raise ValueError(f"a worker id must be non-empty, without {SEP!r}: {worker_id!r}")
         answer = self._script(
             "g_lease",
             worker_id,

@@ -15,10 +15,12 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+from lockgate._names import check_name
 from lockgate.stores._gates import fair_bucket
 from lockgate.stores._triggers import TriggerPolicy
 from lockgate.stores._valkey import ValkeyLifecycle, run_fields
-from lockgate.stores._valkey_core import SEP, _scored, _text, shard_key
+from lockgate.stores._valkey_core import _scored, _text, shard_key
+from lockgate.stores._valkey_keys import member
 
 #: Marks a slot in a template. Random per process, so no user string can pass for one.
 SLOT_MARK = f"\x1elg-slot-{uuid.uuid4().hex}:"
@@ -151,7 +153,7 @@ class ValkeyTriggers(ValkeyLifecycle):
         if self.shard_count > 1:
             # The fire made the run in this step; its index entry follows (a reader that
             # finds none looks in every shard).
-            self._cmd("HSET", self._key("shardof"), name + SEP + run_id, str(shard))
+            self._cmd("HSET", self._key("shardof"), member(name, run_id), str(shard))
             self._remember(name, run_id, shard)
         return run_id
 
@@ -169,6 +171,7 @@ class ValkeyTriggers(ValkeyLifecycle):
     def trigger_event(
         self, name: str, key: str, event: dict[str, Any], *, policy: TriggerPolicy
     ) -> str | None:
+        check_name("workflow name", name)  # the fired run's name, in members joined by SEP
         return self._trigger(name, key, dumps(event), "", policy)
 
     def due_triggers(self, name: str, before: float, limit: int = 100) -> list[str]:
@@ -223,7 +226,7 @@ class ValkeyTriggers(ValkeyLifecycle):
         """The keys of ``kind``'s records in ``shard`` (None: namespace-wide), without the
         prefix, a batch at a time."""
         prefix = self._key("", shard=shard)
-        pattern = glob_escaped(self._key(kind, "", shard=shard)) + "*"
+        pattern = glob_escaped(self._key(kind, shard=shard) + ":") + "*"
         cursor = "0"
         while True:
             cursor_raw, keys = self._cmd(

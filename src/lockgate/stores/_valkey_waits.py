@@ -17,6 +17,7 @@ from typing import Any
 
 from lockgate._clock import iso
 from lockgate._errors import RunNotFoundError
+from lockgate._names import check_name, check_optional
 from lockgate.journal._events import EventKind, RunEvent
 from lockgate.stores._gates import Gates, fair_bucket
 from lockgate.stores._records import (
@@ -26,7 +27,8 @@ from lockgate.stores._records import (
 )
 from lockgate.stores._types import TerminateOutcome, WaitOutcome, WaitSpec
 from lockgate.stores._valkey import ValkeyLifecycle, run_fields
-from lockgate.stores._valkey_core import SEP, _scored, _text, event_args, shard_key
+from lockgate.stores._valkey_core import _scored, _text, event_args, shard_key
+from lockgate.stores._valkey_keys import SEP, split_member
 from lockgate.stores._valkey_loop import Op, command, operation
 
 
@@ -93,7 +95,7 @@ class ValkeyWaits(ValkeyLifecycle):
             entries.update(_scored(tied))
         ranked: list[tuple[float, float, int, str, str]] = []
         for member, due_at in entries.items():
-            name, _, run_id = member.partition(SEP)
+            name, run_id = split_member(member)
             key = self._key("r", name, run_id, shard=shard)
             order, submitted, terminal = self._cmd("HMGET", key, "ord", "submitted_at", "terminal")
             if order is not None and not terminal:
@@ -142,6 +144,9 @@ class ValkeyWaits(ValkeyLifecycle):
         *,
         idempotency_key: str | None = None,
     ) -> Op[str]:
+        # Buffered entries join the signal's name and id with SEP, kept out of both.
+        check_name("signal name", signal_name)
+        check_optional("signal id", idempotency_key)
         signal_id = idempotency_key or uuid.uuid4().hex
         record = _dumps(
             {"signal_id": signal_id, "name": signal_name, "payload": payload, "sent_at": sent_at}

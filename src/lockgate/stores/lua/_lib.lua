@@ -28,9 +28,22 @@ local HELD_TTL = tonumber(ARGV[6])
 local function A(i) return ARGV[6 + i] end
 local function fail(code, detail) return redis.error_reply('LG:' .. code .. ' ' .. (detail or '')) end
 
-local function K(...) return P .. table.concat({...}, ':') end
+-- A key: the prefix, a kind fixed in the code, then each part (a name, an id, a gate or
+-- trigger key, a bucket: text from users) as ':<bytes>#<part>', so that no part can pass for
+-- another whatever it holds ('billing:eu' run '42' and 'billing' run 'eu:42' are two keys).
+-- stores/_valkey_keys.py builds the same keys on the Python side.
+local function K(kind, ...)
+  local key = P .. kind
+  for i = 1, select('#', ...) do
+    local part = select(i, ...)
+    key = key .. ':' .. #part .. '#' .. part
+  end
+  return key
+end
 local function run_key(name, id) return K('r', name, id) end
 local function events_key(name, id) return K('e', name, id) end
+-- Joins a name and an id in one member (timers, ended, shardof, signal entries): safe as no
+-- name or id may hold it (the store's boundary refuses control characters; lockgate/_names.py).
 local SEP = '\31'
 
 -- A journal page (XRANGE entries) cut before the entry that would bring its fields past

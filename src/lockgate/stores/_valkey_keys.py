@@ -1,0 +1,69 @@
+"""The Valkey store's key layout, as Python builds it (``K`` in ``lua/_lib.lua`` builds the
+same keys inside scripts; the two must agree byte for byte).
+
+A key is a prefix (a shard's, ``lg:{<namespace>:<shard>}:``, or the namespace-wide one,
+``lg:{<namespace>}:``), a kind fixed in the code (``r``, ``e``, ``q``, ``slot``, ...), then
+each part taken from user input (a workflow name, a run id, an idempotency key, a Limit or
+Rate key, a trigger key, a fairness bucket) as ``:<bytes>#<part>``, where ``<bytes>`` is the
+length of the part's UTF-8 form in decimal. A reader knows where each part ends whatever it
+holds, so no two (kind, parts) give one key: workflow ``billing:eu`` run ``42`` is
+``r:10#billing:eu:2#42``, workflow ``billing`` run ``eu:42`` is ``r:7#billing:5#eu:42``.
+The hash tag is the prefix's: Valkey hashes the text between a key's first ``{`` and the
+first ``}`` after it, both in the prefix (a namespace holds no braces), so a brace in a name
+never moves a key to another slot.
+
+A few set and hash members join a name and an id with :data:`SEP` (U+001F): the run -> shard
+index, timers, ended runs, buffered signals (``signal name SEP signal id SEP record``). That is
+unambiguous because no name or id may hold U+001F (``lockgate._names``): the store's boundary
+refuses one before anything is written.
+
+:data:`KEY_LAYOUT` is the layout's generation, recorded in each namespace on first use. The
+first generation joined the parts with ``:`` alone; a store refuses a namespace of another
+generation (see ``ValkeyCore._check_namespace``).
+"""
+
+from __future__ import annotations
+
+#: The key layout generation this store writes and reads.
+KEY_LAYOUT = "2"
+#: Joins a name and an id (or a worker and an expiry) in one member.
+SEP = "\x1f"
+
+
+def part(text: str) -> str:
+    """One user-derived key part, length-prefixed: ``<bytes>#<text>``."""
+    return f"{len(text.encode())}#{text}"
+
+
+def key(prefix: str, kind: str, *parts: str) -> str:
+    """The key of ``kind`` for ``parts`` under ``prefix``."""
+    return prefix + kind + "".join(":" + part(p) for p in parts)
+
+
+def parts_of(rest: str) -> list[str]:
+    """The parts of a key after its kind (``:<bytes>#<part>...``), as :func:`key` wrote them.
+    Raises ``ValueError`` on text it did not write."""
+    data = rest.encode()
+    found: list[str] = []
+    at = 0
+    while at < len(data):
+        if data[at : at + 1] != b":":
+            raise ValueError(f"not a key's parts: {rest!r}")
+        mark = data.index(b"#", at)
+        size = int(data[at + 1 : mark])
+        if mark + 1 + size > len(data):
+            raise ValueError(f"not a key's parts: {rest!r}")
+        found.append(data[mark + 1 : mark + 1 + size].decode())
+        at = mark + 1 + size
+    return found
+
+
+def member(name: str, run_id: str) -> str:
+    """A run as one set or hash member: ``name SEP run_id``."""
+    return name + SEP + run_id
+
+
+def split_member(text: str) -> tuple[str, str]:
+    """The (name, run id) of a :func:`member`."""
+    name, _, run_id = text.partition(SEP)
+    return name, run_id

@@ -1,0 +1,17 @@
+-- Check a namespace as a store connects to it, in the namespace-wide slot: in a namespace
+-- nothing wrote yet, record the store's key layout generation and shard count; else answer
+-- the ones recorded. A namespace with keys but no layout was written by a lockgate of layout
+-- '1', which recorded its shard count (shards) and counted its queue (qseq) but no layout.
+-- A(1) the store's key layout generation  A(2) its shard count
+-- Returns {layout, shard count recorded}.
+local layout = redis.call('GET', K('layout'))
+if not layout then
+  if redis.call('EXISTS', K('shards'), K('qseq')) > 0 then
+    layout = '1'
+  else
+    layout = A(1)
+    redis.call('SET', K('layout'), layout)
+  end
+end
+if layout == A(1) then redis.call('SET', K('shards'), A(2), 'NX') end
+return {layout, redis.call('GET', K('shards')) or ''}
