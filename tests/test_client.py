@@ -17,6 +17,7 @@ from lockgate import (
     EventKind,
     IdempotencyConflict,
     InlineWorkflowRunner,
+    InvalidNameError,
     InvalidParamsError,
     ManualClock,
     MemoryStore,
@@ -234,9 +235,48 @@ async def test_an_idempotency_key_lives_a_day_plus_the_delay(
 async def test_an_empty_idempotency_key_is_refused(
     client: WorkflowClient, store: MemoryStore
 ) -> None:
-    with pytest.raises(ValueError, match="idempotency_key"):
+    with pytest.raises(ValueError, match="idempotency key must not be empty"):
         await client.submit("client_greet", {"who": "a"}, idempotency_key="")
     assert_nothing_queued(store, "client_greet")
+
+
+@pytest.mark.parametrize(
+    ("given", "what"),
+    [
+        ({"run_id": "r\n1"}, "run id"),
+        ({"run_id": ""}, "run id"),
+        ({"run_id": "r" * 257}, "run id"),
+        ({"idempotency_key": "k\x00"}, "idempotency key"),
+        ({"idempotency_key": "k" * 257}, "idempotency key"),
+    ],
+)
+async def test_ids_the_naming_rules_refuse_are_refused_at_submit(
+    client: WorkflowClient, store: MemoryStore, given: dict[str, str], what: str
+) -> None:
+    with pytest.raises(InvalidNameError) as refused:
+        await client.submit("client_greet", {"who": "a"}, **given)
+    assert refused.value.what == what
+    assert "\n" not in str(refused.value)
+    assert_nothing_queued(store, "client_greet")
+
+
+async def test_a_workflow_name_the_rules_refuse_is_refused_at_submit_and_trigger(
+    client: WorkflowClient,
+) -> None:
+    for name in ("bad\nname", "tab\tname", "n" * 257):
+        with pytest.raises(InvalidNameError, match="workflow name"):
+            await client.submit(name, {})
+        with pytest.raises(InvalidNameError, match="workflow name"):
+            await client.trigger(name, {})
+
+
+async def test_names_and_ids_with_colons_slashes_spaces_and_accents_are_kept(
+    client: WorkflowClient, store: MemoryStore
+) -> None:
+    for run_id in ("eu:42", "a/b", "with space", "café", "{x}", "r" * 256):
+        handle = await client.submit("client_greet", {"who": "a"}, run_id=run_id)
+        assert handle.run_id == run_id
+        assert await client.status("client_greet", run_id) == RunStatus.PENDING
 
 
 # -- delayed starts --------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from lockgate import (
     DuplicateWorkflowWarning,
     EventKind,
     Fatal,
+    InvalidNameError,
     Limit,
     Poison,
     Rate,
@@ -32,6 +33,29 @@ from lockgate import (
 from lockgate.workflow import get_workflow
 
 # -- @workflow: the body's shape -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["", "nul\x00", "new\nline", "sep\x1f", "n" * 257])
+def test_workflow_refuses_a_name_the_naming_rules_refuse(name: str) -> None:
+    with pytest.raises(InvalidNameError, match="workflow name") as refused:
+
+        @workflow(name=name)
+        async def body(ctx: WorkflowContext) -> None:
+            return None
+
+    assert refused.value.code == "invalid_name"
+    assert get_workflow(name) is None
+
+
+@pytest.mark.parametrize("name", ["billing:eu", "a/b", "with space", "café", "{x}", "n" * 256])
+def test_workflow_takes_names_with_colons_slashes_spaces_and_accents(name: str) -> None:
+    @workflow(name=name)
+    async def body(ctx: WorkflowContext) -> None:
+        return None
+
+    spec = get_workflow(name)
+    assert spec is not None
+    assert spec.name == name
 
 
 def test_workflow_refuses_a_plain_function() -> None:

@@ -13,6 +13,7 @@ import pytest
 from lockgate import (
     EventKind,
     InlineWorkflowRunner,
+    InvalidNameError,
     ManualClock,
     MemoryStore,
     NestedDurableOperationError,
@@ -186,6 +187,25 @@ async def test_signal_payload_must_be_a_json_dict(client: WorkflowClient) -> Non
         await handle.signal("item", ["not", "a", "dict"])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="payload"):
         await handle.signal("item", {"x": object()})
+
+
+async def test_signal_update_and_query_names_and_ids_the_rules_refuse_are_refused(
+    client: WorkflowClient, store: MemoryStore
+) -> None:
+    handle = await client.submit("sig_two_waits")
+    for bad in ("line\nbreak", "unit\x1fsep", ""):
+        with pytest.raises(InvalidNameError, match="signal name"):
+            await handle.signal(bad, {})
+        with pytest.raises(InvalidNameError, match="signal id"):
+            await handle.signal("item", {}, signal_id=bad)
+        with pytest.raises(InvalidNameError, match="update name"):
+            await handle.update(bad, {})
+        with pytest.raises(InvalidNameError, match="update id"):
+            await handle.update("add", {}, update_id=bad)
+        with pytest.raises(InvalidNameError, match="query name"):
+            await handle.query(bad)
+    assert store.peek_signal("sig_two_waits", handle.run_id, "item") is None
+    assert store.peek_pending_updates("sig_two_waits", handle.run_id) == []
 
 
 async def test_a_signal_to_a_run_not_yet_started_is_buffered_for_it(

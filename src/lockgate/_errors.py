@@ -6,8 +6,8 @@ parsing messages::
 
     LockgateError
     ├── ConfigurationError              a declaration or option that cannot work
+    │   └── InvalidNameError            a workflow name or id that breaks the naming rules
     ├── InvalidParamsError              submit params that do not fit the workflow body
-    ├── InvalidNameError                a workflow name or id that breaks the naming rules
     ├── PayloadTooLarge                 an event payload over max_event_payload_bytes
     ├── RunNotFoundError                no run with this name and id
     ├── DuplicateRunError               a run id already taken by another run
@@ -110,6 +110,23 @@ class ConfigurationError(LockgateError):
     code = ErrorCode.CONFIGURATION
 
 
+class InvalidNameError(ConfigurationError, ValueError):
+    """A workflow name, run id, or another name or id given to lockgate (signal, update and
+    query names and ids, idempotency keys) that breaks the naming rules (see
+    ``lockgate._names``); nothing was written. ``what`` says which it was
+    (``"run id"``, ...), ``value`` is the value refused.
+
+    A :class:`ConfigurationError`, as ``@workflow`` raises for every other declaration it
+    refuses, and a ``ValueError``, as ``submit`` raises for other arguments it refuses."""
+
+    code = ErrorCode.INVALID_NAME
+
+    def __init__(self, message: str, *, what: str, value: object) -> None:
+        super().__init__(message)
+        self.what = what
+        self.value = value
+
+
 class InvalidParamsError(LockgateError, ValueError):
     """Params given at submit do not fit the workflow body; nothing was queued."""
 
@@ -119,20 +136,6 @@ class InvalidParamsError(LockgateError, ValueError):
         super().__init__(message)
         self.workflow = workflow
         self.parameter = parameter
-
-
-class InvalidNameError(LockgateError, ValueError):
-    """A workflow name, run id, or another name or id given to lockgate (signal, update and
-    query names and ids, idempotency keys) that breaks the naming rules (see
-    ``lockgate._names``); nothing was written. ``what`` says which it was
-    (``"run id"``, ...), ``value`` is the value refused."""
-
-    code = ErrorCode.INVALID_NAME
-
-    def __init__(self, message: str, *, what: str, value: object) -> None:
-        super().__init__(message)
-        self.what = what
-        self.value = value
 
 
 class PayloadTooLarge(LockgateError):

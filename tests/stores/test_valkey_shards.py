@@ -406,7 +406,15 @@ def test_every_key_carries_its_shards_hash_tag(store: ValkeyStore, clock: Manual
         if parts[0] in ("r", "e", "sig", "sigk", "upd") and parts[1] == NAME:
             shard = store.shard_of(NAME, parts[2])
             assert key.startswith(f"lg:{{{ns}:{shard}}}:"), key
-        if parts[0] in ("idem", "ver", "shardof", "shard_leases", "shard_workers", "shards", "layout"):
+        if parts[0] in (
+            "idem",
+            "ver",
+            "shardof",
+            "shard_leases",
+            "shard_workers",
+            "shards",
+            "layout",
+        ):
             assert key.startswith(f"lg:{{{ns}}}:"), key
 
 

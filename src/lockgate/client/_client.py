@@ -28,6 +28,7 @@ from lockgate._errors import (
     UpdateRejected,
     UpdateTimeout,
 )
+from lockgate._names import check_name, check_optional
 from lockgate.flow import Collect, Debounce, Limit, Rate
 from lockgate.journal._events import (
     EventKind,
@@ -136,8 +137,12 @@ class WorkflowClient:
         first run; the same key with other params or timing raises
         :class:`IdempotencyConflict`. ``start_at`` or ``delay`` parks the run until then.
         ``run_id`` names the run (a random id otherwise); a taken id raises
-        :class:`DuplicateRunError` unless the idempotency key already maps to it.
+        :class:`DuplicateRunError` unless the idempotency key already maps to it. A name, id
+        or key the naming rules refuse raises :class:`InvalidNameError` (see docs/concepts.md).
         """
+        check_name("workflow name", name)
+        check_optional("run id", run_id)
+        check_optional("idempotency key", idempotency_key)
         spec = get_workflow(name)
         if spec is None and not allow_unregistered:
             raise ConfigurationError(f"workflow {name!r} is not imported in this process")
@@ -195,6 +200,7 @@ class WorkflowClient:
         loop (or ``InlineWorkflowRunner.fire_due_triggers``). A workflow not imported here
         takes the trigger its workers recorded. A workflow with no trigger, or an event that is
         not a JSON object, raises and buffers nothing."""
+        check_name("workflow name", name)
         spec = get_workflow(name)
         if spec is None and "policies" in self.store.capabilities():
             record = await self._io(self.store.get_workflow_policy, name)
@@ -341,6 +347,8 @@ class WorkflowClient:
         """Send a signal; returns ``"delivered"`` or ``"buffered"``. ``signal_id`` makes a
         retried send apply once. Raises :class:`RunFinishedError` once the run has ended or a
         cancel is latched."""
+        check_name("signal name", signal)
+        check_optional("signal id", signal_id)
         payload = {} if payload is None else payload
         if not isinstance(payload, dict) or not json_ready(payload):
             raise ValueError("a signal payload must be a JSON-serializable dict")
@@ -369,6 +377,7 @@ class WorkflowClient:
         """Call the run's ``ctx.on_query`` handler against its replayed state. Read-only."""
         from lockgate.workflow._executor import Attempt
 
+        check_name("query name", query)
         spec = get_workflow(name)
         if spec is None or spec.fn is None:
             raise QueryError(f"workflow {name!r} is not imported here; a query replays its body")
@@ -400,6 +409,8 @@ class WorkflowClient:
         A repeat with the same ``update_id`` returns the settled outcome without applying it
         again. Raises :class:`UpdateRejected`, :class:`UpdateError`, :class:`UpdateTimeout`,
         :class:`RunFinishedError` or :class:`RunNotStartedError`."""
+        check_name("update name", update)
+        check_optional("update id", update_id)
         payload = {} if payload is None else payload
         if not json_ready(payload):
             raise ValueError("an update payload must be JSON-serializable")

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, overload
 
 from lockgate._errors import ConfigurationError, InvalidParamsError, PayloadTooLarge
+from lockgate._names import check_name
 from lockgate.flow import Collect, Debounce, Limit, Rate
 from lockgate.journal._events import payload_size
 from lockgate.stores._gates import Gates
@@ -199,8 +200,7 @@ def _validate(
                 f"workflow {name!r}: parameter {parameter.name!r} must be passable "
                 f"by name, since params arrive as keyword arguments"
             )
-    if not name or not isinstance(name, str):
-        raise ConfigurationError("@workflow(name=...) must be a non-empty string")
+    check_name("workflow name", name)  # InvalidNameError: the naming rules in lockgate._names
     _number("timeout", timeout, allow_none=False)
     _number(
         "max_event_count_per_run", max_event_count_per_run, allow_none=True, minimum=1, integer=True
