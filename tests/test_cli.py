@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,8 @@ import pytest
 from lockgate import RunStatus
 from lockgate.cli import main
 from lockgate.demo._board import Board
-from lockgate.stores import SQLiteStore
+from lockgate.stores import SQLiteStore, ValkeyStore
+from valkey_server import shared_url
 
 WORKFLOWS = textwrap.dedent(
     """
@@ -158,6 +160,60 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
     code = main([*argv, "--store", STORE])
     captured = capsys.readouterr()
     return code, captured.out, captured.err
+
+
+@pytest.mark.parametrize(
+    ("argv", "match"),
+    [
+        (["runs", "show", "bad\nname", "r1"], "workflow name 'bad\\nname' holds U+000A"),
+        (["runs", "show", "w", "r\x00"], "run id 'r\\x00' holds U+0000"),
+        (["runs", "terminate", "w", "r\t1"], "run id"),
+        (["runs", "cancel", "w\x1f", "r1"], "workflow name"),
+        (["runs", "list", "n" * 257], "at most 256"),
+        (["runs", "signal", "w", "r1", "go\n"], "signal name"),
+        (["runs", "signal", "w", "r1", "go", "--signal-id", "a\u2028b"], "signal id"),
+        (["submit", "w\x7f"], "workflow name"),
+        (["submit", "w", "--idempotency-key", "k" * 257], "idempotency key"),
+        (["trigger", "a\rb", "--event", "{}"], "workflow name"),
+    ],
+)
+def test_names_and_ids_the_rules_refuse_exit_2_with_one_line_before_the_store_opens(
+    home: Path, capsys: pytest.CaptureFixture[str], argv: list[str], match: str
+) -> None:
+    code, _, err = _run(capsys, *argv)
+    assert code == 2
+    assert match in _one_error_line(err)
+    assert not (home / "cli.db").exists()
+
+
+def test_runs_terminate_on_valkey_ends_the_run_named_and_not_its_lookalike(
+    home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Workflow ``billing:eu`` run ``42`` and workflow ``billing`` run ``eu:42`` are two runs:
+    terminating one leaves the other queued, and each shows its own params."""
+    namespace = f"cli{uuid.uuid4().hex[:10]}"
+    url = f"{shared_url()}?namespace={namespace}"
+    store = ValkeyStore(shared_url(), namespace=namespace)
+    store.submit_run("billing:eu", "42", {"region": "eu"})
+    store.submit_run("billing", "eu:42", {"region": "all"})
+
+    assert main(["runs", "terminate", "billing:eu", "42", "--store", url]) == 0
+    assert capsys.readouterr().out.strip() == "run 42 terminated"
+    statuses = {
+        (i.name, i.run_id): i.status
+        for n in ("billing:eu", "billing")
+        for i in store.list_runs(n)[0]
+    }
+    assert statuses == {
+        ("billing:eu", "42"): RunStatus.TERMINATED,
+        ("billing", "eu:42"): RunStatus.PENDING,
+    }
+    assert main(["runs", "show", "billing", "eu:42", "--json", "--store", url]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert (shown["run"]["params"], shown["run"]["status"]) == ({"region": "all"}, "pending")
+    assert main(["runs", "terminate", "billing", "42", "--store", url]) == 2
+    assert "no run '42' of workflow 'billing'" in _one_error_line(capsys.readouterr().err)
+    store.close()
 
 
 def test_submit_with_app_checks_params_and_queues_a_run(

@@ -20,6 +20,7 @@ from lockgate import __version__
 from lockgate._errors import LockgateError
 from lockgate.cli import _commands, _runs
 from lockgate.cli._exits import BROKEN_PIPE, INTERRUPTED, Failure, report
+from lockgate.cli._params import check_names
 from lockgate.stores._open import STORE_URL_ENV, open_store
 
 DEBUG_ENV = "LOCKGATE_DEBUG"
@@ -47,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
+    check_names(args)
     if args.run is None:
         code: int = args.demo(args)
         return code

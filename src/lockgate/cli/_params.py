@@ -1,4 +1,4 @@
-"""Reading what the command line gives: JSON objects, counts and durations."""
+"""Reading what the command line gives: JSON objects, counts and durations, names and ids."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 import math
 from typing import Any, TypeAlias
 
+from lockgate._names import check_name
 from lockgate.cli._exits import Failure
 
 #: What ``add_subparsers()`` returns; argparse gives the type no public name.
@@ -22,6 +23,27 @@ def json_object(text: str, option: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise Failure(f"{option} must be a JSON object ({{...}}), not {type(value).__name__}")
     return value
+
+
+#: The arguments holding names or ids: the argument, what it is, and whether its length is
+#: checked too. A run id names an existing run, which a hand-on may have made longer than any
+#: id given at submit (it adds ``.g``): its characters only are checked.
+NAMED_ARGUMENTS = (
+    ("name", "workflow name", True),
+    ("run_id", "run id", False),
+    ("signal", "signal name", True),
+    ("signal_id", "signal id", True),
+    ("idempotency_key", "idempotency key", True),
+)
+
+
+def check_names(args: argparse.Namespace) -> None:
+    """Refuse, before the store is opened, a name or id the naming rules refuse
+    (:class:`InvalidNameError`: exit 2, one line)."""
+    for argument, what, length in NAMED_ARGUMENTS:
+        value = getattr(args, argument, None)
+        if value is not None:
+            check_name(what, value, length=length)
 
 
 def positive_int(text: str) -> int:
