@@ -8,7 +8,8 @@ shard's (idempotency records, version ranks, recorded policies, shard leases, th
 index, controls held for ids no shard holds yet) carries ``{<namespace>}``. With one shard the
 two coincide: every key is ``lg:{<namespace>}:...``, the layout of an unsharded store. Every
 script touches the keys of one prefix only, so one slot, and the store works unchanged on a
-Valkey cluster.
+Valkey cluster. What follows the prefix (a kind, then each name or id length-prefixed) is in
+``_valkey_keys``; a store refuses a namespace written with another layout at connect.
 
 A run's shard is that of its *shard key* (:func:`shard_for`): its ``Limit``'s concurrency key,
 else its ``Rate``'s key, so that everything one gate key counts (its slots, its token bucket,
