@@ -51,7 +51,7 @@ from lockgate._errors import (
 from lockgate.journal._events import RunEvent, RunStatus
 from lockgate.stores._records import derive_status
 from lockgate.stores._types import RunInfo, WaitSpec
-from lockgate.stores._valkey_keys import KEY_LAYOUT, key, member, split_member
+from lockgate.stores._valkey_keys import KEY_LAYOUT, key, layout_refusal, member, split_member
 from lockgate.stores._valkey_loop import (
     Commands,
     LoopClient,
@@ -344,7 +344,7 @@ class ValkeyCore:
         layout, shards = self._script("g_namespace", KEY_LAYOUT, str(self.shard_count))
         layout, recorded = _text(layout), _text(shards)
         if layout != KEY_LAYOUT:
-            raise ConfigurationError(_layout_refusal(self.namespace, layout))
+            raise ConfigurationError(layout_refusal(self.namespace, layout, NAMESPACE_ENV))
         if recorded != str(self.shard_count):
             raise ConfigurationError(
                 f"Valkey namespace {self.namespace!r} has {recorded} shard(s), not "
@@ -701,22 +701,6 @@ class ValkeyCore:
             wait=wait,
             cancel_requested_at=fields.get("cancel_at") or None,
         )
-
-
-def _layout_refusal(namespace: str, layout: str) -> str:
-    """Why a store refuses a namespace of key layout ``layout``, and what to do."""
-    if layout.isdigit() and int(layout) > int(KEY_LAYOUT):
-        return (
-            f"Valkey namespace {namespace!r} was written by a newer lockgate (key layout "
-            f"{layout}; this one reads layout {KEY_LAYOUT}): upgrade lockgate to use it"
-        )
-    return (
-        f"Valkey namespace {namespace!r} was written by an older lockgate (key layout "
-        f"{layout}), whose keys could mix up names and ids holding ':'; this one uses key "
-        f"layout {KEY_LAYOUT} and does not read it. Let the older lockgate finish its runs, "
-        f"then delete the namespace's keys (lg:{{{namespace}}}:* and lg:{{{namespace}:<shard>}}:*)"
-        f" or give this store a new namespace (namespace=... or {NAMESPACE_ENV})"
-    )
 
 
 def redacted_url(url: str) -> str:

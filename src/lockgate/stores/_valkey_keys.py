@@ -67,3 +67,20 @@ def split_member(text: str) -> tuple[str, str]:
     """The (name, run id) of a :func:`member`."""
     name, _, run_id = text.partition(SEP)
     return name, run_id
+
+
+def layout_refusal(namespace: str, layout: str, env: str) -> str:
+    """Why a store refuses a namespace of key layout ``layout``, and what to do (``env``:
+    the environment variable naming the namespace)."""
+    if layout.isdigit() and int(layout) > int(KEY_LAYOUT):
+        return (
+            f"Valkey namespace {namespace!r} was written by a newer lockgate (key layout "
+            f"{layout}; this one reads layout {KEY_LAYOUT}): upgrade lockgate to use it"
+        )
+    return (
+        f"Valkey namespace {namespace!r} was written by an older lockgate (key layout "
+        f"{layout}), whose keys could mix up names and ids holding ':'; this one uses key "
+        f"layout {KEY_LAYOUT} and does not read it. Let the older lockgate finish its runs, "
+        f"then delete the namespace's keys (lg:{{{namespace}}}:* and lg:{{{namespace}:<shard>}}:*)"
+        f" or give this store a new namespace (namespace=... or {env})"
+    )
