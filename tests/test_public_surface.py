@@ -69,6 +69,7 @@ EXPECTED = {
     "StepResultTypeError",
     "Store",
     "StoreFileError",
+    "StoreFileGone",
     "StoreUnavailable",
     "SystemClock",
     "TerminateOutcome",

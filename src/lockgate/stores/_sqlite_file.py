@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Iterable
 from pathlib import Path
 
-from lockgate._errors import ConfigurationError
+from lockgate._errors import StoreFileError
 
 #: Bumped whenever the schema changes in a way an older lockgate cannot read.
 FORMAT_GENERATION = 2
@@ -42,10 +42,6 @@ NETWORK_FILESYSTEMS = frozenset(
         "fuse.gcsfuse",
     }
 )
-
-
-class StoreFileError(ConfigurationError):
-    """The SQLite file cannot be used as a lockgate store; it was left untouched."""
 
 
 def check_library(version: tuple[int, ...] = sqlite3.sqlite_version_info) -> None:
