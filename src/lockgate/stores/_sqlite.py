@@ -94,8 +94,8 @@ class SQLiteStore(SQLiteWaits, SQLiteTriggers, Store):
     or a damaged one, a file written by a newer lockgate, and an SQLite library too old.
 
     Once open, the store checks that its path still names the file it opened, and its
-    ``-wal`` and ``-shm`` (by device and inode): before every write and every claim, and at
-    most a second apart on reads. When one was deleted, moved or replaced, that call and every one
+    ``-wal`` and ``-shm`` (by device and inode): before every claim, and at most 0.1 s apart
+    on other calls. When one was deleted, moved or replaced, that call and every one
     after it raise :class:`StoreFileGone`, so nothing more goes to a file no other process
     sees, and a worker stops.
     """
