@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from pydantic import BaseModel
@@ -31,6 +31,9 @@ from lockgate import (
 )
 from lockgate.cli import main
 from lockgate.worker._registration import policy_record
+
+if TYPE_CHECKING:
+    from decimal import Decimal as OnlyForTypeCheckers
 
 TEN_MB = {"blob": "x" * 10_000_000}
 
@@ -223,6 +226,21 @@ async def test_an_annotated_var_keyword_checks_each_extra_value(
     with pytest.raises(InvalidParamsError, match="parameter 'b' must be int") as caught:
         await by_name.submit("typed_extras", {"a": 1, "b": "two"})
     assert caught.value.parameter == "b"
+
+
+@workflow(name="typed_partly_unresolved")
+async def typed_partly_unresolved(
+    ctx: WorkflowContext, n: int, hint: OnlyForTypeCheckers | None = None
+) -> int:
+    return n
+
+
+async def test_an_annotation_that_does_not_resolve_leaves_only_that_parameter_unchecked(
+    memory: MemoryStore, by_name: WorkflowClient
+) -> None:
+    with pytest.raises(InvalidParamsError, match="parameter 'n' must be int"):
+        await by_name.submit("typed_partly_unresolved", {"n": "x"})
+    await by_name.submit("typed_partly_unresolved", {"n": 1, "hint": ["not", "checked"]})
 
 
 # -- lockgate submit ---------------------------------------------------------------------------

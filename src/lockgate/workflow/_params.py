@@ -103,10 +103,10 @@ def _checks(fn: Callable[..., Any]) -> dict[str, Check]:
     try:
         hints = typing.get_type_hints(fn, include_extras=True)
     except Exception:
-        hints = {}  # a forward reference that does not resolve: check the names only
+        hints = None  # one annotation does not resolve: resolve the others one by one
     checks: dict[str, Check] = {}
     for parameter in body_parameters(fn):
-        hint = hints.get(parameter.name, Any)
+        hint = hints.get(parameter.name, Any) if hints is not None else _resolved(fn, parameter)
         if hint is Any or parameter.kind is inspect.Parameter.VAR_POSITIONAL:
             continue
         try:
@@ -118,6 +118,21 @@ def _checks(fn: Callable[..., Any]) -> dict[str, Check]:
     with contextlib.suppress(TypeError):  # not weak-referenceable: built again next time
         _ADAPTERS[fn] = checks
     return checks
+
+
+def _resolved(fn: Callable[..., Any], parameter: inspect.Parameter) -> Any:
+    """One parameter's annotation, a string evaluated as ``typing.get_type_hints`` would (in
+    the body's module); ``Any`` when it does not resolve (a name imported only for type
+    checkers, say), so that parameter alone goes unchecked."""
+    annotation = parameter.annotation
+    if annotation is inspect.Parameter.empty:
+        return Any
+    if not isinstance(annotation, str):
+        return annotation
+    try:
+        return eval(annotation, dict(getattr(fn, "__globals__", {})))
+    except Exception:
+        return Any
 
 
 def _type_name(hint: Any) -> str:
