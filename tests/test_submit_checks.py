@@ -18,6 +18,7 @@ import pytest
 from pydantic import BaseModel
 
 from lockgate import (
+    Collect,
     ConfigurationError,
     InvalidParamsError,
     ManualClock,
@@ -129,6 +130,15 @@ async def test_signals_and_updates_by_name_take_the_recorded_cap_too(
         await by_name.update("bn_sig_small", "r1", "set", {"blob": "x" * 2_000}, timeout=0)
     two_mb = {"blob": "x" * 2_000_000}
     assert await by_name.signal("bn_sig_large", "r1", "go", two_mb) == "buffered"
+
+
+async def test_trigger_events_by_name_take_the_recorded_cap(
+    memory: MemoryStore, by_name: WorkflowClient
+) -> None:
+    _record(memory, "bn_digest", max_event_payload_bytes=1_000, trigger=Collect("user", 2, 60))
+    with pytest.raises(PayloadTooLarge, match="trigger event of 'bn_digest'"):
+        await by_name.trigger("bn_digest", {"user": "u1", "blob": "x" * 2_000})
+    assert await by_name.trigger("bn_digest", {"user": "u1"}) is None  # buffered
 
 
 # -- params of an imported workflow, against the body's annotations ----------------------------
