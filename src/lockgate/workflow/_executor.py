@@ -389,8 +389,9 @@ class Attempt(AttemptCore):
                 if not gone:
                     log.warning("run %s: heartbeat failed: %s", self.run_id, failed.cause)
                 if gone or self.lease_lapsed():
-                    # The store was away for a whole lease: stop the body (nothing it does
-                    # can be journaled) and put the run back when the store answers.
+                    # The store was away for a whole lease, or its file is gone: stop the
+                    # body (nothing it does can be journaled) and put the run back when the
+                    # store answers (a file gone takes none: the worker stops).
                     self._store_lost = failed.cause
                     if self._task is not None:
                         self._task.cancel()
