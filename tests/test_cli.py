@@ -72,6 +72,9 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     (tmp_path / f"{module}.py").write_text(WORKFLOWS.replace("cli_", f"{module}_"))
     (tmp_path / "broken_mod.py").write_text("import no_such_module_here\n")
     monkeypatch.setenv("CLI_TEST_MODULE", module)
+    # The store the commands name exists, as a worker or `lockgate store init` would have left
+    # it: commands other than those refuse a missing one (tests/test_sqlite_file.py).
+    SQLiteStore(tmp_path / "cli.db").close()
     yield tmp_path
     for name in (module, "broken_mod"):
         sys.modules.pop(name, None)

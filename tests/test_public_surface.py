@@ -70,6 +70,7 @@ EXPECTED = {
     "StepResultTypeError",
     "Store",
     "StoreFileError",
+    "StoreFileGone",
     "StoreUnavailable",
     "SystemClock",
     "TerminateOutcome",

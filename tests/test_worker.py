@@ -369,6 +369,7 @@ async def test_versions_and_policies_are_recorded_at_start(store: MemoryStore) -
     assert store.get_workflow_policy("wk_gated_policy") == {
         "version": "7",
         "version_behavior": "pinned",
+        "max_event_payload_bytes": 1_000_000,
         "concurrency": {"key": "tenant", "key_callable": False, "max": 2},
         "rate": {"key": None, "key_callable": True, "per_second": 2.5, "burst": 3},
         "trigger": None,
@@ -377,6 +378,7 @@ async def test_versions_and_policies_are_recorded_at_start(store: MemoryStore) -
     assert store.get_workflow_policy("wk_double") == {
         "version": double_version,
         "version_behavior": "auto_upgrade",
+        "max_event_payload_bytes": 1_000_000,
         "concurrency": None,
         "rate": None,
         "trigger": None,

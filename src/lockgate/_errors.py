@@ -6,7 +6,8 @@ parsing messages::
 
     LockgateError
     ├── ConfigurationError              a declaration or option that cannot work
-    │   └── InvalidNameError            a workflow name or id that breaks the naming rules
+    │   ├── InvalidNameError            a workflow name or id that breaks the naming rules
+    │   └── StoreFileError              a file that cannot serve as an SQLite store
     ├── InvalidParamsError              submit params that do not fit the workflow body
     ├── PayloadTooLarge                 an event payload over max_event_payload_bytes
     ├── RunNotFoundError                no run with this name and id
@@ -31,6 +32,7 @@ parsing messages::
     ├── RunGatedError                   a concurrency or rate gate kept the run waiting too long
     ├── CapabilityMissing               a store asked for an optional group it lacks
     ├── StoreUnavailable                the store failed under an operation
+    ├── StoreFileGone                   an SQLite store's path no longer names its file
     ├── JournalNeedsNewerRuntime        a journal with facts this runtime cannot read
     │   └── SchemaVersionMismatch       an event schema major newer than this runtime
     ├── DurableInvocationError          a run awaited by a caller ended in error
@@ -83,6 +85,7 @@ class ErrorCode(enum.StrEnum):
     RUN_GATED = "run_gated"
     CAPABILITY_MISSING = "capability_missing"
     STORE_UNAVAILABLE = "store_unavailable"
+    STORE_FILE_GONE = "store_file_gone"
     JOURNAL_NEEDS_NEWER_RUNTIME = "journal_needs_newer_runtime"
     SCHEMA_VERSION_MISMATCH = "schema_version_mismatch"
     RUN_FAILED = "run_failed"
@@ -125,6 +128,11 @@ class InvalidNameError(ConfigurationError, ValueError):
         super().__init__(message)
         self.what = what
         self.value = value
+
+
+class StoreFileError(ConfigurationError):
+    """The SQLite file cannot be used as a lockgate store (missing, not asked to be created, of
+    another application, damaged, newer, on a network filesystem); it was left untouched."""
 
 
 class InvalidParamsError(LockgateError, ValueError):
@@ -353,6 +361,21 @@ class StoreUnavailable(LockgateError):
     """The store failed under an operation; the run is left as it was."""
 
     code = ErrorCode.STORE_UNAVAILABLE
+
+
+class StoreFileGone(LockgateError):
+    """The path of an open SQLite store no longer names the file it opened, or its ``-wal`` or
+    ``-shm`` companion: deleted, moved or replaced. Whatever the store did next would go to a
+    file no other process can see, so it refuses every call from then on. Not
+    :class:`StoreUnavailable`: waiting does not bring the file back, so a worker stops.
+    ``path`` is the file that is gone, ``reason`` says how (``"deleted"``, ``"replaced"``)."""
+
+    code = ErrorCode.STORE_FILE_GONE
+
+    def __init__(self, message: str, *, path: str, reason: str) -> None:
+        super().__init__(message)
+        self.path = path
+        self.reason = reason
 
 
 class JournalNeedsNewerRuntime(LockgateError):

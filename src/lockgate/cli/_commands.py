@@ -37,8 +37,9 @@ async def worker(args: argparse.Namespace, store: Store) -> int:
     given = {field: value for field, value in _worker_options(args).items() if value is not None}
     options = WorkerOptions(**given)
     runner = WorkflowWorker(workflows=workflows, store=store, options=options)
+    created = ", a new store it created" if getattr(store, "created", False) else ""
     note(
-        f"worker serving {', '.join(workflow_names(workflows))} on {_describe(store)}, "
+        f"worker serving {', '.join(workflow_names(workflows))} on {_describe(store)}{created}, "
         f"up to {options.max_concurrent_runs} runs at once; stop with Ctrl-C or SIGTERM"
     )
     await runner.run()
@@ -110,6 +111,18 @@ def _store_method(store: Store, method: str) -> Any:
     return found
 
 
+def store_init(args: argparse.Namespace, store: Store) -> int:
+    """The store is open, so it exists now: say whether this call made it."""
+    if getattr(store, "created", False):
+        out(f"created {_describe(store)}, an empty store")
+    elif hasattr(store, "created"):
+        out(f"{_describe(store)} is already a store; nothing to do")
+    else:
+        store.ping()
+        out(f"{_describe(store)} needs no creating; it answers")
+    return OK
+
+
 def store_info(args: argparse.Namespace, store: Store) -> int:
     info = _store_method(store, "info")()
     if args.json:
@@ -160,7 +173,7 @@ def add_run_parsers(group: Subparsers, common: list[argparse.ArgumentParser]) ->
     ):
         p.add_argument(flag, type=seconds, metavar="S", help=f"{what} ({defaults[field]}s)")
     p.add_argument("--health-port", type=port, metavar="PORT", help="serve /livez and /readyz")
-    p.set_defaults(run=worker)
+    p.set_defaults(run=worker, creates_store=True)
 
     p = group.add_parser("submit", parents=common, help="start a run; prints its id")
     p.add_argument("name", metavar="NAME", help="workflow name")
@@ -188,6 +201,8 @@ def add_admin_parsers(group: Subparsers, common: list[argparse.ArgumentParser]) 
     """``store`` and ``demo``."""
     store = group.add_parser("store", help="the store itself")
     sub = store.add_subparsers(dest="store_command", metavar="COMMAND", required=True)
+    p = sub.add_parser("init", parents=common, help="create the store if it does not exist")
+    p.set_defaults(run=store_init, creates_store=True)
     p = sub.add_parser("info", parents=common, help="what the store holds and how it is set")
     p.add_argument("--json", action="store_true", help="one JSON object")
     p.set_defaults(run=store_info)

@@ -52,7 +52,12 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.run is None:
         code: int = args.demo(args)
         return code
-    store = open_store(args.store)
+    # Only a worker and `store init` create a store that does not exist yet (a URL can ask
+    # for it with ?create=true): any other command on a missing file is a mistyped path or a
+    # store that was removed, and a new empty one there would hide that.
+    store = open_store(
+        args.store, option_defaults={"create": getattr(args, "creates_store", False)}
+    )
     try:
         outcome = args.run(args, store)
         code = asyncio.run(outcome) if inspect.iscoroutine(outcome) else outcome

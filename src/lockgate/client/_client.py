@@ -41,6 +41,7 @@ from lockgate.stores._calls import call_store
 from lockgate.stores._gates import WaitReason
 from lockgate.stores._types import RunInfo, TerminateOutcome
 from lockgate.workflow._spec import (
+    DEFAULT_PAYLOAD_CAP,
     WorkflowSpec,
     get_workflow,
     json_ready,
@@ -162,6 +163,11 @@ class WorkflowClient:
                 json.dumps({"params": params, "timing": timing}, sort_keys=True).encode()
             ).hexdigest()
         version, behavior, recorded = await self._recorded_for(name, spec)
+        if spec is None:
+            # Not imported here: hold the params to the cap the workers recorded, as their
+            # attempt would hold its own journal.
+            capped = WorkflowSpec(name=name, max_event_payload_bytes=recorded_cap(name, recorded))
+            capped.check_payload(payload_size(params), f"params of {name!r}")
         submitted = await self._io(
             self.store.submit_run,
             name,
@@ -193,6 +199,18 @@ class WorkflowClient:
                 return record["version"], behavior, record
         return "", "auto_upgrade", None
 
+    async def _check_cap(self, name: str, payload: Any, what: str) -> None:
+        """Refuse a payload the run would have to journal over its workflow's cap, before
+        anything is sent: the imported workflow's cap, else the one its workers recorded, else
+        the default."""
+        spec = get_workflow(name)
+        if spec is None:
+            record = None
+            if "policies" in self.store.capabilities():
+                record = await self._io(self.store.get_workflow_policy, name)
+            spec = WorkflowSpec(name=name, max_event_payload_bytes=recorded_cap(name, record))
+        spec.check_payload(payload_size(payload), what)
+
     async def trigger(self, name: str, event: dict[str, Any]) -> RunHandle | None:
         """Send ``event`` to ``name``'s ``Collect`` or ``Debounce`` buffer, under the key the
         trigger resolves from it. Returns a handle to the run this event started by completing
@@ -216,7 +234,7 @@ class WorkflowClient:
             )
         if not isinstance(event, dict) or not json_ready(event):
             raise ValueError(f"a trigger event of {name!r} must be a JSON object")
-        _check_cap(name, event, f"trigger event of {name!r}")
+        spec.check_payload(payload_size(event), f"trigger event of {name!r}")
         try:
             key = spec.trigger.resolve(event)
         except Exception as exc:
@@ -352,7 +370,7 @@ class WorkflowClient:
         payload = {} if payload is None else payload
         if not isinstance(payload, dict) or not json_ready(payload):
             raise ValueError("a signal payload must be a JSON-serializable dict")
-        _check_cap(name, payload, f"payload of signal {signal!r}")
+        await self._check_cap(name, payload, f"payload of signal {signal!r}")
 
         async def send(tail: str) -> Any:
             return await self._io(
@@ -414,7 +432,7 @@ class WorkflowClient:
         payload = {} if payload is None else payload
         if not json_ready(payload):
             raise ValueError("an update payload must be JSON-serializable")
-        _check_cap(name, payload, f"payload of update {update!r}")
+        await self._check_cap(name, payload, f"payload of update {update!r}")
         run_id, info = await self._tail(name, run_id)
         update_id = update_id or uuid.uuid4().hex
         existing = await self._io(self.store.read_update_result, name, run_id, update_id)
@@ -558,6 +576,7 @@ def recorded_spec(name: str, record: dict[str, Any]) -> WorkflowSpec:
             )
         return WorkflowSpec(
             name=name,
+            max_event_payload_bytes=recorded_cap(name, record),
             version=str(record.get("version") or ""),
             version_behavior="pinned"
             if record.get("version_behavior") == "pinned"
@@ -577,11 +596,18 @@ def recorded_spec(name: str, record: dict[str, Any]) -> WorkflowSpec:
         ) from exc
 
 
-def _check_cap(name: str, payload: Any, what: str) -> None:
-    """Refuse a payload the run would have to journal over its workflow's cap (the default cap
-    when the workflow is not imported here), before anything is sent."""
-    spec = get_workflow(name) or WorkflowSpec(name=name)
-    spec.check_payload(payload_size(payload), what)
+def recorded_cap(name: str, record: dict[str, Any] | None) -> int | None:
+    """The payload cap ``name``'s workers recorded with its policy (None: no cap); the default
+    cap when there is no record, or one from a lockgate that did not record it."""
+    if record is None or "max_event_payload_bytes" not in record:
+        return DEFAULT_PAYLOAD_CAP
+    cap = record["max_event_payload_bytes"]
+    if cap is None or (isinstance(cap, int) and not isinstance(cap, bool) and cap > 0):
+        return cap
+    raise ConfigurationError(
+        f"the policy recorded for workflow {name!r} has an unreadable payload cap ({cap!r}); "
+        f"restart a worker that serves it to record it again"
+    )
 
 
 def _check_unregistered(name: str, params: Any) -> None:

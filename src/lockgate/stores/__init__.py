@@ -1,5 +1,6 @@
 """Store backends and the interface they implement."""
 
+from lockgate._errors import StoreFileError, StoreFileGone
 from lockgate.stores._base import (
     CAPABILITY_GROUPS,
     ControlStore,
@@ -19,7 +20,6 @@ from lockgate.stores._gates import Gates, WaitReason
 from lockgate.stores._memory import MemoryStore
 from lockgate.stores._open import STORE_URL_ENV, open_store
 from lockgate.stores._sqlite import SQLiteStore
-from lockgate.stores._sqlite_file import StoreFileError
 from lockgate.stores._triggers import TriggerPolicy
 from lockgate.stores._types import RunControls, RunInfo, TerminateOutcome, WaitOutcome, WaitSpec
 from lockgate.stores._valkey_lifecycle import ValkeyLifecycleStore
@@ -42,6 +42,7 @@ __all__ = [
     "SignalStore",
     "Store",
     "StoreFileError",
+    "StoreFileGone",
     "TerminateOutcome",
     "TimerStore",
     "TriggerPolicy",

@@ -13,7 +13,7 @@ import math
 import os
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
@@ -37,6 +37,7 @@ def open_store(
     *,
     default: str | None = None,
     allow_memory: bool = False,
+    option_defaults: Mapping[str, Any] | None = None,
     **options: Any,
 ) -> Store:
     """Open the store ``url`` names.
@@ -55,7 +56,9 @@ def open_store(
     Query parameters (``sqlite:///app.db?synchronous=normal&lock_ttl=10``) and ``options`` are
     keyword arguments of the store's constructor; text is converted to the type the constructor
     declares. An option the constructor does not take is refused by name. Every refusal is a
-    :class:`ConfigurationError`.
+    :class:`ConfigurationError`. ``option_defaults`` are options used only where neither the URL
+    nor ``options`` gives them and the store takes them (the CLI opens SQLite with
+    ``{"create": False}`` this way, which ``?create=true`` overrides).
     """
     chosen = url if url is not None else os.environ.get(STORE_URL_ENV) or default
     if not chosen:
@@ -72,10 +75,10 @@ def open_store(
             )
         if location.strip("/"):
             raise ConfigurationError(f"memory:// takes no location, got {chosen!r}")
-        return _construct("memory", MemoryStore, (), query, options)
+        return _construct("memory", MemoryStore, (), query, options, option_defaults)
     if scheme == "sqlite":
         path = _sqlite_path(chosen, location)
-        return _construct("sqlite", SQLiteStore, (path,), query, options)
+        return _construct("sqlite", SQLiteStore, (path,), query, options, option_defaults)
     if scheme in _VALKEY_SCHEMES:
         from lockgate.stores._valkey_store import ValkeyStore
 
@@ -84,7 +87,7 @@ def open_store(
         # Built by hand: urlunsplit drops the "//" of a URL with no host (unix:///path).
         server = f"{parts.scheme}://{parts.netloc}{parts.path}" + (f"?{kept}" if kept else "")
         store_options = [(k, v) for k, v in query if k != "db"]
-        return _construct("valkey", ValkeyStore, (server,), store_options, options)
+        return _construct("valkey", ValkeyStore, (server,), store_options, options, option_defaults)
     raise ConfigurationError(
         f"unknown store URL scheme {scheme + '://'!r} in {chosen!r}; supported: "
         + ", ".join(_SCHEMES)
@@ -131,6 +134,7 @@ def _construct(
     args: tuple[Any, ...],
     query: list[tuple[str, str]],
     options: dict[str, Any],
+    option_defaults: Mapping[str, Any] | None = None,
 ) -> Store:
     accepted = _keyword_parameters(cls)
     kwargs: dict[str, Any] = {}
@@ -144,6 +148,9 @@ def _construct(
                 f"{label} store option {key!r} is given both in the URL and as an argument"
             )
         kwargs[key] = _convert(label, key, value, accepted, from_url=False)
+    for key, value in (option_defaults or {}).items():
+        if key in accepted and key not in kwargs:
+            kwargs[key] = value
     try:
         return cls(*args, **kwargs)
     except (TypeError, ValueError) as exc:

@@ -38,11 +38,13 @@ from lockgate.stores._records import (
 )
 from lockgate.stores._sqlite_file import (
     SCHEMA,
+    FileIdentity,
     check_library,
     check_local,
     create_if_missing,
     inspect_existing,
     migrate,
+    require_existing,
     resolve_path,
 )
 from lockgate.stores._sqlite_rows import dumps
@@ -82,9 +84,20 @@ class SQLiteStore(SQLiteWaits, SQLiteTriggers, Store):
     leases, timers and retention: every process on one file must share it, so anything but the
     default is for tests.
 
+    A missing (or empty) file is created, whole, when ``create`` is true (the default for a
+    store opened in code; the ``lockgate`` commands other than ``worker`` and ``store init``
+    pass false); ``created`` says whether this open made it. With ``create=False`` a missing
+    file is refused, and nothing is created.
+
     The constructor refuses, with :class:`StoreFileError` and without writing to the file: a
     path that names no file, a file on a network filesystem, a database of another application
     or a damaged one, a file written by a newer lockgate, and an SQLite library too old.
+
+    Once open, the store checks that its path still names the file it opened, and its
+    ``-wal`` and ``-shm`` (by device and inode): before every claim, and at most 0.1 s apart
+    on other calls. When one was deleted, moved or replaced, that call and every one
+    after it raise :class:`StoreFileGone`, so nothing more goes to a file no other process
+    sees, and a worker stops.
     """
 
     blocking_io = True
@@ -102,6 +115,7 @@ class SQLiteStore(SQLiteWaits, SQLiteTriggers, Store):
         max_replay_entries: int = 200_000,
         max_retries: int = 3,
         max_store_requeues: int = 20,
+        create: bool = True,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if synchronous not in ("full", "normal"):
@@ -114,7 +128,11 @@ class SQLiteStore(SQLiteWaits, SQLiteTriggers, Store):
         self.path = resolve_path(path)
         check_local(self.path)
         inspect_existing(self.path)
-        create_if_missing(self.path)
+        if create:
+            self.created = create_if_missing(self.path)
+        else:
+            require_existing(self.path)
+            self.created = False
         self.retention_seconds = retention_seconds
         self.synchronous = synchronous
         self.busy_timeout_s = 30.0 if busy_timeout_s is None else busy_timeout_s
@@ -127,6 +145,7 @@ class SQLiteStore(SQLiteWaits, SQLiteTriggers, Store):
         self._clock = clock
         self._mutex = threading.RLock()
         self._conn = self._connect()
+        self._identity = FileIdentity.of(self.path)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> SQLiteStore:
@@ -145,8 +164,11 @@ class SQLiteStore(SQLiteWaits, SQLiteTriggers, Store):
 
     def _connect(self) -> sqlite3.Connection:
         try:
+            # mode=rw: the file was made whole above, so this connection never creates one
+            # (if the file went in between, this fails instead of starting an empty store).
             conn = sqlite3.connect(
-                self.path,
+                f"{self.path.as_uri()}?mode=rw",
+                uri=True,
                 timeout=self.busy_timeout_s,
                 isolation_level=None,
                 check_same_thread=False,
@@ -236,6 +258,7 @@ class SQLiteStore(SQLiteWaits, SQLiteTriggers, Store):
         *,
         prefer: Sequence[int] = (),
     ) -> str | None:
+        self._check_file(now=True)  # never claim from a file its path no longer names
         with self._read() as db:
             queued = db.execute(
                 "SELECT 1 FROM lg_runs WHERE name = ? AND queued IS NOT NULL LIMIT 1", (name,)
@@ -480,6 +503,7 @@ class SQLiteStore(SQLiteWaits, SQLiteTriggers, Store):
 
     @translated
     def ping(self) -> None:
+        self._check_file(now=True)
         with self._read() as db:
             db.execute("SELECT 1").fetchone()
 

@@ -1,16 +1,18 @@
 """Opening an SQLite file for lockgate: what is refused and why, the schema, and its format
-generation. Nothing here writes to a file before it is known to be empty or lockgate's own."""
+generation. Nothing here writes to a file before it is known to be empty or lockgate's own,
+and nothing creates one unless creating one was asked for. Once open, the file is known by its
+device and inode, so a store notices when its path no longer names it."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sqlite3
 import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
-from lockgate._errors import ConfigurationError
+from lockgate._errors import StoreFileError, StoreFileGone
 
 #: Bumped whenever the schema changes in a way an older lockgate cannot read.
 FORMAT_GENERATION = 2
@@ -42,10 +44,6 @@ NETWORK_FILESYSTEMS = frozenset(
         "fuse.gcsfuse",
     }
 )
-
-
-class StoreFileError(ConfigurationError):
-    """The SQLite file cannot be used as a lockgate store; it was left untouched."""
 
 
 def check_library(version: tuple[int, ...] = sqlite3.sqlite_version_info) -> None:
@@ -144,15 +142,28 @@ def inspect_existing(path: Path) -> None:
         )
 
 
-def create_if_missing(path: Path) -> None:
-    """Create the store file whole, so no other process can open it half made.
+def require_existing(path: Path) -> None:
+    """Refuse a path with no store yet (no file, or an empty one), saying how to create one."""
+    if path.exists() and path.stat().st_size > 0:
+        return
+    what = "is empty, not a lockgate store yet" if path.exists() else "does not exist"
+    raise StoreFileError(
+        f"no lockgate store at {path}: the file {what}. Create the store with `lockgate store "
+        f"init --store sqlite:///{path}` (a worker started on it creates it too), or open it "
+        f"with create=True"
+    )
+
+
+def create_if_missing(path: Path) -> bool:
+    """Create the store file whole, so no other process can open it half made; True when this
+    call created it.
 
     SQLite creates a new database lazily: its first transaction on an empty file is where a
     concurrent reader can see the schema being built. So a new store is built in a private
     file beside the target and linked into place only once it is complete; if another process
     linked first, its file wins and ours is dropped."""
     if path.exists() and path.stat().st_size > 0:
-        return
+        return False
     scratch = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.new")
     try:
         conn = sqlite3.connect(scratch, isolation_level=None)
@@ -162,10 +173,65 @@ def create_if_missing(path: Path) -> None:
             conn.close()
         if path.exists() and path.stat().st_size == 0:
             path.unlink(missing_ok=True)  # an empty file left by an older, lazier open
-        with contextlib.suppress(FileExistsError):
+        try:
             os.link(scratch, path)
+        except FileExistsError:
+            return False
+        return True
     finally:
         scratch.unlink(missing_ok=True)
+
+
+#: The files an open store depends on: the database, and the write-ahead log and its index,
+#: which every process on the file must share (one that made new ones would not see the
+#: commits in the old ones).
+COMPANIONS = ("", "-wal", "-shm")
+
+
+def _identity(name: str) -> tuple[int, int] | None:
+    try:
+        stat = os.stat(name)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return stat.st_dev, stat.st_ino
+
+
+@dataclass(frozen=True)
+class FileIdentity:
+    """The device and inode of each file of an open store, as it opened them. SQLite keeps
+    using the files it opened whatever becomes of their names; this says when a name no
+    longer leads to them."""
+
+    files: tuple[tuple[str, tuple[int, int]], ...]
+
+    @classmethod
+    def of(cls, path: Path) -> FileIdentity:
+        """The identity of ``path`` and its companions now (a companion absent is not held)."""
+        found = []
+        for suffix in COMPANIONS:
+            name = f"{path}{suffix}"
+            identity = _identity(name)
+            if identity is not None:
+                found.append((name, identity))
+        return cls(tuple(found))
+
+    def lost(self) -> StoreFileGone | None:
+        """Why the store can no longer trust its path (the first file gone or replaced), or
+        None when every name still leads to the file opened. One ``stat`` per file."""
+        for name, opened in self.files:
+            now = _identity(name)
+            if now == opened:
+                continue
+            reason = "deleted" if now is None else "replaced"
+            how = "deleted or moved" if now is None else "replaced by another file"
+            return StoreFileGone(
+                f"{name} was {how} while the store had it open; the store stops, since "
+                f"whatever it did next would be in a file no other process sees. Restore the "
+                f"file from a backup, or start again on a new store",
+                path=name,
+                reason=reason,
+            )
+        return None
 
 
 #: Gate bookkeeping (format generation 2): the index that counts a Limit key's slots, Rate

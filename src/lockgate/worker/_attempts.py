@@ -8,7 +8,7 @@ import contextlib
 import logging
 from dataclasses import dataclass
 
-from lockgate._errors import StoreUnavailable
+from lockgate._errors import StoreFileGone, StoreUnavailable
 from lockgate.stores._types import ClaimedRun
 from lockgate.worker._runtime import Runtime, wait_all
 from lockgate.workflow._executor import Attempt
@@ -132,6 +132,9 @@ class AttemptPool:
                 if claimed is not None and claimed.events is not None
                 else await rt.io(rt.store.load_run, spec.name, claim.run_id)
             )
+        except StoreFileGone:
+            self._file_gone(claim)
+            return
         except Exception as exc:
             log.warning(
                 "run %s of %s: loading the journal failed: %s", claim.run_id, spec.name, exc
@@ -153,6 +156,9 @@ class AttemptPool:
         )
         try:
             outcome = await attempt.execute()
+        except StoreFileGone:
+            self._file_gone(claim)
+            return
         except StoreUnavailable as exc:
             log.warning("run %s of %s: %s", claim.run_id, spec.name, exc)
             self.outcomes["store_unavailable"] += 1
@@ -177,6 +183,14 @@ class AttemptPool:
         else:
             log.debug("run %s of %s: %s", claim.run_id, spec.name, outcome.value)
 
+    def _file_gone(self, claim: Claim) -> None:
+        """The attempt met a store whose file is gone: nothing of it can be written, and the
+        worker's loops stop it (and say why, once); the run went with the file."""
+        log.info(
+            "run %s of %s: the store's file is gone; attempt dropped", claim.run_id, claim.name
+        )
+        self.outcomes["store_file_gone"] += 1
+
     async def _requeue_when_back(self, claim: Claim) -> None:
         """Requeue a run whose attempt lost the store, as ``store_unavailable`` (counted
         against ``max_store_requeues``): now, and while the store stays unreachable, again
@@ -194,6 +208,9 @@ class AttemptPool:
                     claim.lease,
                     reason="store_unavailable",
                 )
+                return
+            except StoreFileGone:
+                self._file_gone(claim)
                 return
             except StoreUnavailable as exc:
                 log.warning(

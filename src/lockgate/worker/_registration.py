@@ -51,10 +51,12 @@ def _trigger(trigger: Collect | Debounce | None) -> dict[str, Any] | None:
 
 
 def policy_record(spec: WorkflowSpec) -> dict[str, Any]:
-    """The JSON form of ``spec``'s ``Limit`` and ``Rate``, with the version declaring them."""
+    """The JSON form of ``spec``'s ``Limit``, ``Rate`` and trigger, with the version declaring
+    them and its payload cap (which params, signals and updates sent by name are held to)."""
     return {
         "version": spec.version,
         "version_behavior": spec.version_behavior,
+        "max_event_payload_bytes": spec.max_event_payload_bytes,
         "concurrency": _limit(spec.concurrency),
         "rate": _rate(spec.rate_limit),
         "trigger": _trigger(spec.trigger),

@@ -14,7 +14,7 @@ from typing import Any
 
 from lockgate import _failpoints as failpoints
 from lockgate._clock import Clock, as_clock
-from lockgate._errors import ConfigurationError, StoreUnavailable
+from lockgate._errors import ConfigurationError, StoreFileGone, StoreUnavailable
 from lockgate.client._client import WorkflowClient
 from lockgate.stores._base import Store
 from lockgate.worker._attempts import AttemptPool
@@ -279,9 +279,20 @@ class WorkflowWorker:
         if task.cancelled() or task.exception() is None:
             return
         error = task.exception()
-        log.error("worker %s: %s failed; stopping", self.worker_id, task.get_name(), exc_info=error)
-        if self._failure is None:
-            self._failure = error
+        if self._failure is not None:
+            # Said once: the other loops meeting the same failure add nothing.
+            log.debug("worker %s: %s failed too: %s", self.worker_id, task.get_name(), error)
+            return
+        self._failure = error
+        # A file gone says everything in its message; a traceback would only bury it.
+        trace = None if isinstance(error, StoreFileGone) else error
+        log.error(
+            "worker %s: %s failed; stopping: %s",
+            self.worker_id,
+            task.get_name(),
+            error,
+            exc_info=trace,
+        )
         self.stop()
 
     async def _shut_down(self, loops: list[asyncio.Task[None]], grace: float) -> None:

@@ -16,6 +16,7 @@ from lockgate._errors import (
     LockLost,
     NonDeterminismError,
     PayloadTooLarge,
+    StoreFileGone,
     StoreUnavailable,
     UpdateError,
     describe_error,
@@ -138,7 +139,8 @@ class AttemptCore:
             return await call_store(self.store, method, *args, **kwargs)
         except LockLost as exc:
             raise _LeaseLost() from exc
-        except StoreUnavailable as exc:
+        except (StoreUnavailable, StoreFileGone) as exc:
+            # Not the body's to catch: the attempt unwinds, and a file gone stops the worker.
             raise _StoreFailed(exc) from exc
         except LockgateError:
             raise

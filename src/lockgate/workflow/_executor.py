@@ -25,6 +25,7 @@ from lockgate._errors import (
     NonDeterminismError,
     PayloadTooLarge,
     StepResultTypeError,
+    StoreFileGone,
     StoreUnavailable,
     WaitTimeout,
 )
@@ -384,10 +385,13 @@ class Attempt(AttemptCore):
                     self._task.cancel()
                 return
             except _StoreFailed as failed:
-                log.warning("run %s: heartbeat failed: %s", self.run_id, failed.cause)
-                if self.lease_lapsed():
-                    # The store was away for a whole lease: stop the body (nothing it does
-                    # can be journaled) and put the run back when the store answers.
+                gone = isinstance(failed.cause, StoreFileGone)
+                if not gone:
+                    log.warning("run %s: heartbeat failed: %s", self.run_id, failed.cause)
+                if gone or self.lease_lapsed():
+                    # The store was away for a whole lease, or its file is gone: stop the
+                    # body (nothing it does can be journaled) and put the run back when the
+                    # store answers (a file gone takes none: the worker stops).
                     self._store_lost = failed.cause
                     if self._task is not None:
                         self._task.cancel()
@@ -444,7 +448,10 @@ class Attempt(AttemptCore):
         """The store failed under the attempt: try once to requeue the run as
         ``store_unavailable`` (its lease, even lapsed, still lets it unless someone took the
         run), then raise :class:`StoreUnavailable`; ``put_back`` says whether that landed (a
-        worker keeps trying while the store stays away)."""
+        worker keeps trying while the store stays away). A store whose file is gone takes no
+        requeue: its :class:`StoreFileGone` is raised as it is."""
+        if isinstance(cause, StoreFileGone):
+            raise cause
         with contextlib.suppress(Exception):
             await call_store(
                 self.store,

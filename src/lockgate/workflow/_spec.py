@@ -18,6 +18,7 @@ from lockgate.flow import Collect, Debounce, Limit, Rate
 from lockgate.journal._events import payload_size
 from lockgate.stores._gates import Gates
 from lockgate.stores._triggers import TriggerPolicy
+from lockgate.workflow._params import check_params
 
 VersionBehavior = Literal["pinned", "auto_upgrade"]
 DEFAULT_PAYLOAD_CAP = 1_000_000
@@ -61,7 +62,8 @@ class WorkflowSpec:
         return self.fn
 
     def validate_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        """Check ``params`` against the body's signature and the payload cap.
+        """Check ``params`` against the body's signature, its annotations (see ``_params``)
+        and the payload cap. Returns them as given: a check never converts a value.
 
         Raises :class:`InvalidParamsError` naming the first parameter that does not fit, and
         :class:`PayloadTooLarge` when the params are over ``max_event_payload_bytes``.
@@ -81,7 +83,7 @@ class WorkflowSpec:
                     parameter=str(key),
                 )
         if self.fn is not None:
-            _check_against_signature(self.name, self.fn, params)
+            check_params(self.name, self.fn, params)
         try:
             size = payload_size(params)
         except (TypeError, ValueError) as exc:
@@ -99,34 +101,6 @@ class WorkflowSpec:
                 what=what,
                 size=size,
                 limit=cap,
-            )
-
-
-def _body_parameters(fn: WorkflowFn) -> list[inspect.Parameter]:
-    return list(inspect.signature(fn).parameters.values())[1:]
-
-
-def _check_against_signature(name: str, fn: WorkflowFn, params: dict[str, Any]) -> None:
-    parameters = _body_parameters(fn)
-    accepts_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
-    named = {
-        p.name: p
-        for p in parameters
-        if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    }
-    if not accepts_any:
-        for key in params:
-            if key not in named:
-                raise InvalidParamsError(
-                    f"workflow {name!r} takes no parameter {key!r} "
-                    f"(it takes: {', '.join(named) or 'none'})",
-                    workflow=name,
-                    parameter=key,
-                )
-    for pname, parameter in named.items():
-        if parameter.default is inspect.Parameter.empty and pname not in params:
-            raise InvalidParamsError(
-                f"workflow {name!r} needs parameter {pname!r}", workflow=name, parameter=pname
             )
 
 
