@@ -183,10 +183,13 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
 def test_names_and_ids_the_rules_refuse_exit_2_with_one_line_before_the_store_opens(
     home: Path, capsys: pytest.CaptureFixture[str], argv: list[str], match: str
 ) -> None:
-    code, _, err = _run(capsys, *argv)
+    # A store file nobody made: the name is refused before the store is opened, so neither
+    # the store's own "no such store" error nor a new file comes of it.
+    code = main([*argv, "--store", "sqlite:///unopened.db"])
+    err = capsys.readouterr().err
     assert code == 2
     assert match in _one_error_line(err)
-    assert not (home / "cli.db").exists()
+    assert not (home / "unopened.db").exists()
 
 
 def test_runs_terminate_on_valkey_ends_the_run_named_and_not_its_lookalike(
