@@ -21,6 +21,7 @@ from lockgate import RunStatus
 from lockgate.cli import main
 from lockgate.demo._board import Board
 from lockgate.stores import SQLiteStore
+from valkey_server import ValkeyServer, http_server
 
 WORKFLOWS = textwrap.dedent(
     """
@@ -248,6 +249,46 @@ def test_store_info_and_backup(home: Path, capsys: pytest.CaptureFixture[str]) -
     assert "already exists" in _one_error_line(err)
     assert main(["runs", "list", name, "--store", "sqlite:///copy.db"]) == 0
     assert "pending" in capsys.readouterr().out
+
+
+# -- what answers at a Valkey URL -------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def valkey_ports() -> Iterator[dict[str, int]]:
+    """Ports to point ``--store`` at: a plain Valkey, one with a password, an HTTP server."""
+    plain, guarded = ValkeyServer().start(), ValkeyServer(password="cli-Pa55").start()
+    try:
+        with http_server() as http:
+            yield {"plain": plain.port, "guarded": guarded.port, "http": http}
+    finally:
+        plain.close()
+        guarded.close()
+
+
+VALKEY_PROBLEMS = {
+    "not valkey": ("valkey://127.0.0.1:{http}/0", "is not a Valkey server"),
+    "no password": ("valkey://127.0.0.1:{guarded}/0", "needs a password and the URL gives none"),
+    "wrong password": ("valkey://:nope@127.0.0.1:{guarded}/0", "refused the password"),
+    "no such database": ("valkey://127.0.0.1:{plain}/99", "has no database 99"),
+    "database not a number": ("valkey://127.0.0.1:{plain}/abc", "'abc' is not a number"),
+    "unknown option": ("valkey://127.0.0.1:{plain}/0?frob=1", "takes no option 'frob'"),
+    "tls to a plain server": ("valkeys://127.0.0.1:{plain}/0", "does not speak TLS"),
+}
+
+
+@pytest.mark.parametrize("case", VALKEY_PROBLEMS)
+def test_valkey_url_problems_exit_2_with_one_line(
+    valkey_ports: dict[str, int], capsys: pytest.CaptureFixture[str], case: str
+) -> None:
+    url, match = VALKEY_PROBLEMS[case]
+    started = time.monotonic()
+    assert main(["runs", "list", "x", "--store", url.format(**valkey_ports)]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert match in line
+    assert "cannot reach" not in line
+    assert "nope" not in line
+    assert time.monotonic() - started < 3, "told at once, not after a timeout"
 
 
 # -- end to end: subprocesses around a worker process ----------------------------------------

@@ -17,6 +17,7 @@ from lockgate import (
     ConfigurationError,
     Limit,
     RunStatus,
+    StoreAuthenticationError,
     StoreUnavailable,
     ValkeyStore,
     WorkflowClient,
@@ -274,7 +275,7 @@ def test_a_password_never_shows_in_repr_or_errors(guarded: ValkeyServer) -> None
         store.close()
 
     wrong = guarded.url.replace(PASSWORD, "wr0ng-Pa55word")
-    with pytest.raises(StoreUnavailable) as refused:
+    with pytest.raises(StoreAuthenticationError) as refused:
         ValkeyStore(wrong, namespace="p")
     assert "wr0ng-Pa55word" not in str(refused.value)
     assert "***" in str(refused.value)

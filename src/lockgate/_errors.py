@@ -6,6 +6,8 @@ parsing messages::
 
     LockgateError
     ├── ConfigurationError              a declaration or option that cannot work
+    │   ├── StoreAuthenticationError    the store's server refused the URL's credentials
+    │   └── StoreProtocolError          what answers at the store's address speaks otherwise
     ├── InvalidParamsError              submit params that do not fit the workflow body
     ├── PayloadTooLarge                 an event payload over max_event_payload_bytes
     ├── RunNotFoundError                no run with this name and id
@@ -94,6 +96,8 @@ class ErrorCode(enum.StrEnum):
     STREAM_OVERFLOW = "stream_overflow"
     MAX_RETRIES = "max_retries"
     CONTINUATION_CHAIN = "continuation_chain"
+    STORE_AUTHENTICATION = "store_authentication"
+    STORE_PROTOCOL = "store_protocol"
 
 
 class LockgateError(Exception):
@@ -106,6 +110,20 @@ class ConfigurationError(LockgateError):
     """A declaration, option or environment setting that cannot work as given."""
 
     code = ErrorCode.CONFIGURATION
+
+
+class StoreAuthenticationError(ConfigurationError):
+    """The store's server refused to let this client in: the URL gives no password where one
+    is needed, or a wrong one (or a user that is disabled). Fix the URL; retrying cannot help."""
+
+    code = ErrorCode.STORE_AUTHENTICATION
+
+
+class StoreProtocolError(ConfigurationError):
+    """What answers at the store URL's address does not speak what the URL says: not a Valkey
+    server at all (an HTTP server on that port), or a plain server asked for TLS."""
+
+    code = ErrorCode.STORE_PROTOCOL
 
 
 class InvalidParamsError(LockgateError, ValueError):

@@ -50,6 +50,11 @@ from lockgate._errors import (
 from lockgate.journal._events import RunEvent, RunStatus
 from lockgate.stores._records import derive_status
 from lockgate.stores._types import RunInfo, WaitSpec
+from lockgate.stores._valkey_connect import (
+    check_server_url,
+    first_contact_error,
+    refuse_plain_server,
+)
 from lockgate.stores._valkey_loop import (
     Commands,
     LoopClient,
@@ -241,6 +246,8 @@ class ValkeyCore:
             "decode_responses": False,
         }
         self._loop_clients = LoopClients(self._make_loop_client)
+        check_server_url(url, self.url)
+        refuse_plain_server(url, self.url, socket_connect_timeout)
         self._redis, self.cluster = self._client(url, cluster)
         if eviction_policy_check:
             self._check_eviction_policy()
@@ -258,6 +265,8 @@ class ValkeyCore:
                     try:
                         cluster = bool(plain.info("cluster").get("cluster_enabled"))
                     except ResponseError as exc:
+                        if first_contact_error(exc, url, self.url, self._scrub) is not None:
+                            raise
                         raise ConfigurationError(
                             f"could not ask Valkey at {self.url} whether it is a cluster "
                             f"(INFO refused: {self._scrub(exc)}); pass cluster=True or "
@@ -275,6 +284,9 @@ class ValkeyCore:
         except BaseException as exc:
             if plain is not None:
                 plain.close()
+            cause = first_contact_error(exc, url, self.url, self._scrub)
+            if cause is not None:
+                raise cause from exc
             if isinstance(exc, RedisClusterException) and "cluster mode is not enabled" in (
                 str(exc).lower()
             ):
