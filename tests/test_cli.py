@@ -251,6 +251,79 @@ def test_store_info_and_backup(home: Path, capsys: pytest.CaptureFixture[str]) -
     assert "pending" in capsys.readouterr().out
 
 
+# -- JSON from a file or stdin ---------------------------------------------------------------
+
+
+def _store(home: Path) -> SQLiteStore:
+    return SQLiteStore(home / "cli.db")
+
+
+def test_json_options_read_a_file_or_stdin(
+    home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    adder, waiter, app = f"{_module()}_adder", f"{_module()}_waiter", ["--app", _module()]
+    (home / "params.json").write_text('{"a": 1,\n "b": 2}\n')
+    code, out, err = _run(capsys, "submit", adder, "--params", "@params.json", *app)
+    assert code == 0, err
+    from_file = out.strip()
+    monkeypatch.setattr(sys, "stdin", io.StringIO('{"who": "stdin"}'))
+    code, out, err = _run(capsys, "submit", waiter, "--params", "-", *app)
+    assert code == 0, err
+    from_stdin = out.strip()
+    (home / "payload.json").write_text('{"big": "' + "x" * 200_000 + '"}')
+    code, out, err = _run(
+        capsys, "runs", "signal", waiter, from_stdin, "go", "--payload", "@payload.json"
+    )
+    assert code == 0, err
+    store = _store(home)
+    try:
+        assert store.get_run(adder, from_file).params == {"a": 1, "b": 2}
+        assert store.get_run(waiter, from_stdin).params == {"who": "stdin"}
+        buffered = store.peek_signal(waiter, from_stdin, "go")
+        assert buffered is not None
+        assert buffered["payload"] == {"big": "x" * 200_000}
+    finally:
+        store.close()
+
+
+JSON_INPUT_ERRORS = {
+    "missing file": ("@missing.json", None, "--params @missing.json: no such file"),
+    "a directory": ("@adir", None, "--params @adir: is a directory, not a file"),
+    "no file named": ("@", None, "--params @ names no file"),
+    "invalid JSON": (
+        "@bad.json",
+        '{"a": 1,\n "b": }',
+        "--params @bad.json is not valid JSON: Expecting value: line 2 column 7",
+    ),
+    "NaN in a file": ("@nan.json", '{"a": NaN}', "--params @nan.json: NaN is not JSON"),
+    "Infinity on stdin": ("-", '{"a": [Infinity]}', "--params (stdin): Infinity is not JSON"),
+    "-Infinity inline": ('{"a": -Infinity}', None, "--params: -Infinity is not JSON"),
+    "empty stdin": ("-", "", "--params (stdin) is empty"),
+    "not UTF-8": ("@latin1.json", b'{"a": "\xe9"}', "--params @latin1.json is not UTF-8 text"),
+}
+
+
+@pytest.mark.parametrize("case", JSON_INPUT_ERRORS)
+def test_json_option_problems_exit_2_with_one_line(
+    home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    given, content, match = JSON_INPUT_ERRORS[case]
+    (home / "adir").mkdir()
+    if given == "-":
+        monkeypatch.setattr(sys, "stdin", io.StringIO(content))
+    elif content is not None:
+        target = home / given.removeprefix("@")
+        if isinstance(content, bytes):
+            target.write_bytes(content)
+        else:
+            target.write_text(content)
+    code, _, err = _run(
+        capsys, "submit", f"{_module()}_adder", "--params", given, "--app", _module()
+    )
+    assert code == 2
+    assert match in _one_error_line(err)
+
+
 # -- what answers at a Valkey URL -------------------------------------------------------------
 
 
@@ -298,14 +371,17 @@ E2E_STORE = "sqlite:///e2e.db"
 
 
 def lockgate(
-    cwd: Path, *argv: str, store_env: str | None = None
+    cwd: Path, *argv: str, store_env: str | None = None, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """``lockgate ARGV`` in ``cwd``; ``store_env`` sets LOCKGATE_STORE_URL for it."""
+    """``lockgate ARGV`` in ``cwd``; ``store_env`` sets LOCKGATE_STORE_URL for it, ``stdin``
+    is its standard input (none otherwise)."""
     env = ENV if store_env is None else {**ENV, "LOCKGATE_STORE_URL": store_env}
     return subprocess.run(
         [sys.executable, "-m", "lockgate", *argv],
         cwd=cwd,
         env=env,
+        input=stdin,
+        stdin=subprocess.DEVNULL if stdin is None else None,
         capture_output=True,
         text=True,
         timeout=30,
@@ -411,6 +487,16 @@ def test_submit_wait_prints_the_run_id_then_the_result(served: Path) -> None:
     assert fields["result"] == "5"
     assert "step:done" in shown.stdout
     assert "add -> 5" in shown.stdout
+
+
+def test_params_from_standard_input(served: Path) -> None:
+    done = lockgate(
+        served, "submit", "cli_adder", "--params", "-", "--wait", "--store", E2E_STORE,
+        stdin='\ufeff{"a": 20,\n "b": 22}\n',
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[1]) == 42
+    assert done.stderr == ""
 
 
 def test_submit_wait_of_a_run_that_fails_exits_1(served: Path) -> None:

@@ -358,8 +358,13 @@ def test_a_wrong_password_is_an_authentication_error_that_hides_it(guarded: Valk
     assert ":***@" in str(refused.value)
     with pytest.raises(StoreAuthenticationError, match="refused the user and password"):
         open_store(f"valkey://someone:{PASSWORD}@127.0.0.1:{guarded.port}/0")
-    store = open_store(guarded.url.replace("redis://", "valkey://"))
-    store.close()
+    for right in (
+        guarded.url.replace("redis://", "valkey://"),
+        f"valkey://127.0.0.1:{guarded.port}/0?password={PASSWORD}&namespace=q",
+    ):
+        store = open_store(right)
+        assert PASSWORD not in repr(store)
+        store.close()
 
 
 def test_tls_against_a_plain_server_is_refused_at_once() -> None:

@@ -19,7 +19,7 @@ from lockgate.cli._output import (
     run_row,
     table,
 )
-from lockgate.cli._params import Subparsers, json_object, positive_int, seconds
+from lockgate.cli._params import FROM_FILE, Subparsers, json_object, positive_int, seconds
 from lockgate.client._client import WorkflowClient
 from lockgate.journal._events import RunStatus
 from lockgate.stores._base import Store
@@ -194,7 +194,9 @@ def add_parsers(group: Subparsers, common: list[argparse.ArgumentParser]) -> Non
     p = sub.add_parser("signal", parents=common, help="send a signal to a run")
     _run_arguments(p)
     p.add_argument("signal", metavar="SIGNAL", help="signal name")
-    p.add_argument("--payload", default="{}", metavar="JSON", help="a JSON object ({})")
+    p.add_argument(
+        "--payload", default="{}", metavar="JSON", help=f"a JSON object ({{}}); {FROM_FILE}"
+    )
     p.add_argument("--signal-id", metavar="ID", help="a retry with the same id applies once")
     p.set_defaults(run=signal)
 
