@@ -3,15 +3,17 @@ subprocesses, with a worker process serving a small workflows module on an SQLit
 
 from __future__ import annotations
 
+import ctypes
 import io
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -322,6 +324,82 @@ def test_json_option_problems_exit_2_with_one_line(
     )
     assert code == 2
     assert match in _one_error_line(err)
+
+
+# -- a store file that cannot be used --------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["abc", "", "-3", "0", "1.5"])
+def test_a_damaged_format_generation_is_one_line_and_the_file_is_left_alone(
+    home: Path, capsys: pytest.CaptureFixture[str], value: str
+) -> None:
+    _store(home).close()
+    with sqlite3.connect(home / "cli.db") as conn:
+        conn.execute("UPDATE lg_meta SET value = ? WHERE key = 'format_generation'", (value,))
+    conn.close()
+    before = (home / "cli.db").read_bytes()
+    for argv in (["store", "info"], ["runs", "list", "x"]):
+        code, _, err = _run(capsys, *argv)
+        assert code == 2
+        line = _one_error_line(err)
+        assert f"format generation is damaged ({value!r} is not" in line
+    assert (home / "cli.db").read_bytes() == before
+
+
+def _unprivileged() -> Callable[[], None] | None:
+    """For a subprocess: as root, drop the capabilities that let root read and write any file
+    (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH) from its bounding set, so file modes bind it as
+    they bind anyone else; None when not root, where they bind already."""
+    if os.geteuid() != 0:
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    def drop() -> None:
+        for capability in (1, 2):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
+            if libc.prctl(24, capability, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+                raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+
+    return drop
+
+
+def _lockgate_unprivileged(cwd: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "lockgate", *argv],
+        cwd=cwd,
+        env=ENV,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        preexec_fn=_unprivileged(),  # only a prctl between fork and exec
+    )
+
+
+def test_files_this_user_may_not_read_or_write_are_one_line_each(tmp_path: Path) -> None:
+    secret = tmp_path / "secret.json"
+    secret.write_text("{}")
+    secret.chmod(0o000)
+    done = _lockgate_unprivileged(
+        tmp_path, "submit", "x", "--params", "@secret.json", "--store", "sqlite:///s.db"
+    )
+    assert done.returncode == 2, done.stderr
+    assert "--params @secret.json: cannot read it (permission denied)" in _one_error_line(
+        done.stderr
+    )
+
+    db = tmp_path / "ro.db"
+    store = SQLiteStore(db)
+    store.submit_run("w", "r1", {})
+    store.close()
+    before = db.read_bytes()
+    db.chmod(0o444)
+    for argv in (["runs", "list", "w"], ["runs", "show", "w", "r1"], ["submit", "w"]):
+        done = _lockgate_unprivileged(tmp_path, *argv, "--store", "sqlite:///ro.db")
+        assert done.returncode == 2, (argv, done.stderr)
+        line = _one_error_line(done.stderr)
+        assert f"{db} is read-only for this user" in line, argv
+        assert "even for commands that only read" in line
+    assert db.read_bytes() == before
 
 
 # -- what answers at a Valkey URL -------------------------------------------------------------
