@@ -600,6 +600,15 @@ def test_a_signal_finishes_a_waiting_run(served: Path) -> None:
     )  # fmt: skip
     assert sent.returncode == 0, sent.stderr
     assert "delivered" in sent.stdout
+    again = lockgate(
+        served, "runs", "signal", "cli_waiter", run_id, "go", "--payload", '{"n": 2}',
+        "--signal-id", "s1", "--store", E2E_STORE,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.strip() == (
+        f"signal 'go' not sent: run {run_id} already had signal id 's1' (a duplicate); "
+        "the first send stands and this payload was dropped"
+    )
     _until("the run to end", lambda: _status(served, "cli_waiter", run_id) == "complete")
     events = lockgate(
         served, "runs", "events", "cli_waiter", run_id, "--json", "--store", E2E_STORE
@@ -607,6 +616,11 @@ def test_a_signal_finishes_a_waiting_run(served: Path) -> None:
     journal = [json.loads(line) for line in events.stdout.splitlines()]
     assert journal[-1]["kind"] == "run:complete"
     assert journal[-1]["payload"]["result"] == {"who": "ann", "got": {"n": 1}}
+    late = lockgate(served, "runs", "cancel", "cli_waiter", run_id, "--wait", "--store", E2E_STORE)
+    assert late.returncode == 1
+    assert f"run {run_id} had already ended (complete); nothing to cancel" in _one_error_line(
+        late.stderr
+    )
 
 
 def test_cancel_ends_a_waiting_run_cancelled(served: Path) -> None:
@@ -621,6 +635,9 @@ def test_cancel_ends_a_waiting_run_cancelled(served: Path) -> None:
     assert cancelled.returncode == 0, cancelled.stderr
     assert "cancel requested" in cancelled.stdout
     _until("the cancel", lambda: _status(served, "cli_waiter", run_id) == "cancelled")
+    again = lockgate(served, "runs", "cancel", "cli_waiter", run_id, "--wait", "--store", E2E_STORE)
+    assert again.returncode == 0, again.stderr
+    assert f"run {run_id} had already been cancelled" in again.stderr
     listed = lockgate(served, "runs", "list", "cli_waiter", "--store", E2E_STORE)
     row = next(line for line in listed.stdout.splitlines() if line.startswith(run_id))
     assert row.split()[1] == "cancelled"

@@ -339,8 +339,9 @@ class WorkflowClient:
         signal_id: str | None = None,
     ) -> str:
         """Send a signal; returns ``"delivered"`` or ``"buffered"``. ``signal_id`` makes a
-        retried send apply once. Raises :class:`RunFinishedError` once the run has ended or a
-        cancel is latched."""
+        retried send apply once: a repeat returns ``"duplicate"`` and keeps nothing (its
+        payload is not compared; the first send's stands). Raises :class:`RunFinishedError`
+        once the run has ended or a cancel is latched."""
         payload = {} if payload is None else payload
         if not isinstance(payload, dict) or not json_ready(payload):
             raise ValueError("a signal payload must be a JSON-serializable dict")
