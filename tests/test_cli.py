@@ -212,6 +212,11 @@ def test_a_run_no_worker_serves_can_be_inspected_and_terminated(
     code, out, _ = _run(capsys, "runs", "terminate", name, run_id, "--reason", "test")
     assert code == 0
     assert "terminated" in out
+    code, out, _ = _run(capsys, "runs", "show", name, run_id)
+    assert "error        terminated: test\n" in out
+    assert "terminated: terminated" not in out
+    code, out, _ = _run(capsys, "runs", "events", name, run_id)
+    assert out.splitlines()[-1].split(None, 2)[1:] == ["run:error", "terminated: test"]
     code, _, err = _run(capsys, "runs", "terminate", name, run_id)
     assert code == 0
     assert "already ended (terminated)" in err
