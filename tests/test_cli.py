@@ -22,6 +22,7 @@ import pytest
 from lockgate import RunStatus
 from lockgate.cli import main
 from lockgate.demo._board import Board
+from lockgate.demo._demo import crash_lessons
 from lockgate.stores import SQLiteStore
 from valkey_server import ValkeyServer, http_server
 
@@ -716,6 +717,20 @@ def test_the_demo_prints_plain_lines_when_not_on_a_terminal_and_exits_0(tmp_path
     assert "with the same" in done.stdout
     assert "DIFFERENT" not in done.stdout
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_crash_summary_agrees_with_how_many_orders_it_names() -> None:
+    one = " ".join(crash_lessons(["A-102"], same=True))
+    assert (
+        "while A-102 was inside charge_card. Worker 2 took it over and replayed its journal:" in one
+    )
+    two = " ".join(crash_lessons(["A-101", "A-102"], same=True))
+    assert "while A-101 and A-102 were inside" in two
+    assert "took them over and replayed their journals:" in two
+    three = " ".join(crash_lessons(["A-100", "A-101", "A-102"], same=False))
+    assert "while A-100, A-101 and A-102 were inside" in three
+    assert "with a DIFFERENT (!) ctx.idempotency_key" in three
+    assert all(len(line) <= 88 for line in crash_lessons(["A-102"], same=True))
 
 
 def test_the_board_redraws_in_place_on_a_terminal_and_prints_changes_otherwise(
