@@ -3,6 +3,7 @@ subprocesses, with a worker process serving a small workflows module on an SQLit
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import io
 import json
@@ -685,6 +686,58 @@ def test_user_errors_exit_2_with_one_line_in_a_subprocess(served: Path) -> None:
         assert process.returncode == 2, (case, err)
         assert USER_ERRORS[case][1] in _one_error_line(err), case
         assert out == "", case
+
+
+def _interrupt_twice(process: subprocess.Popen[str]) -> tuple[int, str]:
+    """Ctrl-C, and again as soon as the first is reported (an impatient user): the exit code
+    and all of stderr."""
+    process.send_signal(signal.SIGINT)
+    assert process.stderr is not None
+    first = process.stderr.readline()
+    with contextlib.suppress(ProcessLookupError):
+        process.send_signal(signal.SIGINT)
+    _, rest = process.communicate(timeout=30)
+    return process.wait(), first + rest
+
+
+def _cli(cwd: Path, *argv: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "lockgate", *argv, "--store", "sqlite:///idle.db"],
+        cwd=cwd,
+        env=ENV,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_ctrl_c_on_a_waiting_command_exits_130_with_one_line(tmp_path: Path) -> None:
+    """``submit --wait`` and ``runs cancel --wait`` on a store no worker serves wait forever;
+    Ctrl-C ends them at once with exit 130 and one line, even pressed twice."""
+    (tmp_path / "wf_idle.py").write_text(WORKFLOWS)
+    submit = _cli(
+        tmp_path, "submit", "cli_waiter", "--params", '{"who": "x"}', "--app", "wf_idle", "--wait"
+    )
+    assert submit.stdout is not None
+    run_id = submit.stdout.readline().strip()
+    assert len(run_id) == 32, run_id
+    code, err = _interrupt_twice(submit)
+    assert (code, err) == (130, "lockgate: interrupted\n")
+
+    cancel = _cli(tmp_path, "runs", "cancel", "cli_waiter", run_id, "--wait")
+
+    def cancel_requested() -> bool:
+        store = SQLiteStore(tmp_path / "idle.db")
+        try:
+            info = store.get_run("cli_waiter", run_id)
+            return info is not None and info.cancel_requested_at is not None
+        finally:
+            store.close()
+
+    _until("the cancel to be asked for", cancel_requested)
+    code, err = _interrupt_twice(cancel)
+    assert (code, err) == (130, "lockgate: interrupted\n")
 
 
 def test_the_worker_stops_on_sigterm_and_exits_0(served: Path) -> None:

@@ -13,8 +13,10 @@ import asyncio
 import contextlib
 import inspect
 import os
+import signal
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from lockgate import __version__
 from lockgate._errors import LockgateError
@@ -54,9 +56,35 @@ def _dispatch(args: argparse.Namespace) -> int:
     try:
         outcome = args.run(args, store)
         code = asyncio.run(outcome) if inspect.iscoroutine(outcome) else outcome
-    finally:
+    except KeyboardInterrupt:
+        # Left open: a store call may still be running on a store thread, and closing under
+        # it would wait for it (an SQLite busy wait, a socket timeout) or break it. The process
+        # is ending (see ``run``).
+        raise
+    except BaseException:
         store.close()
+        raise
+    store.close()
     return code
+
+
+def run() -> NoReturn:
+    """The ``lockgate`` program: :func:`main`, then exit with its code.
+
+    An interrupted command exits at once: after "interrupted" is printed, further Ctrl-Cs are
+    ignored and the interpreter's shutdown is skipped, since that shutdown waits for store
+    threads still inside a call, and a second Ctrl-C landing in it printed a traceback."""
+    try:
+        code = main()
+    except KeyboardInterrupt:  # a second Ctrl-C while the first was being reported
+        code = INTERRUPTED
+    if code != INTERRUPTED:
+        sys.exit(code)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(INTERRUPTED)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
