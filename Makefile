@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 PIP := $(BIN)/python -m pip install --disable-pip-version-check --progress-bar off
 
 $(BIN)/python:
-	@echo "lockgate: setting up $(VENV) once (about 10 s here, up to a minute on a slow network):"
+	@echo "lockgate: setting up $(VENV), once (about 6 s on a fast connection, a minute on a slow one):"
 	@echo "lockgate: a virtualenv, then lockgate in editable mode and its one dependency, pydantic"
 	$(PYTHON) -m venv $(VENV)
 
@@ -23,7 +23,7 @@ $(VENV)/.dev: pyproject.toml | $(BIN)/python
 	touch $@ $(VENV)/.core
 
 demo: $(VENV)/.core
-	@echo "lockgate: starting the demo (about 10 s)"
+	@echo "lockgate: starting the demo (about 6 s)"
 	$(BIN)/lockgate demo
 
 lint: $(VENV)/.dev
