@@ -150,6 +150,29 @@ def test_help_and_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out.startswith("lockgate ")
 
 
+DOCS = Path(__file__).parents[1] / "docs" / "cli.md"
+
+
+def test_the_cli_page_agrees_with_the_command_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/cli.md shows ``lockgate --help`` as it prints, every status ``--status`` takes,
+    and the format generation a new SQLite file gets."""
+    from lockgate.stores._sqlite_file import FORMAT_GENERATION
+
+    page = DOCS.read_text()
+    monkeypatch.setenv("COLUMNS", "100")
+    assert main(["--help"]) == 0
+    printed = capsys.readouterr().out
+    shown = page.split("$ lockgate --help\n", 1)[1].split("```", 1)[0]
+    assert shown.strip() == printed.strip()
+    status_row = next(line for line in page.splitlines() if line.startswith("| `--status S`"))
+    assert [s.strip("` ,") for s in status_row.split(":", 1)[1].split("|")[0].split()] == [
+        str(s) for s in RunStatus
+    ]
+    assert f"format_generation             {FORMAT_GENERATION}\n" in page
+
+
 def test_the_environment_names_the_store(
     home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
