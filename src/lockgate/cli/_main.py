@@ -25,6 +25,7 @@ from lockgate.cli._exits import BROKEN_PIPE, INTERRUPTED, Failure, report
 from lockgate.stores._open import STORE_URL_ENV, open_store
 
 DEBUG_ENV = "LOCKGATE_DEBUG"
+INTERRUPTED_LINE = "lockgate: interrupted"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -71,25 +72,27 @@ def _dispatch(args: argparse.Namespace) -> int:
 def run() -> NoReturn:
     """The ``lockgate`` program: :func:`main`, then exit with its code.
 
-    An interrupted command exits at once: after "interrupted" is printed, further Ctrl-Cs are
-    ignored and the interpreter's shutdown is skipped, since that shutdown waits for store
-    threads still inside a call, and a second Ctrl-C landing in it printed a traceback."""
+    An interrupted command exits at once: from the first Ctrl-C on, further ones are ignored,
+    and the interpreter's shutdown is skipped, since that shutdown waits for store threads
+    still inside a call, and a second Ctrl-C landing in it printed a traceback."""
     try:
-        code = main()
-    except KeyboardInterrupt:  # a second Ctrl-C while the first was being reported
+        code = main(exiting=True)
+    except KeyboardInterrupt:  # a second Ctrl-C before the first was reported
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        print(INTERRUPTED_LINE, file=sys.stderr, flush=True)
         code = INTERRUPTED
     if code != INTERRUPTED:
         sys.exit(code)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):
             stream.flush()
     os._exit(INTERRUPTED)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, exiting: bool = False) -> int:
     """Run the ``lockgate`` command line with ``argv`` (default ``sys.argv[1:]``) and return
-    its exit code."""
+    its exit code. ``exiting`` says the process ends with it (:func:`run`): then an interrupt
+    also makes the process ignore further ones."""
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -98,7 +101,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _dispatch(args)
     except KeyboardInterrupt:
-        print("lockgate: interrupted", file=sys.stderr, flush=True)
+        if exiting:  # before the line, so that a second Ctrl-C cannot land after it
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        print(INTERRUPTED_LINE, file=sys.stderr, flush=True)
         return INTERRUPTED
     except BrokenPipeError:
         # The reader went away (`| head`): stop quietly, as a program killed by SIGPIPE does,

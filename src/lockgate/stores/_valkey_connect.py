@@ -1,5 +1,5 @@
-"""Reaching a Valkey server for the first time: what its URL may say, and what a failed first
-contact means.
+"""Reaching a Valkey server for the first time: what its URL may say, how it is shown (its
+password as ``***``), and what a failed first contact means.
 
 Before a client is made, :func:`check_server_url` refuses a URL whose database is not one
 number or whose query has names the connection does not take, and for a TLS URL
@@ -15,7 +15,7 @@ from __future__ import annotations
 import socket
 import ssl
 from collections.abc import Callable
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from lockgate._errors import (
     ConfigurationError,
@@ -118,6 +118,42 @@ def first_contact_error(
             f"use valkey:// (or redis://)"
         )
     return None
+
+
+def redacted_url(url: str) -> str:
+    """``url`` with its password (``user:password@`` or ``?password=``) shown as ``***``."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    rest, hashmark, fragment = rest.partition("#")
+    rest, question, query = rest.partition("?")
+    slash = rest.find("/")
+    netloc, path = (rest, "") if slash < 0 else (rest[:slash], rest[slash:])
+    userinfo, at, host = netloc.rpartition("@")
+    if at:
+        user, colon, _ = userinfo.partition(":")
+        netloc = f"{user}:***@{host}" if colon else netloc
+    if query:
+        query = "&".join(
+            f"{key}=***" if unquote(key).lower() == "password" and eq else f"{key}{eq}{value}"
+            for key, eq, value in (part.partition("=") for part in query.split("&"))
+        )
+    return f"{scheme}://{netloc}{path}{question}{query}{hashmark}{fragment}"
+
+
+def secrets_of(url: str) -> list[str]:
+    """The password(s) in ``url``, as written and decoded, longest first."""
+    found: set[str] = set()
+    try:
+        parts = urlsplit(url)
+        if parts.password:
+            found.update({parts.password, unquote(parts.password)})
+        for key, value in parse_qsl(parts.query, keep_blank_values=False):
+            if key.lower() == "password" and value:
+                found.update({value, quote(value, safe="")})
+    except ValueError:
+        pass
+    return sorted(found, key=len, reverse=True)
 
 
 def _credentials_refused(

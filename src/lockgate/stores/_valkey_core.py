@@ -32,7 +32,6 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from importlib import resources
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from lockgate._errors import (
     ConfigurationError,
@@ -53,7 +52,9 @@ from lockgate.stores._types import RunInfo, WaitSpec
 from lockgate.stores._valkey_connect import (
     check_server_url,
     first_contact_error,
+    redacted_url,
     refuse_plain_server,
+    secrets_of,
 )
 from lockgate.stores._valkey_loop import (
     Commands,
@@ -238,7 +239,7 @@ class ValkeyCore:
         #: The URL with any password shown as ``***``: the only form messages, logs and
         #: ``repr`` show. The password itself stays with the client's connections.
         self.url = redacted_url(url)
-        self._secrets = _secrets_of(url)
+        self._secrets = secrets_of(url)
         self._raw_url = url
         self._client_options: dict[str, Any] = {
             "socket_timeout": socket_timeout,
@@ -710,42 +711,6 @@ class ValkeyCore:
             wait=wait,
             cancel_requested_at=fields.get("cancel_at") or None,
         )
-
-
-def redacted_url(url: str) -> str:
-    """``url`` with its password (``user:password@`` or ``?password=``) shown as ``***``."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return url
-    rest, hashmark, fragment = rest.partition("#")
-    rest, question, query = rest.partition("?")
-    slash = rest.find("/")
-    netloc, path = (rest, "") if slash < 0 else (rest[:slash], rest[slash:])
-    userinfo, at, host = netloc.rpartition("@")
-    if at:
-        user, colon, _ = userinfo.partition(":")
-        netloc = f"{user}:***@{host}" if colon else netloc
-    if query:
-        query = "&".join(
-            f"{key}=***" if unquote(key).lower() == "password" and eq else f"{key}{eq}{value}"
-            for key, eq, value in (part.partition("=") for part in query.split("&"))
-        )
-    return f"{scheme}://{netloc}{path}{question}{query}{hashmark}{fragment}"
-
-
-def _secrets_of(url: str) -> list[str]:
-    """The password(s) in ``url``, as written and decoded, longest first."""
-    found: set[str] = set()
-    try:
-        parts = urlsplit(url)
-        if parts.password:
-            found.update({parts.password, unquote(parts.password)})
-        for key, value in parse_qsl(parts.query, keep_blank_values=False):
-            if key.lower() == "password" and value:
-                found.update({value, quote(value, safe="")})
-    except ValueError:
-        pass
-    return sorted(found, key=len, reverse=True)
 
 
 def _config_value(raw: Any, name: str) -> str:
