@@ -405,6 +405,15 @@ def test_a_database_that_is_not_one_number_is_refused(tail: str, match: str) -> 
         ValkeyStore(base + tail)
 
 
+def test_a_database_path_may_end_in_a_slash() -> None:
+    store = open_store(shared_url().rsplit("/", 1)[0] + "/3/?namespace=slash")
+    try:
+        assert store.url.endswith("/3/")
+        store.ping()
+    finally:
+        store.close()
+
+
 def test_valkey_store_itself_refuses_query_options_it_does_not_take() -> None:
     with pytest.raises(ConfigurationError, match="no query option 'frob'") as refused:
         ValkeyStore(shared_url() + "?frob=1")

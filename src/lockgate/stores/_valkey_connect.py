@@ -55,7 +55,7 @@ def check_server_url(url: str, shown: str) -> None:
             )
     databases = [value for key, value in query if key == "db"]
     if parts.scheme != "unix" and parts.path.strip("/"):
-        databases.insert(0, parts.path[1:])
+        databases.insert(0, parts.path.strip("/"))
     if len(databases) > 1:
         raise ConfigurationError(
             f"Valkey URL {shown!r} names the database twice ({', '.join(databases)}); give it "
