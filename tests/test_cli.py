@@ -21,6 +21,7 @@ import pytest
 from lockgate import RunStatus
 from lockgate.cli import main
 from lockgate.demo._board import Board
+from lockgate.demo._demo import crash_lessons
 from lockgate.stores import SQLiteStore, ValkeyStore
 from valkey_server import shared_url
 
@@ -65,6 +66,11 @@ def _one_error_line(err: str) -> str:
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A working directory holding a workflows module with a name of its own, so imports made
     by one test never leak a stale module into another."""
+    yield from enter_home(tmp_path, monkeypatch)
+
+
+def enter_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """What the ``home`` fixture does, for other modules' fixtures."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("LOCKGATE_STORE_URL", raising=False)
     monkeypatch.setattr(sys, "path", list(sys.path))
@@ -148,6 +154,29 @@ def test_help_and_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert "RUN_ID" in capsys.readouterr().out
     assert main(["--version"]) == 0
     assert capsys.readouterr().out.startswith("lockgate ")
+
+
+DOCS = Path(__file__).parents[1] / "docs" / "cli.md"
+
+
+def test_the_cli_page_agrees_with_the_command_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/cli.md shows ``lockgate --help`` as it prints, every status ``--status`` takes,
+    and the format generation a new SQLite file gets."""
+    from lockgate.stores._sqlite_file import FORMAT_GENERATION
+
+    page = DOCS.read_text()
+    monkeypatch.setenv("COLUMNS", "100")
+    assert main(["--help"]) == 0
+    printed = capsys.readouterr().out
+    shown = page.split("$ lockgate --help\n", 1)[1].split("```", 1)[0]
+    assert shown.strip() == printed.strip()
+    status_row = next(line for line in page.splitlines() if line.startswith("| `--status S`"))
+    assert [s.strip("` ,") for s in status_row.split(":", 1)[1].split("|")[0].split()] == [
+        str(s) for s in RunStatus
+    ]
+    assert f"format_generation             {FORMAT_GENERATION}\n" in page
 
 
 def test_the_environment_names_the_store(
@@ -271,6 +300,11 @@ def test_a_run_no_worker_serves_can_be_inspected_and_terminated(
     code, out, _ = _run(capsys, "runs", "terminate", name, run_id, "--reason", "test")
     assert code == 0
     assert "terminated" in out
+    code, out, _ = _run(capsys, "runs", "show", name, run_id)
+    assert "error        terminated: test\n" in out
+    assert "terminated: terminated" not in out
+    code, out, _ = _run(capsys, "runs", "events", name, run_id)
+    assert out.splitlines()[-1].split(None, 2)[1:] == ["run:error", "terminated: test"]
     code, _, err = _run(capsys, "runs", "terminate", name, run_id)
     assert code == 0
     assert "already ended (terminated)" in err
@@ -319,14 +353,17 @@ E2E_STORE = "sqlite:///e2e.db"
 
 
 def lockgate(
-    cwd: Path, *argv: str, store_env: str | None = None
+    cwd: Path, *argv: str, store_env: str | None = None, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """``lockgate ARGV`` in ``cwd``; ``store_env`` sets LOCKGATE_STORE_URL for it."""
+    """``lockgate ARGV`` in ``cwd``; ``store_env`` sets LOCKGATE_STORE_URL for it, ``stdin``
+    is its standard input (none otherwise)."""
     env = ENV if store_env is None else {**ENV, "LOCKGATE_STORE_URL": store_env}
     return subprocess.run(
         [sys.executable, "-m", "lockgate", *argv],
         cwd=cwd,
         env=env,
+        input=stdin,
+        stdin=subprocess.DEVNULL if stdin is None else None,
         capture_output=True,
         text=True,
         timeout=30,
@@ -434,6 +471,16 @@ def test_submit_wait_prints_the_run_id_then_the_result(served: Path) -> None:
     assert "add -> 5" in shown.stdout
 
 
+def test_params_from_standard_input(served: Path) -> None:
+    done = lockgate(
+        served, "submit", "cli_adder", "--params", "-", "--wait", "--store", E2E_STORE,
+        stdin='\ufeff{"a": 20,\n "b": 22}\n',
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[1]) == 42
+    assert done.stderr == ""
+
+
 def test_submit_wait_of_a_run_that_fails_exits_1(served: Path) -> None:
     done = lockgate(served, "submit", "cli_failer", "--wait", "--store", E2E_STORE)
     assert done.returncode == 1
@@ -457,6 +504,15 @@ def test_a_signal_finishes_a_waiting_run(served: Path) -> None:
     )  # fmt: skip
     assert sent.returncode == 0, sent.stderr
     assert "delivered" in sent.stdout
+    again = lockgate(
+        served, "runs", "signal", "cli_waiter", run_id, "go", "--payload", '{"n": 2}',
+        "--signal-id", "s1", "--store", E2E_STORE,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.strip() == (
+        f"signal 'go' not sent: run {run_id} already had signal id 's1' (a duplicate); "
+        "the first send stands and this payload was dropped"
+    )
     _until("the run to end", lambda: _status(served, "cli_waiter", run_id) == "complete")
     events = lockgate(
         served, "runs", "events", "cli_waiter", run_id, "--json", "--store", E2E_STORE
@@ -464,6 +520,11 @@ def test_a_signal_finishes_a_waiting_run(served: Path) -> None:
     journal = [json.loads(line) for line in events.stdout.splitlines()]
     assert journal[-1]["kind"] == "run:complete"
     assert journal[-1]["payload"]["result"] == {"who": "ann", "got": {"n": 1}}
+    late = lockgate(served, "runs", "cancel", "cli_waiter", run_id, "--wait", "--store", E2E_STORE)
+    assert late.returncode == 1
+    assert f"run {run_id} had already ended (complete); nothing to cancel" in _one_error_line(
+        late.stderr
+    )
 
 
 def test_cancel_ends_a_waiting_run_cancelled(served: Path) -> None:
@@ -478,6 +539,9 @@ def test_cancel_ends_a_waiting_run_cancelled(served: Path) -> None:
     assert cancelled.returncode == 0, cancelled.stderr
     assert "cancel requested" in cancelled.stdout
     _until("the cancel", lambda: _status(served, "cli_waiter", run_id) == "cancelled")
+    again = lockgate(served, "runs", "cancel", "cli_waiter", run_id, "--wait", "--store", E2E_STORE)
+    assert again.returncode == 0, again.stderr
+    assert f"run {run_id} had already been cancelled" in again.stderr
     listed = lockgate(served, "runs", "list", "cli_waiter", "--store", E2E_STORE)
     row = next(line for line in listed.stdout.splitlines() if line.startswith(run_id))
     assert row.split()[1] == "cancelled"
@@ -548,9 +612,24 @@ def test_the_demo_prints_plain_lines_when_not_on_a_terminal_and_exits_0(tmp_path
     assert "\x1b" not in done.stdout
     assert "worker 1 died (exit 70) inside charge_card of A-102" in done.stdout
     assert "A-103  cancelled" in done.stdout
-    assert "with the same" in done.stdout
-    assert "DIFFERENT" not in done.stdout
+    summary = " ".join(done.stdout.split())  # its closing lines are wrapped to fit
+    assert "with the same ctx.idempotency_key" in summary
+    assert "DIFFERENT" not in summary
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_crash_summary_agrees_with_how_many_orders_it_names() -> None:
+    one = " ".join(crash_lessons(["A-102"], same=True))
+    assert (
+        "while A-102 was inside charge_card. Worker 2 took it over and replayed its journal:" in one
+    )
+    two = " ".join(crash_lessons(["A-101", "A-102"], same=True))
+    assert "while A-101 and A-102 were inside" in two
+    assert "took them over and replayed their journals:" in two
+    three = " ".join(crash_lessons(["A-100", "A-101", "A-102"], same=False))
+    assert "while A-100, A-101 and A-102 were inside" in three
+    assert "with a DIFFERENT (!) ctx.idempotency_key" in three
+    assert all(len(line) <= 88 for line in crash_lessons(["A-102"], same=True))
 
 
 def test_the_board_redraws_in_place_on_a_terminal_and_prints_changes_otherwise(

@@ -9,10 +9,17 @@ from typing import Any, Literal
 
 import pytest
 
-from lockgate import ConfigurationError, MemoryStore, Store, StoreUnavailable
+from lockgate import (
+    ConfigurationError,
+    MemoryStore,
+    Store,
+    StoreAuthenticationError,
+    StoreProtocolError,
+    StoreUnavailable,
+)
 from lockgate.stores import SQLiteStore, ValkeyStore
 from lockgate.stores._open import STORE_URL_ENV, _from_text, open_store
-from valkey_server import ValkeyServer, free_port, shared_url
+from valkey_server import ValkeyServer, free_port, http_server, shared_url
 
 
 @pytest.fixture(autouse=True)
@@ -306,3 +313,112 @@ def test_text_is_converted_to_the_declared_type(declared: Any, text: str, expect
 def test_text_that_spells_no_value_of_the_type_is_refused(declared: Any, text: str) -> None:
     with pytest.raises(ValueError, match=repr(text)):
         _from_text(declared, text)
+
+
+# -- what answers at a Valkey URL, and what the URL itself says ------------------------------
+
+PASSWORD = "open-Pa55word"
+
+
+@pytest.fixture(scope="module")
+def guarded() -> Iterator[ValkeyServer]:
+    """A Valkey server that requires a password."""
+    server = ValkeyServer(password=PASSWORD)
+    try:
+        yield server.start()
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="module")
+def http_port() -> Iterator[int]:
+    """The port of a plain HTTP server: something that is not Valkey listening on a port."""
+    with http_server() as port:
+        yield port
+
+
+def test_a_server_that_is_not_valkey_is_a_protocol_error(http_port: int) -> None:
+    with pytest.raises(StoreProtocolError, match="not a Valkey server") as refused:
+        open_store(f"valkey://127.0.0.1:{http_port}/0")
+    assert f"127.0.0.1:{http_port}" in str(refused.value)
+    assert isinstance(refused.value, ConfigurationError)
+
+
+def test_a_missing_password_is_an_authentication_error(guarded: ValkeyServer) -> None:
+    with pytest.raises(StoreAuthenticationError, match="needs a password") as refused:
+        open_store(f"valkey://127.0.0.1:{guarded.port}/0")
+    assert "valkey://:PASSWORD@" in str(refused.value)
+
+
+def test_a_wrong_password_is_an_authentication_error_that_hides_it(guarded: ValkeyServer) -> None:
+    wrong = f"valkey://:wr0ng-Pa55@127.0.0.1:{guarded.port}/0"
+    with pytest.raises(StoreAuthenticationError, match="refused the password") as refused:
+        open_store(wrong)
+    assert "wr0ng-Pa55" not in str(refused.value)
+    assert ":***@" in str(refused.value)
+    with pytest.raises(StoreAuthenticationError, match="refused the user and password"):
+        open_store(f"valkey://someone:{PASSWORD}@127.0.0.1:{guarded.port}/0")
+    for right in (
+        guarded.url.replace("redis://", "valkey://"),
+        f"valkey://127.0.0.1:{guarded.port}/0?password={PASSWORD}&namespace=q",
+    ):
+        store = open_store(right)
+        assert PASSWORD not in repr(store)
+        store.close()
+
+
+def test_tls_against_a_plain_server_is_refused_at_once() -> None:
+    server = ValkeyServer().start()
+    try:
+        started = time.monotonic()
+        with pytest.raises(StoreProtocolError, match="does not speak TLS"):
+            open_store(f"valkeys://127.0.0.1:{server.port}/0")
+        # The TLS handshake alone would wait out socket_timeout (5 s) against a plain server.
+        assert time.monotonic() - started < 3
+    finally:
+        server.close()
+
+
+def test_a_database_the_server_does_not_have_is_named() -> None:
+    with pytest.raises(ConfigurationError, match="no database 99") as refused:
+        open_store(shared_url().rsplit("/", 1)[0] + "/99")
+    assert "cluster" not in str(refused.value)
+    assert "0 to 15" in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("tail", "match"),
+    [
+        ("/abc", "database 'abc' is not a number"),
+        ("/-1", "database '-1' is not a number"),
+        ("/0/1", "database '0/1' is not a number"),
+        ("?db=x", "database 'x' is not a number"),
+        ("/0?db=1", "names the database twice"),
+        ("?db=1&db=2", "names the database twice"),
+    ],
+)
+def test_a_database_that_is_not_one_number_is_refused(tail: str, match: str) -> None:
+    base = shared_url().rsplit("/", 1)[0]
+    with pytest.raises(ConfigurationError, match=match):
+        open_store(base + tail)
+    with pytest.raises(ConfigurationError, match=match):
+        ValkeyStore(base + tail)
+
+
+def test_a_database_path_may_end_in_a_slash() -> None:
+    store = open_store(shared_url().rsplit("/", 1)[0] + "/3/?namespace=slash")
+    try:
+        assert store.url.endswith("/3/")
+        store.ping()
+    finally:
+        store.close()
+
+
+def test_valkey_store_itself_refuses_query_options_it_does_not_take() -> None:
+    with pytest.raises(ConfigurationError, match="no query option 'frob'") as refused:
+        ValkeyStore(shared_url() + "?frob=1")
+    assert "db" in str(refused.value)
+    with pytest.raises(ConfigurationError, match="no option 'frob'") as refused:
+        open_store(shared_url() + "?frob=1&namespace=x")
+    assert "db, " in str(refused.value)
+    assert "namespace" in str(refused.value)

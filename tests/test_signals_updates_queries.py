@@ -74,11 +74,11 @@ async def test_a_signal_sent_before_the_wait_is_buffered_and_returned_once(
 async def test_a_repeated_signal_id_is_applied_once(client: WorkflowClient, drive: Drive) -> None:
     handle = await client.submit("sig_two_waits")
     assert await handle.signal("item", {"n": 1}, signal_id="sig-1") == "buffered"
-    assert await handle.signal("item", {"n": 1}, signal_id="sig-1") == "buffered"
+    assert await handle.signal("item", {"n": 1}, signal_id="sig-1") == "duplicate"
     assert await drive(handle) == RunStatus.SIGNAL_WAITING  # the duplicate fed no second wait
 
-    # Resent after it was consumed, the same id is still a no-op.
-    assert await handle.signal("item", {"n": 1}, signal_id="sig-1") == "buffered"
+    # Resent after it was consumed, the same id is still a no-op, whatever its payload.
+    assert await handle.signal("item", {"n": 9}, signal_id="sig-1") == "duplicate"
     assert await drive(handle) == RunStatus.SIGNAL_WAITING
 
     assert await handle.signal("item", {"n": 2}, signal_id="sig-2") == "delivered"

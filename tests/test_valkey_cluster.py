@@ -17,13 +17,14 @@ from lockgate import (
     ConfigurationError,
     Limit,
     RunStatus,
+    StoreAuthenticationError,
     StoreUnavailable,
     ValkeyStore,
     WorkflowClient,
     WorkflowContext,
     workflow,
 )
-from lockgate.stores._valkey_core import redacted_url
+from lockgate.stores._valkey_connect import redacted_url
 from lockgate.worker import WorkerOptions, WorkflowWorker
 from valkey_server import ValkeyCluster, ValkeyServer, free_port, shared_url
 
@@ -274,7 +275,7 @@ def test_a_password_never_shows_in_repr_or_errors(guarded: ValkeyServer) -> None
         store.close()
 
     wrong = guarded.url.replace(PASSWORD, "wr0ng-Pa55word")
-    with pytest.raises(StoreUnavailable) as refused:
+    with pytest.raises(StoreAuthenticationError) as refused:
         ValkeyStore(wrong, namespace="p")
     assert "wr0ng-Pa55word" not in str(refused.value)
     assert "***" in str(refused.value)

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import http.server
 import os
 import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -42,6 +45,26 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+class _QuietHandler(http.server.BaseHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def http_server() -> Iterator[int]:
+    """A plain HTTP server on a free loopback port, in a thread: something listening on a port
+    that is not Valkey. Yields the port."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _QuietHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield int(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
 
 
 class ValkeyServer:

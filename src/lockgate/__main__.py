@@ -1,5 +1,5 @@
 """``python -m lockgate``: the ``lockgate`` command line."""
 
-from lockgate.cli import main
+from lockgate.cli import run
 
-raise SystemExit(main())
+run()

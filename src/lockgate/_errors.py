@@ -7,7 +7,9 @@ parsing messages::
     LockgateError
     ├── ConfigurationError              a declaration or option that cannot work
     │   ├── InvalidNameError            a workflow name or id that breaks the naming rules
-    │   └── StoreFileError              a file that cannot serve as an SQLite store
+    │   ├── StoreFileError              a file that cannot serve as an SQLite store
+    │   ├── StoreAuthenticationError    the store's server refused the URL's credentials
+    │   └── StoreProtocolError          what answers at the store's address speaks otherwise
     ├── InvalidParamsError              submit params that do not fit the workflow body
     ├── PayloadTooLarge                 an event payload over max_event_payload_bytes
     ├── RunNotFoundError                no run with this name and id
@@ -99,6 +101,8 @@ class ErrorCode(enum.StrEnum):
     STREAM_OVERFLOW = "stream_overflow"
     MAX_RETRIES = "max_retries"
     CONTINUATION_CHAIN = "continuation_chain"
+    STORE_AUTHENTICATION = "store_authentication"
+    STORE_PROTOCOL = "store_protocol"
 
 
 class LockgateError(Exception):
@@ -133,6 +137,20 @@ class InvalidNameError(ConfigurationError, ValueError):
 class StoreFileError(ConfigurationError):
     """The SQLite file cannot be used as a lockgate store (missing, not asked to be created, of
     another application, damaged, newer, on a network filesystem); it was left untouched."""
+
+
+class StoreAuthenticationError(ConfigurationError):
+    """The store's server refused to let this client in: the URL gives no password where one
+    is needed, or a wrong one (or a user that is disabled). Fix the URL; retrying cannot help."""
+
+    code = ErrorCode.STORE_AUTHENTICATION
+
+
+class StoreProtocolError(ConfigurationError):
+    """What answers at the store URL's address does not speak what the URL says: not a Valkey
+    server at all (an HTTP server on that port), or a plain server asked for TLS."""
+
+    code = ErrorCode.STORE_PROTOCOL
 
 
 class InvalidParamsError(LockgateError, ValueError):

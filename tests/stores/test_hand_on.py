@@ -97,7 +97,7 @@ def test_undelivered_signals_updates_and_a_latched_pause_move_to_the_successor(
     assert store.peek_signal(NAME, "r1", "go") is None
     # The send key moved with it: a retried send is recognised on the successor.
     assert store.send_signal(NAME, "r1.g", "go", {"n": 1}, "t", idempotency_key="s1") == (
-        "buffered"
+        "duplicate"
     )
     assert [u["update_id"] for u in store.peek_pending_updates(NAME, "r1.g")] == ["u1"]
     assert store.peek_pending_updates(NAME, "r1") == []

@@ -82,7 +82,7 @@ def test_signal_idempotency_key_is_applied_once(store: Store) -> None:
     parked(store, waiting_for("approve"))
     first = store.send_signal(NAME, "r1", "approve", {"n": 1}, "t", idempotency_key="k1")
     again = store.send_signal(NAME, "r1", "approve", {"n": 2}, "t", idempotency_key="k1")
-    assert (first, again) == ("delivered", "delivered")
+    assert (first, again) == ("delivered", "duplicate")
     buffered = store.peek_signal(NAME, "r1", "approve")
     assert buffered is not None
     assert buffered["payload"] == {"n": 1}
@@ -90,10 +90,10 @@ def test_signal_idempotency_key_is_applied_once(store: Store) -> None:
     assert store.peek_signal(NAME, "r1", "approve") is None
 
 
-def test_signal_idempotency_key_returns_buffered_on_repeat(store: Store) -> None:
+def test_a_repeated_signal_idempotency_key_is_a_duplicate(store: Store) -> None:
     claimed(store)
     assert store.send_signal(NAME, "r1", "go", {}, "t", idempotency_key="k1") == "buffered"
-    assert store.send_signal(NAME, "r1", "go", {}, "t", idempotency_key="k1") == "buffered"
+    assert store.send_signal(NAME, "r1", "go", {}, "t", idempotency_key="k1") == "duplicate"
     buffered = store.peek_signal(NAME, "r1", "go")
     assert buffered is not None
     store.pop_signal_match(NAME, "r1", "go", buffered["signal_id"])

@@ -1,5 +1,5 @@
 """The ``lockgate`` command line: workers, runs and stores from a shell."""
 
-from lockgate.cli._main import main
+from lockgate.cli._main import main, run
 
-__all__ = ["main"]
+__all__ = ["main", "run"]

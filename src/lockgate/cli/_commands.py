@@ -13,7 +13,14 @@ from lockgate._errors import CapabilityMissing
 from lockgate.cli._exits import OK, USAGE, Failure
 from lockgate.cli._load import import_module, load_workflows, workflow_names
 from lockgate.cli._output import fields, flatten, json_line, note, out
-from lockgate.cli._params import Subparsers, json_object, port, positive_int, seconds
+from lockgate.cli._params import (
+    FROM_FILE,
+    Subparsers,
+    json_object,
+    port,
+    positive_int,
+    seconds,
+)
 from lockgate.client._client import WorkflowClient
 from lockgate.stores._base import Store
 from lockgate.worker import WorkerOptions
@@ -177,7 +184,9 @@ def add_run_parsers(group: Subparsers, common: list[argparse.ArgumentParser]) ->
 
     p = group.add_parser("submit", parents=common, help="start a run; prints its id")
     p.add_argument("name", metavar="NAME", help="workflow name")
-    p.add_argument("--params", default="{}", metavar="JSON", help="a JSON object ({})")
+    p.add_argument(
+        "--params", default="{}", metavar="JSON", help=f"a JSON object ({{}}); {FROM_FILE}"
+    )
     p.add_argument("--idempotency-key", metavar="K", help="a repeat with K returns the same run")
     p.add_argument("--delay", type=seconds, metavar="S", help="start the run S seconds from now")
     p.add_argument("--wait", action="store_true", help="wait for the result and print it")
@@ -192,7 +201,9 @@ def add_run_parsers(group: Subparsers, common: list[argparse.ArgumentParser]) ->
         "'buffered'",
     )
     p.add_argument("name", metavar="NAME", help="workflow name")
-    p.add_argument("--event", required=True, metavar="JSON", help="the event, a JSON object")
+    p.add_argument(
+        "--event", required=True, metavar="JSON", help=f"the event, a JSON object; {FROM_FILE}"
+    )
     p.add_argument("--app", metavar="MODULE", help="import MODULE for its trigger")
     p.set_defaults(run=trigger)
 

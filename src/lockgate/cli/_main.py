@@ -13,8 +13,10 @@ import asyncio
 import contextlib
 import inspect
 import os
+import signal
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from lockgate import __version__
 from lockgate._errors import LockgateError
@@ -24,6 +26,7 @@ from lockgate.cli._params import check_names
 from lockgate.stores._open import STORE_URL_ENV, open_store
 
 DEBUG_ENV = "LOCKGATE_DEBUG"
+INTERRUPTED_LINE = "lockgate: interrupted"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="lockgate",
         description="Run workers, start runs and look after them on a lockgate store.",
         epilog="exit codes: 0 done, 1 the run or operation failed, 2 usage or configuration "
-        "error. Docs: docs/cli.md",
+        "error, 130 interrupted. Docs: docs/cli.md",
     )
     parser.add_argument("--version", action="version", version=f"lockgate {__version__}")
     group = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -61,14 +64,42 @@ def _dispatch(args: argparse.Namespace) -> int:
     try:
         outcome = args.run(args, store)
         code = asyncio.run(outcome) if inspect.iscoroutine(outcome) else outcome
-    finally:
+    except KeyboardInterrupt:
+        # Left open: a store call may still be running on a store thread, and closing under
+        # it would wait for it (an SQLite busy wait, a socket timeout) or break it. The process
+        # is ending (see ``run``).
+        raise
+    except BaseException:
         store.close()
+        raise
+    store.close()
     return code
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def run() -> NoReturn:
+    """The ``lockgate`` program: :func:`main`, then exit with its code.
+
+    An interrupted command exits at once: from the first Ctrl-C on, further ones are ignored,
+    and the interpreter's shutdown is skipped, since that shutdown waits for store threads
+    still inside a call, and a second Ctrl-C landing in it printed a traceback."""
+    try:
+        code = main(exiting=True)
+    except KeyboardInterrupt:  # a second Ctrl-C before the first was reported
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        print(INTERRUPTED_LINE, file=sys.stderr, flush=True)
+        code = INTERRUPTED
+    if code != INTERRUPTED:
+        sys.exit(code)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(INTERRUPTED)
+
+
+def main(argv: Sequence[str] | None = None, *, exiting: bool = False) -> int:
     """Run the ``lockgate`` command line with ``argv`` (default ``sys.argv[1:]``) and return
-    its exit code."""
+    its exit code. ``exiting`` says the process ends with it (:func:`run`): then an interrupt
+    also makes the process ignore further ones."""
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
@@ -77,7 +108,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _dispatch(args)
     except KeyboardInterrupt:
-        print("lockgate: interrupted", file=sys.stderr, flush=True)
+        if exiting:  # before the line, so that a second Ctrl-C cannot land after it
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        print(INTERRUPTED_LINE, file=sys.stderr, flush=True)
         return INTERRUPTED
     except BrokenPipeError:
         # The reader went away (`| head`): stop quietly, as a program killed by SIGPIPE does,

@@ -138,7 +138,10 @@ def event_detail(event: RunEvent) -> str:
     if kind == "run:complete":
         return f"result={compact(p.get('result'), 80)}"
     if kind == "run:error":
-        return f"{p.get('code', 'error')}: {p.get('message', '')}".rstrip(": ")
+        code, message = str(p.get("code", "error")), str(p.get("message", ""))
+        # A message that starts with its code (a termination's "terminated: <reason>") is
+        # shown as it is, not with the code twice.
+        return message if message.startswith(f"{code}:") else f"{code}: {message}".rstrip(": ")
     if kind == "run:cancel":
         detail = p.get("detail") or {}
         reason = detail.get("reason") if isinstance(detail, dict) else None

@@ -5,23 +5,45 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
+from pathlib import Path
 from typing import Any, TypeAlias
 
 from lockgate._names import check_name
 from lockgate.cli._exits import Failure
+from lockgate.cli._output import note
 
+#: How a JSON option's help says it also reads a file or standard input.
+FROM_FILE = "@FILE reads it from FILE, - from standard input"
 #: What ``add_subparsers()`` returns; argparse gives the type no public name.
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
-def json_object(text: str, option: str) -> dict[str, Any]:
-    """``text`` parsed as a JSON object; anything else is a usage error naming ``option``."""
+class _NotJSON(ValueError):
+    """A constant Python's JSON reader takes but JSON has not (NaN, Infinity, -Infinity)."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NotJSON(name)
+
+
+def json_object(given: str, option: str) -> dict[str, Any]:
+    """The JSON object ``given`` spells; ``@PATH`` reads it from that file and ``-`` from
+    standard input, for objects too big for a command line. Anything that is not one JSON
+    object (NaN and Infinity are not JSON) is a usage error naming ``option`` and the source."""
+    text, where = _json_text(given, option)
+    if not text.strip():
+        raise Failure(f"{where} is empty: give a JSON object ({{...}})")
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_constant=_refuse_constant)
+    except _NotJSON as exc:
+        raise Failure(
+            f"{where}: {exc} is not JSON (JSON has no NaN or Infinity; use a number or null)"
+        ) from None
     except json.JSONDecodeError as exc:
-        raise Failure(f"{option} is not valid JSON: {exc}") from None
+        raise Failure(f"{where} is not valid JSON: {exc}") from None
     if not isinstance(value, dict):
-        raise Failure(f"{option} must be a JSON object ({{...}}), not {type(value).__name__}")
+        raise Failure(f"{where} must be a JSON object ({{...}}), not {type(value).__name__}")
     return value
 
 
@@ -44,6 +66,49 @@ def check_names(args: argparse.Namespace) -> None:
         value = getattr(args, argument, None)
         if value is not None:
             check_name(what, value, length=length)
+
+
+def _json_text(given: str, option: str) -> tuple[str, str]:
+    """The text ``given`` stands for, and how to name where it came from."""
+    if given == "-":
+        return _decoded(_stdin_bytes(option), f"{option} (stdin)"), f"{option} (stdin)"
+    if not given.startswith("@"):
+        return given, option
+    where = f"{option} {given}"
+    if given == "@":
+        raise Failure(f"{where} names no file: give @PATH, or - to read standard input")
+    try:
+        data = Path(given[1:]).expanduser().read_bytes()
+    except FileNotFoundError:
+        raise Failure(f"{where}: no such file") from None
+    except IsADirectoryError:
+        raise Failure(f"{where}: is a directory, not a file") from None
+    except PermissionError:
+        raise Failure(f"{where}: cannot read it (permission denied)") from None
+    except OSError as exc:
+        raise Failure(f"{where}: cannot read it ({exc.strerror or exc})") from None
+    return _decoded(data, where), where
+
+
+def _stdin_bytes(option: str) -> bytes | str:
+    stream = sys.stdin
+    if stream is None:
+        raise Failure(f"{option} -: there is no standard input to read")
+    if stream.isatty():
+        note(f"reading {option} from standard input; end it with Ctrl-D")
+    buffer = getattr(stream, "buffer", None)
+    return buffer.read() if buffer is not None else stream.read()
+
+
+def _decoded(data: bytes | str, where: str) -> str:
+    if isinstance(data, str):
+        return data
+    try:
+        return data.decode("utf-8-sig")  # a byte-order mark some editors write is no error
+    except UnicodeDecodeError as exc:
+        raise Failure(
+            f"{where} is not UTF-8 text (byte {exc.start} is {data[exc.start : exc.start + 1]!r})"
+        ) from None
 
 
 def positive_int(text: str) -> int:

@@ -19,7 +19,7 @@ from lockgate.cli._output import (
     run_row,
     table,
 )
-from lockgate.cli._params import Subparsers, json_object, positive_int, seconds
+from lockgate.cli._params import FROM_FILE, Subparsers, json_object, positive_int, seconds
 from lockgate.client._client import WorkflowClient
 from lockgate.journal._events import RunStatus
 from lockgate.stores._base import Store
@@ -104,11 +104,20 @@ async def events(args: argparse.Namespace, store: Store) -> int:
 
 
 async def cancel(args: argparse.Namespace, store: Store) -> int:
+    """Ask for a cancel. A run that has already ended is left as it is: that is done (0) when
+    it ended cancelled, and with ``--wait``, which asked for it to end cancelled, a failure (1)
+    when it ended otherwise."""
     _info(store, args.name, args.run_id)
     client = WorkflowClient(store)
     status = await client.status(args.name, args.run_id)  # a handed-on run's successor's
+    if status == RunStatus.CANCELLED:
+        note(f"run {args.run_id} had already been cancelled; nothing to do")
+        return OK
     if status.is_terminal:
-        note(f"run {args.run_id} has already ended ({status}); nothing to cancel")
+        ended = f"run {args.run_id} had already ended ({status}); nothing to cancel"
+        if args.wait:
+            raise Failure(ended, FAILED)
+        note(ended)
         return OK
     await client.cancel(args.name, args.run_id, reason=args.reason, requested_by=_requested_by())
     if not args.wait:
@@ -141,7 +150,13 @@ async def signal(args: argparse.Namespace, store: Store) -> int:
     answer = await WorkflowClient(store).signal(
         args.name, args.run_id, args.signal, payload, signal_id=args.signal_id
     )
-    out(f"signal {args.signal!r} {answer}: run {args.run_id}")
+    if answer == "duplicate":
+        out(
+            f"signal {args.signal!r} not sent: run {args.run_id} already had signal id "
+            f"{args.signal_id!r} (a duplicate); the first send stands and this payload was dropped"
+        )
+    else:
+        out(f"signal {args.signal!r} {answer}: run {args.run_id}")
     return OK
 
 
@@ -182,7 +197,9 @@ def add_parsers(group: Subparsers, common: list[argparse.ArgumentParser]) -> Non
     p = sub.add_parser("cancel", parents=common, help="ask a run to stop; it ends cancelled")
     _run_arguments(p)
     p.add_argument("--reason", metavar="R", help="recorded with the cancel")
-    p.add_argument("--wait", action="store_true", help="wait until the run has ended")
+    p.add_argument(
+        "--wait", action="store_true", help="wait until it has ended cancelled (exit 1 if not)"
+    )
     p.add_argument("--timeout", type=seconds, metavar="S", help="give up waiting after S seconds")
     p.set_defaults(run=cancel)
 
@@ -194,7 +211,9 @@ def add_parsers(group: Subparsers, common: list[argparse.ArgumentParser]) -> Non
     p = sub.add_parser("signal", parents=common, help="send a signal to a run")
     _run_arguments(p)
     p.add_argument("signal", metavar="SIGNAL", help="signal name")
-    p.add_argument("--payload", default="{}", metavar="JSON", help="a JSON object ({})")
+    p.add_argument(
+        "--payload", default="{}", metavar="JSON", help=f"a JSON object ({{}}); {FROM_FILE}"
+    )
     p.add_argument("--signal-id", metavar="ID", help="a retry with the same id applies once")
     p.set_defaults(run=signal)
 

@@ -363,8 +363,9 @@ class WorkflowClient:
         signal_id: str | None = None,
     ) -> str:
         """Send a signal; returns ``"delivered"`` or ``"buffered"``. ``signal_id`` makes a
-        retried send apply once. Raises :class:`RunFinishedError` once the run has ended or a
-        cancel is latched."""
+        retried send apply once: a repeat returns ``"duplicate"`` and keeps nothing (its
+        payload is not compared; the first send's stands). Raises :class:`RunFinishedError`
+        once the run has ended or a cancel is latched."""
         check_name("signal name", signal)
         check_optional("signal id", signal_id)
         payload = {} if payload is None else payload

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from collections import Counter
 from pathlib import Path
@@ -194,14 +195,7 @@ class Tour:
         keys = self._charge_keys()
         again = sorted(order for order, used in keys.items() if len(used) > 1)
         same = all(len(set(used)) == 1 for used in keys.values())
-        return [
-            f"Worker 1 died while {', '.join(again)} were inside charge_card. Worker 2 took",
-            "them over and replayed their journals: reserve_stock had finished and was journaled,",
-            "so it did not run again; charge_card had not, so it ran a second time"
-            + (", with the same" if same else ", with a DIFFERENT (!)"),
-            "ctx.idempotency_key: a payment API given that key charges once. Every order that",
-            "was not cancelled shipped exactly once.",
-        ]
+        return crash_lessons(again, same=same)
 
     def _charge_keys(self) -> dict[str, list[str]]:
         """The idempotency key each execution of charge_card passed, by order."""
@@ -217,6 +211,25 @@ class Tour:
         for log in sorted(self.folder.glob("worker-*.log")):
             tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-15:]
             print(f"--- {log.name}", *tail, sep="\n", file=sys.stderr)
+
+
+def crash_lessons(again: list[str], *, same: bool) -> list[str]:
+    """The closing lines about the crash: ``again`` are the orders whose charge_card ran a
+    second time, ``same`` whether every one of them passed the same idempotency key."""
+    if len(again) > 1:
+        orders = f"{', '.join(again[:-1])} and {again[-1]} were"
+        taken = "them over and replayed their journals"
+    else:
+        orders = f"{again[0] if again else 'an order'} was"
+        taken = "it over and replayed its journal"
+    key = "the same" if same else "a DIFFERENT (!)"
+    text = (
+        f"Worker 1 died while {orders} inside charge_card. Worker 2 took {taken}: "
+        f"reserve_stock had finished and was journaled, so it did not run again; charge_card "
+        f"had not, so it ran a second time, with {key} ctx.idempotency_key: a payment API "
+        f"given that key charges once. Every order that was not cancelled shipped exactly once."
+    )
+    return textwrap.wrap(text, width=88)
 
 
 def run_demo(store_url: str | None = None, *, live: bool | None = None) -> int:

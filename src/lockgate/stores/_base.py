@@ -411,8 +411,8 @@ class SignalStore:
     ) -> str:
         """Buffer a signal; queue the run if it waits on this name. Returns ``"delivered"``,
         ``"buffered"``, or ``"rejected"`` (nothing kept) when the run has ended or a cancel is
-        latched. A repeat of ``idempotency_key`` returns the first send's answer and buffers
-        nothing."""
+        latched. A repeat of ``idempotency_key`` on the run returns ``"duplicate"`` and keeps
+        nothing, whatever its payload: the first send stands."""
         raise _missing(self, "signals")
 
     def peek_signal(self, name: str, run_id: str, signal_name: str) -> dict[str, Any] | None:

@@ -153,7 +153,7 @@ class MemoryWaits(MemoryState):
     ) -> str:
         run = self._run(name, run_id)
         if idempotency_key is not None and idempotency_key in run.signal_keys:
-            return run.signal_keys[idempotency_key]
+            return "duplicate"
         if run.ended or run.cancel_at is not None:
             return "rejected"
         run.signals.append(

@@ -80,14 +80,23 @@ def open_store(
         path = _sqlite_path(chosen, location)
         return _construct("sqlite", SQLiteStore, (path,), query, options, option_defaults)
     if scheme in _VALKEY_SCHEMES:
+        from lockgate.stores._valkey_connect import SERVER_QUERY
         from lockgate.stores._valkey_store import ValkeyStore
 
         parts = urlsplit(chosen)
-        kept = urlencode([(k, v) for k, v in query if k == "db"])
+        kept = urlencode([(k, v) for k, v in query if k in SERVER_QUERY])
         # Built by hand: urlunsplit drops the "//" of a URL with no host (unix:///path).
         server = f"{parts.scheme}://{parts.netloc}{parts.path}" + (f"?{kept}" if kept else "")
-        store_options = [(k, v) for k, v in query if k != "db"]
-        return _construct("valkey", ValkeyStore, (server,), store_options, options, option_defaults)
+        store_options = [(k, v) for k, v in query if k not in SERVER_QUERY]
+        return _construct(
+            "valkey",
+            ValkeyStore,
+            (server,),
+            store_options,
+            options,
+            option_defaults,
+            in_url=SERVER_QUERY,
+        )
     raise ConfigurationError(
         f"unknown store URL scheme {scheme + '://'!r} in {chosen!r}; supported: "
         + ", ".join(_SCHEMES)
@@ -135,19 +144,23 @@ def _construct(
     query: list[tuple[str, str]],
     options: dict[str, Any],
     option_defaults: Mapping[str, Any] | None = None,
+    *,
+    in_url: tuple[str, ...] = (),
 ) -> Store:
+    """``cls(*args, **options)`` with the URL's ``query`` among the options, each checked and
+    typed; ``in_url`` names what the URL itself takes besides (named when refusing one)."""
     accepted = _keyword_parameters(cls)
     kwargs: dict[str, Any] = {}
     for key, text in query:
         if key in kwargs:
             raise ConfigurationError(f"{label} store option {key!r} is given twice in the URL")
-        kwargs[key] = _convert(label, key, text, accepted, from_url=True)
+        kwargs[key] = _convert(label, key, text, accepted, in_url, from_url=True)
     for key, value in options.items():
         if key in kwargs:
             raise ConfigurationError(
                 f"{label} store option {key!r} is given both in the URL and as an argument"
             )
-        kwargs[key] = _convert(label, key, value, accepted, from_url=False)
+        kwargs[key] = _convert(label, key, value, accepted, in_url, from_url=False)
     for key, value in (option_defaults or {}).items():
         if key in accepted and key not in kwargs:
             kwargs[key] = value
@@ -176,10 +189,16 @@ def _keyword_parameters(cls: Callable[..., Any]) -> dict[str, tuple[Any, Any]]:
 
 
 def _convert(
-    label: str, key: str, value: Any, accepted: dict[str, tuple[Any, Any]], *, from_url: bool
+    label: str,
+    key: str,
+    value: Any,
+    accepted: dict[str, tuple[Any, Any]],
+    in_url: tuple[str, ...],
+    *,
+    from_url: bool,
 ) -> Any:
     if key not in accepted:
-        known = ", ".join(sorted(accepted)) or "none"
+        known = ", ".join([*in_url, *sorted(accepted)]) or "none"
         raise ConfigurationError(f"{label} store takes no option {key!r} (it takes: {known})")
     if not isinstance(value, str):
         return value

@@ -44,6 +44,7 @@ from lockgate.stores._sqlite_file import (
     create_if_missing,
     inspect_existing,
     migrate,
+    open_failure,
     require_existing,
     resolve_path,
 )
@@ -183,7 +184,7 @@ class SQLiteStore(SQLiteWaits, SQLiteTriggers, Store):
             migrate(conn)
             conn.executescript(f"BEGIN IMMEDIATE;\n{SCHEMA}\n{TRIGGERS_SCHEMA}\nCOMMIT;")
         except sqlite3.Error as exc:
-            raise StoreUnavailable(f"cannot open SQLite store {self.path}: {exc}") from exc
+            raise open_failure(self.path, exc) from exc
         return conn
 
     def _enter_wal(self, conn: sqlite3.Connection) -> str:

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from lockgate._errors import StoreFileError, StoreFileGone
+from lockgate._errors import StoreFileError, StoreFileGone, StoreUnavailable
 
 #: Bumped whenever the schema changes in a way an older lockgate cannot read.
 FORMAT_GENERATION = 2
@@ -119,7 +119,7 @@ def inspect_existing(path: Path) -> None:
             row = probe.execute(
                 "SELECT value FROM lg_meta WHERE key = 'format_generation'"
             ).fetchone()
-            generation = int(row[0]) if row else None
+            generation = _generation(path, row[0]) if row else None
     except sqlite3.DatabaseError as exc:
         raise StoreFileError(
             f"{path} is not an SQLite database lockgate can read ({exc}); it was left untouched"
@@ -152,6 +152,36 @@ def require_existing(path: Path) -> None:
         f"init --store sqlite:///{path}` (a worker started on it creates it too), or open it "
         f"with create=True"
     )
+
+
+def _generation(path: Path, value: object) -> int:
+    """The format generation recorded as ``value``: a whole number from 1 up."""
+    text = str(value).strip()
+    if not (text.isascii() and text.isdigit() and int(text) >= 1):
+        raise StoreFileError(
+            f"{path} is a lockgate store whose format generation is damaged ({value!r} is not "
+            f"a generation, a whole number from 1 up); it was left untouched"
+        )
+    return int(text)
+
+
+def open_failure(path: Path, exc: sqlite3.Error) -> Exception:
+    """What opening the store file ``path`` failing with ``exc`` is: a file this user may not
+    write (StoreFileError, as no retry helps), else the store being unavailable."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    primary = code & 0xFF if isinstance(code, int) else None
+    blocked = primary == sqlite3.SQLITE_READONLY or (
+        primary == sqlite3.SQLITE_CANTOPEN and not os.access(path.parent, os.W_OK)
+    )
+    if blocked:
+        what = "is read-only" if not os.access(path, os.W_OK) else "is in a read-only directory"
+        return StoreFileError(
+            f"{path} {what} for this user ({exc}): lockgate writes to its store file whenever "
+            f"it opens it, even for commands that only read (it brings the schema up to date "
+            f"and keeps a write-ahead log beside the file). Make the file and its directory "
+            f"writable, or copy the file and open the copy; it was left untouched"
+        )
+    return StoreUnavailable(f"cannot open SQLite store {path}: {exc}")
 
 
 def create_if_missing(path: Path) -> bool:

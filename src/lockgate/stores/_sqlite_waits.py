@@ -139,7 +139,7 @@ class SQLiteWaits(SQLiteRows):
                     (name, run_id, idempotency_key),
                 ).fetchone()
                 if seen is not None:
-                    return str(seen["result"])
+                    return "duplicate"
             if row["terminal"] is not None or row["cancel_at"] is not None:
                 return "rejected"
             db.execute(

@@ -33,7 +33,6 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from importlib import resources
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from lockgate._errors import (
     ConfigurationError,
@@ -51,6 +50,13 @@ from lockgate._errors import (
 from lockgate.journal._events import RunEvent, RunStatus
 from lockgate.stores._records import derive_status
 from lockgate.stores._types import RunInfo, WaitSpec
+from lockgate.stores._valkey_connect import (
+    check_server_url,
+    first_contact_error,
+    redacted_url,
+    refuse_plain_server,
+    secrets_of,
+)
 from lockgate.stores._valkey_keys import KEY_LAYOUT, key, layout_refusal, member, split_member
 from lockgate.stores._valkey_loop import (
     Commands,
@@ -232,7 +238,7 @@ class ValkeyCore:
         #: The URL with any password shown as ``***``: the only form messages, logs and
         #: ``repr`` show. The password itself stays with the client's connections.
         self.url = redacted_url(url)
-        self._secrets = _secrets_of(url)
+        self._secrets = secrets_of(url)
         self._raw_url = url
         self._client_options: dict[str, Any] = {
             "socket_timeout": socket_timeout,
@@ -240,6 +246,8 @@ class ValkeyCore:
             "decode_responses": False,
         }
         self._loop_clients = LoopClients(self._make_loop_client)
+        check_server_url(url, self.url)
+        refuse_plain_server(url, self.url, socket_connect_timeout)
         self._redis, self.cluster = self._client(url, cluster)
         if eviction_policy_check:
             self._check_eviction_policy()
@@ -257,6 +265,8 @@ class ValkeyCore:
                     try:
                         cluster = bool(plain.info("cluster").get("cluster_enabled"))
                     except ResponseError as exc:
+                        if first_contact_error(exc, url, self.url, self._scrub) is not None:
+                            raise
                         raise ConfigurationError(
                             f"could not ask Valkey at {self.url} whether it is a cluster "
                             f"(INFO refused: {self._scrub(exc)}); pass cluster=True or "
@@ -274,6 +284,9 @@ class ValkeyCore:
         except BaseException as exc:
             if plain is not None:
                 plain.close()
+            cause = first_contact_error(exc, url, self.url, self._scrub)
+            if cause is not None:
+                raise cause from exc
             if isinstance(exc, RedisClusterException) and "cluster mode is not enabled" in (
                 str(exc).lower()
             ):
@@ -701,42 +714,6 @@ class ValkeyCore:
             wait=wait,
             cancel_requested_at=fields.get("cancel_at") or None,
         )
-
-
-def redacted_url(url: str) -> str:
-    """``url`` with its password (``user:password@`` or ``?password=``) shown as ``***``."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return url
-    rest, hashmark, fragment = rest.partition("#")
-    rest, question, query = rest.partition("?")
-    slash = rest.find("/")
-    netloc, path = (rest, "") if slash < 0 else (rest[:slash], rest[slash:])
-    userinfo, at, host = netloc.rpartition("@")
-    if at:
-        user, colon, _ = userinfo.partition(":")
-        netloc = f"{user}:***@{host}" if colon else netloc
-    if query:
-        query = "&".join(
-            f"{key}=***" if unquote(key).lower() == "password" and eq else f"{key}{eq}{value}"
-            for key, eq, value in (part.partition("=") for part in query.split("&"))
-        )
-    return f"{scheme}://{netloc}{path}{question}{query}{hashmark}{fragment}"
-
-
-def _secrets_of(url: str) -> list[str]:
-    """The password(s) in ``url``, as written and decoded, longest first."""
-    found: set[str] = set()
-    try:
-        parts = urlsplit(url)
-        if parts.password:
-            found.update({parts.password, unquote(parts.password)})
-        for key, value in parse_qsl(parts.query, keep_blank_values=False):
-            if key.lower() == "password" and value:
-                found.update({value, quote(value, safe="")})
-    except ValueError:
-        pass
-    return sorted(found, key=len, reverse=True)
 
 
 def _config_value(raw: Any, name: str) -> str:

@@ -1,12 +1,13 @@
 -- Buffer a signal, delivering it to a run that waits on its name; once per idempotency key.
 -- A(1) name  A(2) run id  A(3) signal name  A(4) the entry (name SEP signal id SEP record JSON)
--- A(5) idempotency key or ''. Returns 'delivered', 'buffered' or 'rejected'.
+-- A(5) idempotency key or ''. Returns 'delivered', 'buffered', 'rejected', or 'duplicate' for a
+-- key already used on this run (nothing kept).
 local run = load(A(1), A(2))
 if not run then return fail('NOT_FOUND', A(1) .. SEP .. A(2)) end
 local keys = K('sigk', run.name, run.id)
 if has(A(5)) then
   local seen = redis.call('HGET', keys, A(5))
-  if seen then return seen end
+  if seen then return 'duplicate' end
 end
 if ended(run) or has(run.cancel_at) then return 'rejected' end
 redis.call('RPUSH', K('sig', run.name, run.id), A(4))
