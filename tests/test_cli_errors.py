@@ -156,6 +156,7 @@ def test_files_this_user_may_not_read_or_write_are_one_line_each(tmp_path: Path)
     secret = tmp_path / "secret.json"
     secret.write_text("{}")
     secret.chmod(0o000)
+    SQLiteStore(tmp_path / "s.db").close()  # commands other than worker create no store
     done = _lockgate_unprivileged(
         tmp_path, "submit", "x", "--params", "@secret.json", "--store", "sqlite:///s.db"
     )
@@ -250,6 +251,7 @@ def test_ctrl_c_on_a_waiting_command_exits_130_with_one_line(tmp_path: Path) -> 
     """``submit --wait`` and ``runs cancel --wait`` on a store no worker serves wait forever;
     Ctrl-C ends them at once with exit 130 and one line, even pressed twice."""
     (tmp_path / "wf_idle.py").write_text(WORKFLOWS)
+    SQLiteStore(tmp_path / "idle.db").close()  # commands other than worker create no store
     submit = _cli(
         tmp_path, "submit", "cli_waiter", "--params", '{"who": "x"}', "--app", "wf_idle", "--wait"
     )
