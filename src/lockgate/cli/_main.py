@@ -50,6 +50,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.run is None:
         code: int = args.demo(args)
         return code
+    if getattr(args, "opens_store", False):  # `worker` waits for a store that does not answer
+        return int(asyncio.run(args.run(args)))
     store = open_store(args.store)
     try:
         outcome = args.run(args, store)
