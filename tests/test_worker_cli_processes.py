@@ -54,7 +54,6 @@ WORKFLOWS = textwrap.dedent(
 )
 
 
-
 class Worker:
     """One ``lockgate worker`` process, its stderr going to a file."""
 
