@@ -126,7 +126,10 @@ class AttemptPool:
         leased_at: float | None = None,
     ) -> None:
         rt = self._rt
-        begun = rt.clock()
+        # When the claim was asked for: a store failure of this attempt is news of an outage
+        # only if nothing got through since (a claim that waited out an outage through the
+        # store's retries starts with its lease already short, and fails for that).
+        asked_at = leased_at if leased_at is not None else rt.clock()
         try:
             events = (
                 claimed.events
@@ -160,9 +163,8 @@ class AttemptPool:
         try:
             outcome = await attempt.execute()
         except StoreUnavailable as exc:
-            # The attempt's own calls do not go through ``rt.io``: tell the store state here,
-            # as a call asked when the attempt began (stale if anything got through since).
-            rt.store_state.failed(exc, begun)
+            # The attempt's own calls do not go through ``rt.io``: tell the store state here.
+            rt.store_state.failed(exc, asked_at)
             log.info("run %s of %s: %s", claim.run_id, spec.name, exc)
             self.outcomes["store_unavailable"] += 1
             if not attempt.put_back:

@@ -79,7 +79,10 @@ async def serve(
         )
         if health is not None:
             worker._adopt_health(health)
-        # Its own signal handlers replace this function's as it starts.
+        if stop.is_set:  # a signal came as the store opened
+            worker.stop()
+        # Its own signal handlers replace this function's as it starts (nothing awaited in
+        # between, so no signal falls in a gap).
         await worker.run()
     finally:
         if health is not None:
