@@ -35,7 +35,7 @@ from lockgate import (
 )
 from lockgate.stores import Store
 from lockgate.worker import WorkerOptions, WorkflowWorker
-from test_worker_processes import Cluster, wait_for
+from test_worker_processes import DEADLINE, Cluster, wait_for
 
 
 @dataclass(frozen=True)
@@ -141,22 +141,17 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
 
 
 def test_a_limit_of_two_holds_across_three_worker_processes(cluster: Cluster) -> None:
-    started = time.monotonic()
     store = cluster.store()  # creates the file before the workers open it
     record = cluster.tmp / "bodies.txt"
     # Polling often keeps every worker asking for acme's slots while others hold them.
     workers = [
-        cluster.start("--worker-id", f"w{i}", "--concurrency", "4", "--poll", "0.005")
+        cluster.start("--worker-id", f"w{i}", "--concurrency", "4", "--poll", "0.005", ready=False)
         for i in range(3)
     ]
-    # Submit by name, as a process that does not import the workflow: the gates are stamped
-    # from the policy the workers recorded at start.
-    wait_for(
-        "a worker recorded the policy of proc_limited",
-        lambda: store.get_workflow_policy(LIMITED) is not None,
-        cluster,
-        timeout=20,
-    )
+    # Ready: each recorded the policy of proc_limited and claims. Submit by name, as a process
+    # that does not import the workflow: the gates are stamped from that policy.
+    cluster.wait_ready()
+    assert store.get_workflow_policy(LIMITED) is not None
     client = WorkflowClient(store)
     # acme's 50 runs first, then globex's 10 behind them in the queue: globex's must not wait
     # for acme's to drain.
@@ -176,7 +171,7 @@ def test_a_limit_of_two_holds_across_three_worker_processes(cluster: Cluster) ->
         f"all {len(runs)} runs end (left: {len(pending)})",
         all_ended,
         cluster,
-        timeout=45 - (time.monotonic() - started),
+        timeout=DEADLINE,
     )
     assert all(proc.poll() is None for proc in workers), cluster.tail()
 

@@ -3,16 +3,24 @@
 Each test starts ``tests/procs/worker_main.py`` as subprocesses serving ``tests/procs/
 workflows.py`` and checks, from the store and from what the step bodies recorded, that every
 run ends exactly once, none is lost, and no step whose outcome was journaled runs again.
+
+Tests wait for states, never for time to pass: a worker is started and then waited for until
+its ``/readyz`` answers 200 (its workflows recorded, its store answering) before the test goes
+on, and every wait has a deadline (``DEADLINE``) that a machine with every core busy meets.
 """
 
 from __future__ import annotations
 
 import collections
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -30,6 +38,10 @@ PROCS = Path(__file__).parent / "procs"
 NAME = "proc_steps"
 LOCK_TTL = 1.5
 HEARTBEAT = 0.3
+#: Seconds any one state a test waits for may take, with every core of the machine busy.
+DEADLINE = 120.0
+#: What a worker logs once its health endpoint listens (each takes a free port).
+HEALTH_LINE = re.compile(rb"health endpoint listening on http://127\.0\.0\.1:(\d+)")
 
 
 @dataclass(frozen=True)
@@ -68,21 +80,45 @@ class Cluster:
             self.db, lock_ttl=LOCK_TTL, heartbeat_interval=HEARTBEAT, synchronous="normal"
         )
 
-    def start(self, *args: str, failpoint: str | None = None) -> subprocess.Popen[bytes]:
+    def start(
+        self, *args: str, failpoint: str | None = None, ready: bool = True
+    ) -> subprocess.Popen[bytes]:
+        """Start a worker process; with ``ready``, return once it is ready (or, armed with a
+        ``failpoint``, once it is ready or has died at it)."""
         env = {k: v for k, v in os.environ.items() if k != FAILPOINTS_ENV}
         env.update(LOCKGATE_TEST_STORE=self.target, LOCKGATE_TEST_RECORD=str(self.record))
         if failpoint is not None:
             env[FAILPOINTS_ENV] = failpoint
         log = (self.tmp / f"worker-{len(self.procs)}.log").open("wb")
         self.logs.append(log)
+        main = str(PROCS / "worker_main.py")
         proc = subprocess.Popen(
-            [sys.executable, str(PROCS / "worker_main.py"), "--store", self.target, *args],
+            [sys.executable, main, "--store", self.target, "--health-port", "0", *args],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
         )
         self.procs.append(proc)
+        if ready:
+            self.wait_ready([proc], may_die=failpoint is not None)
         return proc
+
+    def wait_ready(
+        self, procs: list[subprocess.Popen[bytes]] | None = None, *, may_die: bool = False
+    ) -> None:
+        """Wait until each of ``procs`` (default: every worker) answers 200 on ``/readyz``."""
+        for proc in self.procs if procs is None else procs:
+            log = self.tmp / f"worker-{self.procs.index(proc)}.log"
+
+            def ready(proc: subprocess.Popen[bytes] = proc, log: Path = log) -> bool:
+                if proc.poll() is not None:
+                    if may_die:
+                        return True
+                    raise AssertionError(f"worker {proc.pid} exited\n{self.tail()}")
+                found = HEALTH_LINE.search(log.read_bytes())
+                return found is not None and readyz(int(found.group(1))) == 200
+
+            wait_for(f"worker {proc.pid} is ready", ready, self, DEADLINE)
 
     def executions(self) -> list[Execution]:
         if not self.record.exists():
@@ -108,6 +144,18 @@ class Cluster:
             proc.wait(timeout=10)
         for log in self.logs:
             log.close()
+
+
+def readyz(port: int) -> int:
+    """The status ``/readyz`` answers on ``port`` (0 when nothing answers)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=10) as answer:
+            json.loads(answer.read())
+            return int(answer.status)
+    except urllib.error.HTTPError as refused:
+        return int(refused.code)
+    except OSError:
+        return 0
 
 
 @pytest.fixture
@@ -185,19 +233,19 @@ def check_invariants(
 
 def test_three_workers_complete_500_runs_once_despite_a_sigkill(cluster: Cluster) -> None:
     store = cluster.store()
-    started = time.monotonic()
-    workers = [cluster.start("--worker-id", f"w{i}") for i in range(3)]
+    workers = [cluster.start("--worker-id", f"w{i}", ready=False) for i in range(3)]
+    cluster.wait_ready()
     runs = submit(store, 500, steps=2, pause=0.01)
     victim = workers[0]
 
     def victim_is_busy() -> bool:
         return sum(e.pid == victim.pid for e in cluster.executions()) >= 20
 
-    wait_for("the first worker has run 20 steps", victim_is_busy, cluster, timeout=30)
+    wait_for("the first worker has run 20 steps", victim_is_busy, cluster, timeout=DEADLINE)
     victim.send_signal(signal.SIGKILL)
-    assert victim.wait(timeout=10) == -signal.SIGKILL
+    assert victim.wait(timeout=DEADLINE) == -signal.SIGKILL
 
-    wait_ended(store, runs, cluster, timeout=60 - (time.monotonic() - started))
+    wait_ended(store, runs, cluster, timeout=DEADLINE)
     journals, _ = check_invariants(store, runs, cluster, steps=2)
     # The killed worker held runs mid-step: they were recovered after their lease lapsed and
     # completed by the others.
@@ -208,16 +256,18 @@ def test_three_workers_complete_500_runs_once_despite_a_sigkill(cluster: Cluster
 
 def test_sigterm_hands_runs_back_and_another_worker_finishes_them(cluster: Cluster) -> None:
     store = cluster.store()
-    runs = submit(store, 6, steps=2, pause=0.8)
+    # Steps long enough (3 s) that the SIGTERM lands in the first ones even when the worker
+    # takes its time to handle it, short against the grace (10 s).
+    runs = submit(store, 6, steps=2, pause=3.0)
     first = cluster.start("--worker-id", "first", "--concurrency", "4")
     wait_for(
         "the first worker is in the middle of four steps",
         lambda: len(cluster.executions()) >= 4,
         cluster,
-        timeout=20,
+        timeout=DEADLINE,
     )
     first.send_signal(signal.SIGTERM)
-    assert first.wait(timeout=20) == 0, cluster.tail()
+    assert first.wait(timeout=DEADLINE) == 0, cluster.tail()
 
     for run_id in runs:
         info = store.get_run(NAME, run_id)
@@ -228,7 +278,7 @@ def test_sigterm_hands_runs_back_and_another_worker_finishes_them(cluster: Clust
     assert len(cluster.executions()) == 4
 
     cluster.start("--worker-id", "second")
-    wait_ended(store, runs, cluster, timeout=30)
+    wait_ended(store, runs, cluster, timeout=DEADLINE)
     _, counts = check_invariants(store, runs, cluster, steps=2)
     assert set(counts.values()) == {1}, "a handed-back run repeated a step"
 
@@ -251,15 +301,15 @@ def test_a_crash_at_each_fault_point_is_recovered(cluster: Cluster, point: str) 
     runs = submit(store, 1, steps=2, pause=0.0)
     (run_id,) = runs
     crashing = cluster.start("--worker-id", "crashing", failpoint=f"{point}:crash")
-    assert crashing.wait(timeout=20) == -signal.SIGKILL, cluster.tail()
+    assert crashing.wait(timeout=DEADLINE) == -signal.SIGKILL, cluster.tail()
 
     cluster.start("--worker-id", "clean")
-    wait_ended(store, runs, cluster, timeout=20)
+    wait_ended(store, runs, cluster, timeout=DEADLINE)
     wait_for(
         "the dead worker's lease is gone",
         lambda: store.lock_holder(NAME, run_id) is None,
         cluster,
-        timeout=10,
+        timeout=DEADLINE,
     )
     _, counts = check_invariants(store, runs, cluster, steps=2)
     executions, pending_attempts = EXPECTED[point]

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import logging
 import os
+from collections.abc import Iterator
 from typing import Any
 
 from lockgate._errors import CapabilityMissing
 from lockgate.cli._exits import OK, USAGE, Failure
-from lockgate.cli._load import import_module, load_workflows, workflow_names
+from lockgate.cli._load import import_module, load_workflows
 from lockgate.cli._output import fields, flatten, json_line, note, out
 from lockgate.cli._params import (
     FROM_FILE,
@@ -23,34 +25,64 @@ from lockgate.cli._params import (
 )
 from lockgate.client._client import WorkflowClient
 from lockgate.stores._base import Store
+from lockgate.stores._open import STORE_URL_ENV, open_store
+from lockgate.stores._valkey_core import redacted_url
 from lockgate.worker import WorkerOptions
+from lockgate.worker._serve import serve
+from lockgate.worker._status import describe_store, status_log
 from lockgate.workflow._spec import get_workflow
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 def _describe(store: Store) -> str:
-    path = getattr(store, "path", None)
-    return f"{type(store).__name__}({str(path)!r})" if path is not None else type(store).__name__
+    return describe_store(store)
 
 
-async def worker(args: argparse.Namespace, store: Store) -> int:
-    from lockgate.worker import WorkflowWorker
+class _StatusNotes(logging.Handler):
+    """The worker's changes of state (``lockgate.worker.status``) as notes on stderr."""
 
+    def emit(self, record: logging.LogRecord) -> None:
+        level = "" if record.levelno < logging.WARNING else f"{record.levelname.lower()}: "
+        note(level + record.getMessage())
+
+
+@contextlib.contextmanager
+def _status_as_notes() -> Iterator[None]:
+    """Print the worker's changes of state whatever ``--log-level`` is, once each (not also
+    through the log)."""
+    handler = _StatusNotes()
+    level, propagate = status_log.level, status_log.propagate
+    status_log.addHandler(handler)
+    status_log.setLevel(logging.INFO)
+    status_log.propagate = False
+    try:
+        yield
+    finally:
+        status_log.removeHandler(handler)
+        status_log.setLevel(level)
+        status_log.propagate = propagate
+
+
+async def worker(args: argparse.Namespace) -> int:
+    """Serve until SIGTERM or Ctrl-C. The store is opened here, not by the dispatcher: while
+    it does not answer, the worker waits for it (``/readyz`` saying so) instead of failing.
+    The start-up line, and each later change of state, come from the worker."""
     workflows = load_workflows(args.target)
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     given = {field: value for field, value in _worker_options(args).items() if value is not None}
     options = WorkerOptions(**given)
-    runner = WorkflowWorker(workflows=workflows, store=store, options=options)
-    created = ", a new store it created" if getattr(store, "created", False) else ""
-    note(
-        f"worker serving {', '.join(workflow_names(workflows))} on {_describe(store)}{created}, "
-        f"up to {options.max_concurrent_runs} runs at once; stop with Ctrl-C or SIGTERM"
-    )
-    await runner.run()
-    note("worker stopped")
+    url = args.store if args.store is not None else os.environ.get(STORE_URL_ENV)
+    with _status_as_notes():
+        await serve(
+            # A worker creates a store that does not exist yet, and says so as it starts.
+            lambda: open_store(args.store, option_defaults={"create": True}),
+            store_name=redacted_url(url) if url else "(none)",
+            workflows=workflows,
+            options=options,
+        )
     return OK
 
 
@@ -179,8 +211,13 @@ def add_run_parsers(group: Subparsers, common: list[argparse.ArgumentParser]) ->
         ("--shutdown-grace", "shutdown_grace", "on stop, S seconds for attempts to hand back"),
     ):
         p.add_argument(flag, type=seconds, metavar="S", help=f"{what} ({defaults[field]}s)")
-    p.add_argument("--health-port", type=port, metavar="PORT", help="serve /livez and /readyz")
-    p.set_defaults(run=worker, creates_store=True)
+    p.add_argument(
+        "--health-port",
+        type=port,
+        metavar="PORT",
+        help="serve /livez and /readyz on 127.0.0.1 (0: a free port, printed at start)",
+    )
+    p.set_defaults(run=worker, opens_store=True)
 
     p = group.add_parser("submit", parents=common, help="start a run; prints its id")
     p.add_argument("name", metavar="NAME", help="workflow name")

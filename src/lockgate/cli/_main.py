@@ -55,6 +55,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.run is None:
         code: int = args.demo(args)
         return code
+    if getattr(args, "opens_store", False):  # `worker` waits for a store that does not answer
+        return int(asyncio.run(args.run(args)))
     # Only a worker and `store init` create a store that does not exist yet (a URL can ask
     # for it with ?create=true): any other command on a missing file is a mistyped path or a
     # store that was removed, and a new empty one there would hide that.

@@ -458,7 +458,9 @@ class ValkeyCore:
                 raise StoreUnavailable(
                     f"Valkey at {self.url} is unreachable ({what}): {self._scrub(exc)}"
                 ) from exc
-            log.warning(
+            # Each retry of each call: debug. What gives up raises, and a worker tells the
+            # outage once (its store state), not once per call.
+            log.debug(
                 "Valkey at %s is unreachable (%s); retrying in %.2fs",
                 self.url,
                 self._scrub(exc),

@@ -126,6 +126,10 @@ class AttemptPool:
         leased_at: float | None = None,
     ) -> None:
         rt = self._rt
+        # When the claim was asked for: a store failure of this attempt is news of an outage
+        # only if nothing got through since (a claim that waited out an outage through the
+        # store's retries starts with its lease already short, and fails for that).
+        asked_at = leased_at if leased_at is not None else rt.clock()
         try:
             events = (
                 claimed.events
@@ -136,8 +140,13 @@ class AttemptPool:
             self._file_gone(claim)
             return
         except Exception as exc:
-            log.warning(
-                "run %s of %s: loading the journal failed: %s", claim.run_id, spec.name, exc
+            # An outage is told by the store state; any other failure here is news.
+            log.log(
+                logging.INFO if isinstance(exc, StoreUnavailable) else logging.WARNING,
+                "run %s of %s: loading the journal failed: %s",
+                claim.run_id,
+                spec.name,
+                exc,
             )
             await self._requeue_when_back(claim)
             return
@@ -160,7 +169,9 @@ class AttemptPool:
             self._file_gone(claim)
             return
         except StoreUnavailable as exc:
-            log.warning("run %s of %s: %s", claim.run_id, spec.name, exc)
+            # The attempt's own calls do not go through ``rt.io``: tell the store state here.
+            rt.store_state.failed(exc, asked_at)
+            log.info("run %s of %s: %s", claim.run_id, spec.name, exc)
             self.outcomes["store_unavailable"] += 1
             if not attempt.put_back:
                 # The store is still away: keep the run in its slot and try until it lands.
@@ -208,12 +219,13 @@ class AttemptPool:
                     claim.lease,
                     reason="store_unavailable",
                 )
+                log.info("run %s of %s: put back in the queue", claim.run_id, claim.name)
                 return
             except StoreFileGone:
                 self._file_gone(claim)
                 return
             except StoreUnavailable as exc:
-                log.warning(
+                log.debug(
                     "run %s of %s: cannot put it back yet (%s); trying again in %.1fs",
                     claim.run_id,
                     claim.name,
@@ -229,23 +241,27 @@ class AttemptPool:
     async def drain(self, seconds: float) -> list[Claim]:
         """Give running attempts up to ``seconds`` to end (a stopping worker's attempts hand
         their run back at their next boundary), then cancel the rest and hand back each run
-        they still hold. Returns the claims that had to be cancelled."""
+        they still hold. Returns the claims that had to be cancelled. A stop at once
+        (``rt.hurry``) cuts the wait short."""
         rt = self._rt
-        await wait_all(set(self._running), rt.clock, seconds)
+        await wait_all(set(self._running), rt.clock, seconds, until=rt.hurry)
         left = dict(self._running)
         for task in left:
             task.cancel()
         if left:
             await asyncio.gather(*left, return_exceptions=True)
-        for claim in left.values():
-            log.warning(
-                "run %s of %s: still running after the shutdown grace; handing it back",
-                claim.run_id,
-                claim.name,
-            )
-            try:
-                await rt.give_back(claim.name, claim.run_id, claim.lease)
-            except Exception as exc:
-                # Its lease lapses instead, and an orphan scan requeues it.
-                log.warning("run %s: hand-back failed: %s", claim.run_id, exc)
+        # All at once: on a store that is away, each hand-back waits out the store's retries.
+        await asyncio.gather(*(self._hand_back(claim) for claim in left.values()))
         return list(left.values())
+
+    async def _hand_back(self, claim: Claim) -> None:
+        log.info(
+            "run %s of %s: still running at the end of the shutdown; handing it back",
+            claim.run_id,
+            claim.name,
+        )
+        try:
+            await self._rt.give_back(claim.name, claim.run_id, claim.lease)
+        except Exception as exc:
+            # Its lease lapses instead, and an orphan scan requeues it.
+            log.warning("run %s: hand-back failed: %s", claim.run_id, exc)

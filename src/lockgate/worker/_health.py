@@ -1,8 +1,9 @@
 """A worker's health endpoint: a minimal HTTP/1.1 server on asyncio streams.
 
 ``GET /livez`` answers 200 while the worker's event loop is serving requests, which is what a
-liveness probe needs to know. ``GET /readyz`` answers 200 when the store answers a ping, and 503
-(with the error) when it does not or when the worker is shutting down, so a load balancer or
+liveness probe needs to know. ``GET /readyz`` answers 200 once the worker is serving (its store
+opened and its workflows recorded) and the store answers a ping; 503 while it is starting,
+while the store does not answer, and once the worker is shutting down, so a load balancer or
 orchestrator stops counting on it. Anything else is 404. One request per connection.
 """
 
@@ -28,22 +29,38 @@ MAX_HEADER_LINES = 100
 _REASONS = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
 
 
+#: Why a worker is not ready (``{"status": ..., "error": ...}``), or None when it is, as far
+#: as it knows: the store's ping decides then.
+NotReady = Callable[[], dict[str, str] | None]
+
+
 class HealthServer:
     """Serves ``/livez`` and ``/readyz`` for one worker. :meth:`start` binds; :attr:`address`
-    is then the ``(host, port)`` it listens on (a real port when asked for port 0)."""
+    is then the ``(host, port)`` it listens on (a real port when asked for port 0).
 
-    def __init__(self, *, worker_id: str, store: Store, stopping: Callable[[], bool]) -> None:
+    ``not_ready`` and ``store`` may be replaced while it serves: a worker whose store is still
+    being opened has no store yet, and hands the endpoint over once it has one."""
+
+    def __init__(self, *, worker_id: str, not_ready: NotReady, store: Store | None = None) -> None:
         self._worker_id = worker_id
-        self._store = store
-        self._stopping = stopping
+        self.not_ready = not_ready
+        self.store = store
         self._server: asyncio.Server | None = None
         self.address: tuple[str, int] | None = None
+
+    @property
+    def url(self) -> str:
+        """``http://host:port`` once it listens."""
+        if self.address is None:
+            raise RuntimeError("the health endpoint is not listening")
+        host, port = self.address
+        return f"http://{host}:{port}"
 
     async def start(self, host: str, port: int) -> None:
         self._server = await asyncio.start_server(self._serve, host, port)
         sockname = self._server.sockets[0].getsockname()
         self.address = (str(sockname[0]), int(sockname[1]))
-        log.info("health endpoint listening on http://%s:%d", *self.address)
+        log.info("health endpoint listening on %s", self.url)
 
     async def close(self) -> None:
         server, self._server = self._server, None
@@ -81,12 +98,13 @@ class HealthServer:
             return 405, {"status": "method_not_allowed", "method": method}
         if route == "/livez":
             return 200, {"status": "ok", "worker_id": self._worker_id}
-        if self._stopping():
-            return 503, {"status": "stopping", "worker_id": self._worker_id}
+        reason, store = self.not_ready(), self.store
+        if reason is not None or store is None:
+            return 503, {**(reason or {"status": "starting"}), "worker_id": self._worker_id}
         try:
             # On a thread even for an in-memory store: a hung store must not hang the loop.
             async with asyncio.timeout(PING_TIMEOUT_S):
-                await asyncio.to_thread(self._store.ping)
+                await asyncio.to_thread(store.ping)
         except Exception as exc:
             error = str(exc) or type(exc).__name__
             return 503, {"status": "unavailable", "worker_id": self._worker_id, "error": error}

@@ -1,8 +1,9 @@
 """The loops a worker runs beside its attempts: one claim loop per workflow, and periodic
 duties (timers, orphan scans, store maintenance).
 
-Each loop returns when the worker stops. A store that is briefly unavailable is logged and
-tried again later; any other exception ends the loop and, through the worker, stops it.
+Each loop returns when the worker stops. A store that is unavailable is tried again later (the
+worker's store state tells the outage once, not each call it fails); any other exception ends
+the loop and, through the worker, stops it.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ async def claim_loop(rt: Runtime, pool: AttemptPool, spec: WorkflowSpec) -> None
         try:
             found = await claim_some(rt, pool, spec, count)
         except StoreUnavailable as exc:
-            log.warning("claiming %s failed: %s", spec.name, exc)
+            log.debug("claiming %s failed: %s", spec.name, exc)
             found = False
         if found:
             misses = 0
@@ -162,7 +163,7 @@ async def every(rt: Runtime, duty: Duty, interval: float, *, at_start: bool = Tr
         try:
             again = await duty(rt)
         except StoreUnavailable as exc:
-            log.warning("%s failed: %s", duty.__name__, exc)
+            log.debug("%s failed: %s", duty.__name__, exc)
             again = False
         if again:
             continue

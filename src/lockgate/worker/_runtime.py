@@ -1,5 +1,6 @@
-"""What every part of a worker shares: the store and clock, the served workflows, and the
-stop request they all watch."""
+"""What every part of a worker shares: the store and clock, the served workflows, the stop
+request they all watch (and the request to stop at once), and what they last found of the
+store."""
 
 from __future__ import annotations
 
@@ -11,9 +12,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lockgate._clock import Clock
+from lockgate._errors import LockgateError, StoreUnavailable
 from lockgate.stores._base import Store
 from lockgate.stores._calls import call_store
 from lockgate.worker._options import WorkerOptions
+from lockgate.worker._status import StoreState, describe_store
 from lockgate.workflow._spec import WorkflowSpec
 
 
@@ -76,18 +79,27 @@ class StopSignal:
             sleeper.cancel()
 
 
-async def wait_all(tasks: Collection[asyncio.Future[Any]], clock: Clock, seconds: float) -> None:
-    """Wait until every task in ``tasks`` is done, for at most ``seconds`` on ``clock``."""
+async def wait_all(
+    tasks: Collection[asyncio.Future[Any]],
+    clock: Clock,
+    seconds: float,
+    *,
+    until: StopSignal | None = None,
+) -> None:
+    """Wait until every task in ``tasks`` is done, for at most ``seconds`` on ``clock``, and
+    no longer than until ``until`` is set."""
     pending = {task for task in tasks if not task.done()}
-    if not pending:
+    if not pending or (until is not None and until.is_set):
         return
     timer = asyncio.ensure_future(clock.sleep(seconds))
+    cut = asyncio.ensure_future(until.wait()) if until is not None else timer
     try:
-        while pending and not timer.done():
-            await asyncio.wait({*pending, timer}, return_when=asyncio.FIRST_COMPLETED)
+        while pending and not timer.done() and not cut.done():
+            await asyncio.wait({*pending, timer, cut}, return_when=asyncio.FIRST_COMPLETED)
             pending = {task for task in pending if not task.done()}
     finally:
         timer.cancel()
+        cut.cancel()
 
 
 @dataclass
@@ -100,11 +112,18 @@ class Runtime:
     worker_id: str
     specs: dict[str, WorkflowSpec]
     stop: StopSignal = field(default_factory=StopSignal)
+    #: Set by a second stop request (a second Ctrl-C): the shutdown waits for nothing more.
+    hurry: StopSignal = field(default_factory=StopSignal)
     #: The store's shards this worker leases (see ``lease_shards``); its claims try them first.
     shards: list[int] = field(default_factory=list)
     _claims: int = 0
     _leases: int = 0
     _nonce: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    #: Whether the store answers, as this worker's calls last found it.
+    store_state: StoreState = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.store_state = StoreState(describe_store(self.store), self.clock)
 
     def prefer(self) -> list[int]:
         """The leased shards, starting one further along at each claim, so no one of them
@@ -116,8 +135,19 @@ class Runtime:
         return self.shards[turn:] + self.shards[:turn]
 
     async def io(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Call a store method, on a worker thread when the store may block on I/O."""
-        return await call_store(self.store, method, *args, **kwargs)
+        """Call a store method, on a worker thread when the store may block on I/O, and tell
+        :attr:`store_state` whether the store answered."""
+        asked_at = self.clock()
+        try:
+            result = await call_store(self.store, method, *args, **kwargs)
+        except StoreUnavailable as exc:
+            self.store_state.failed(exc, asked_at)
+            raise
+        except LockgateError:
+            self.store_state.answered(asked_at)  # a refusal is an answer
+            raise
+        self.store_state.answered(asked_at)
+        return result
 
     def new_lease(self) -> str:
         """A fresh lease for one claim: this worker's id, then a suffix unique to this process

@@ -14,7 +14,7 @@ from typing import Any
 
 from lockgate import _failpoints as failpoints
 from lockgate._clock import Clock, as_clock
-from lockgate._errors import ConfigurationError, StoreFileGone, StoreUnavailable
+from lockgate._errors import ConfigurationError, LockgateError, StoreUnavailable
 from lockgate.client._client import WorkflowClient
 from lockgate.stores._base import Store
 from lockgate.worker._attempts import AttemptPool
@@ -33,11 +33,18 @@ from lockgate.worker._loops import (
 from lockgate.worker._options import WorkerOptions
 from lockgate.worker._registration import register_workflows
 from lockgate.worker._runtime import Runtime, wait_all
+from lockgate.worker._status import backoff, describe_store, runs, status_log
 from lockgate.workflow._spec import WorkflowSpec, spec_of
 
 log = logging.getLogger("lockgate.worker")
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+#: Seconds between tries to record the workflows at start while the store does not answer:
+#: doubling from the first to the most, jittered (each try also waits out the store's own
+#: retries).
+START_RETRY_FIRST = 0.25
+START_RETRY_MOST = 5.0
 
 
 def _served(workflows: Iterable[Callable[..., Any]]) -> dict[str, WorkflowSpec]:
@@ -70,6 +77,34 @@ def _worker_id(worker_id: str | None) -> str:
     return worker_id
 
 
+def handle_stop_signals(handler: Callable[[signal.Signals], None]) -> list[signal.Signals]:
+    """Call ``handler`` on SIGTERM and SIGINT, when running in the main thread (the only
+    place the event loop can take signals). Returns the signals handled, to remove later
+    (:func:`unhandle_signals`)."""
+    if threading.current_thread() is not threading.main_thread():
+        return []
+    loop = asyncio.get_running_loop()
+    handled = []
+    for sig in _STOP_SIGNALS:
+        try:
+            loop.add_signal_handler(sig, handler, sig)
+        except (NotImplementedError, RuntimeError, ValueError):
+            continue  # an event loop without signal support (e.g. on Windows)
+        handled.append(sig)
+    return handled
+
+
+def unhandle_signals(handled: list[signal.Signals]) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in handled:
+        loop.remove_signal_handler(sig)
+
+
+def _ignore_outcome(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
 class WorkflowWorker:
     """Runs the workflows it is given: claims their queued runs from ``store`` and executes
     each attempt, alongside the duties that keep runs moving.
@@ -78,12 +113,15 @@ class WorkflowWorker:
     one claim loop per workflow, at most ``options.max_concurrent_runs`` attempts at once, a
     timer loop that wakes due sleeps and times out due signal waits, an orphan scan that
     requeues runs whose lease lapsed, and store maintenance. At start it records each
-    workflow's version and flow-control policy in the store.
+    workflow's version and flow-control policy in the store; while the store does not answer,
+    it waits for it (trying again with backoff) rather than fail, and ``/readyz`` says it is
+    not ready.
 
     Stopping is graceful: claiming stops at once; running attempts hand their run back to the
     queue at their next boundary, within ``options.shutdown_grace``; any still running then
-    are cancelled and handed back. A handed-back run counts no retry and another worker
-    resumes it from its journal. A worker that has stopped stays stopped.
+    are cancelled and handed back. A second signal (or :meth:`stop_now`) cuts the grace short.
+    A handed-back run counts no retry and another worker resumes it from its journal. A worker
+    that has stopped stays stopped.
 
     :meth:`run_until_idle` is burst mode: drain what is runnable now, then return.
     """
@@ -119,6 +157,7 @@ class WorkflowWorker:
         self._health: HealthServer | None = None
         self._failure: BaseException | None = None
         self._active = False
+        self._serving = False
 
     @property
     def workflows(self) -> list[str]:
@@ -145,36 +184,40 @@ class WorkflowWorker:
         :meth:`run` returns once the shutdown is done."""
         self._rt.stop.set()
 
+    def stop_now(self) -> None:
+        """Ask the worker to stop without the shutdown grace: running attempts are cancelled
+        and their runs handed back at once. Safe from any thread and from a signal handler."""
+        self._rt.stop.set()
+        self._rt.hurry.set()
+
     # -- serving -------------------------------------------------------------------------------
 
     async def run(self) -> None:
         """Serve until :meth:`stop`, then shut down gracefully and return.
 
-        Raises what a background loop failed with (after shutting down), and what the store
-        raised while the worker registered its workflows at start."""
+        While the store is unavailable at start, it waits for it: the health endpoint (when
+        asked for) listens from the start and ``/readyz`` answers 503 until the workflows are
+        recorded. Raises what a background loop failed with (after shutting down), and any
+        other error the store raised while the worker recorded its workflows at start."""
         self._enter()
         failpoints.check()
         handled = self._install_signal_handlers()
         loops: list[asyncio.Task[None]] = []
         grace = self.options.shutdown_grace
         try:
-            await register_workflows(self._rt)
-            if self.options.health_port is not None:
-                self._health = HealthServer(
-                    worker_id=self.worker_id, store=self.store, stopping=lambda: self.stopping
-                )
-                await self._health.start(self.options.health_host, self.options.health_port)
-            loops = self._start_loops()
-            log.info("worker %s serving %s", self.worker_id, ", ".join(self._rt.specs))
-            await self._rt.stop.wait()
+            await self._start_health()
+            if await self._register():
+                loops = self._start_loops()
+                self._serving = True
+                status_log.info("%s", self._serving_line(bool(handled)))
+                await self._rt.stop.wait()
         except asyncio.CancelledError:
             grace = 0.0  # cancelled from outside: hand everything back now
             raise
         finally:
             self.stop()
             await self._shut_down(loops, grace)
-            for sig in handled:
-                asyncio.get_running_loop().remove_signal_handler(sig)
+            unhandle_signals(handled)
             self._active = False
         if self._failure is not None:
             raise self._failure
@@ -201,11 +244,65 @@ class WorkflowWorker:
             self._active = False
         return self._pool.started - started
 
+    def _serving_line(self, on_signals: bool) -> str:
+        """The start-up line: who serves what, from where, how it is watched and stopped."""
+        health = f", health on {self._health.url}" if self._health is not None else ""
+        stop = "; stop with Ctrl-C or SIGTERM" if on_signals else ""
+        created = ", a new store it created" if getattr(self.store, "created", False) else ""
+        return (
+            f"worker {self.worker_id} serving {', '.join(self._rt.specs)} on "
+            f"{describe_store(self.store)}{created}, up to "
+            f"{self.options.max_concurrent_runs} runs at once{health}{stop}"
+        )
+
     def _enter(self) -> None:
         if self._active:
             raise RuntimeError(f"worker {self.worker_id} is already running")
         self._active = True
         self._rt.stop.bind()
+        self._rt.hurry.bind()
+
+    def _adopt_health(self, health: HealthServer) -> None:
+        """Serve readiness on ``health``, an endpoint already listening (started while the
+        store was being opened), instead of starting one."""
+        health.store, health.not_ready = self.store, self._not_ready
+        self._health = health
+
+    async def _start_health(self) -> None:
+        if self._health is None and self.options.health_port is not None:
+            self._health = HealthServer(
+                worker_id=self.worker_id, not_ready=self._not_ready, store=self.store
+            )
+            await self._health.start(self.options.health_host, self.options.health_port)
+
+    def _not_ready(self) -> dict[str, str] | None:
+        if self.stopping:
+            return {"status": "stopping"}
+        if not self._serving:
+            error = self._rt.store_state.error
+            return {"status": "starting", **({"error": error} if error else {})}
+        return None
+
+    async def _register(self) -> bool:
+        """Record the workflows' versions and policies in the store, trying again with backoff
+        while it is unavailable (the store state tells that once); False when the worker is
+        stopped first. Any other error of the store is raised."""
+        for delay in backoff(START_RETRY_FIRST, START_RETRY_MOST):
+            registering = asyncio.ensure_future(register_workflows(self._rt))
+            if await self._rt.stop.race(registering):
+                # Stopped while a call may still be waiting on the store: leave it (recording
+                # is idempotent), its outcome unread.
+                registering.add_done_callback(_ignore_outcome)
+                registering.cancel()
+                return False
+            try:
+                registering.result()
+                return True
+            except StoreUnavailable:
+                pass
+            if await self._rt.stop.sleep(self.clock, delay):
+                return False
+        raise AssertionError("backoff() never ends")
 
     async def _drain_runnable(self) -> None:
         rt, pool = self._rt, self._pool
@@ -284,14 +381,14 @@ class WorkflowWorker:
             log.debug("worker %s: %s failed too: %s", self.worker_id, task.get_name(), error)
             return
         self._failure = error
-        # A file gone says everything in its message; a traceback would only bury it.
-        trace = None if isinstance(error, StoreFileGone) else error
+        # A lockgate error (a store file gone, a refused URL) says what went wrong in its
+        # message; anything else is a bug, whose traceback is wanted.
         log.error(
             "worker %s: %s failed; stopping: %s",
             self.worker_id,
             task.get_name(),
             error,
-            exc_info=trace,
+            exc_info=None if isinstance(error, LockgateError) else error,
         )
         self.stop()
 
@@ -302,8 +399,9 @@ class WorkflowWorker:
             if task not in claimers:
                 task.cancel()
         # A claim loop is left to return by itself: cancelled in the middle of a claim, it
-        # would leave a run claimed by nobody until its lease lapsed.
-        await wait_all(claimers, self.clock, grace)
+        # would leave a run claimed by nobody until its lease lapsed (which a stop at once
+        # accepts).
+        await wait_all(claimers, self.clock, grace, until=self._rt.hurry)
         for task in claimers:
             task.cancel()
         await asyncio.gather(*loops, return_exceptions=True)
@@ -317,30 +415,35 @@ class WorkflowWorker:
         handed = await self._pool.drain(max(0.0, deadline - self.clock()))
         if self._health is not None:
             await self._health.close()
-        log.info(
-            "worker %s stopped%s",
+        status_log.info(
+            "worker stopped (%s)%s",
             self.worker_id,
-            f"; {len(handed)} attempt(s) cancelled and handed back" if handed else "",
+            f"; {runs(len(handed))} cancelled and handed back" if handed else "",
         )
 
     # -- signals -------------------------------------------------------------------------------
 
     def _install_signal_handlers(self) -> list[signal.Signals]:
-        """Stop on SIGTERM and SIGINT, when running in the main thread (the only place the
-        event loop can take signals). Returns the signals handled, to remove on exit."""
-        if threading.current_thread() is not threading.main_thread():
-            return []
-        loop = asyncio.get_running_loop()
-        handled = []
-        for sig in _STOP_SIGNALS:
-            try:
-                loop.add_signal_handler(sig, self._on_signal, sig)
-            except (NotImplementedError, RuntimeError, ValueError):
-                continue  # an event loop without signal support (e.g. on Windows)
-            handled.append(sig)
-        return handled
+        return handle_stop_signals(self._on_signal)
 
     def _on_signal(self, sig: signal.Signals) -> None:
+        """The first signal drains (the graceful stop); a second one stops at once."""
+        running = self.running_attempts
         if not self.stopping:
-            log.info("worker %s: %s received; shutting down", self.worker_id, sig.name)
-        self.stop()
+            status_log.info(
+                "worker %s: %s received; draining: finishing %s, for up to %gs "
+                "(Ctrl-C again to stop now)",
+                self.worker_id,
+                sig.name,
+                runs(running),
+                self.options.shutdown_grace,
+            )
+            self.stop()
+        elif not self._rt.hurry.is_set:
+            status_log.info(
+                "worker %s: %s again; stopping now: handing back %s unfinished",
+                self.worker_id,
+                sig.name,
+                runs(running),
+            )
+            self.stop_now()

@@ -386,8 +386,9 @@ class Attempt(AttemptCore):
                 return
             except _StoreFailed as failed:
                 gone = isinstance(failed.cause, StoreFileGone)
-                if not gone:
-                    log.warning("run %s: heartbeat failed: %s", self.run_id, failed.cause)
+                # Debug: a worker tells a store outage once, not per run, and the attempt's
+                # end says what became of the run; a lease that lapses is acted on below.
+                log.debug("run %s: heartbeat failed: %s", self.run_id, failed.cause)
                 if gone or self.lease_lapsed():
                     # The store was away for a whole lease, or its file is gone: stop the
                     # body (nothing it does can be journaled) and put the run back when the
