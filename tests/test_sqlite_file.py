@@ -383,7 +383,7 @@ def test_lockgate_worker_logs_one_error_and_exits_1_when_its_file_is_deleted(
             stderr=subprocess.STDOUT,
         )
     try:
-        _until("the worker's start-up line", lambda: "worker serving" in log.read_text())
+        _until("the worker's start-up line", lambda: " serving " in log.read_text())
         assert "created" in log.read_text().splitlines()[0], log.read_text()
         store = SQLiteStore(path, create=False)
         store.submit_run("gone_echo", "r1", {"n": 1})
