@@ -13,7 +13,7 @@ from typing import Any
 from lockgate._clock import iso
 from lockgate._errors import DuplicateRunError, EventAfterTerminal, LockLost, RunNotFoundError
 from lockgate.journal._events import EPOCH_HEADER, EventKind, RunEvent, RunStatus, terminal_status
-from lockgate.stores._gates import Gates, fair_bucket, refill
+from lockgate.stores._gates import Gates, Refusal, fair_bucket, refill, token_wait
 from lockgate.stores._records import PROGRESS_KINDS, Submit, derive_status, requeue_outcome
 from lockgate.stores._types import RunInfo, WaitSpec
 
@@ -305,7 +305,7 @@ class SQLiteRows:
     def _gates(self, row: sqlite3.Row) -> Gates:
         return Gates(row["ckey"], row["cmax"], row["rkey"], row["rps"], row["rburst"])
 
-    def _gated(self, db: sqlite3.Connection, row: sqlite3.Row, now: float) -> str | None:
+    def _gated(self, db: sqlite3.Connection, row: sqlite3.Row, now: float) -> Refusal | None:
         """Why the run cannot start now (its Limit is full, its Rate has no token), or None,
         having then spent the token. A Limit refusal spends nothing. Slots are counted, not
         kept: a run holds one while its lock is set, until it parks, ends or is requeued."""
@@ -318,7 +318,7 @@ class SQLiteRows:
             ).fetchone()[0]
             assert gates.concurrency_max is not None
             if holding >= gates.concurrency_max:
-                return f"Limit {gates.concurrency_key!r} {holding}/{gates.concurrency_max}"
+                return Refusal(f"Limit {gates.concurrency_key!r} {holding}/{gates.concurrency_max}")
         if gates.rated:
             bucket = db.execute(
                 "SELECT tokens, updated_at FROM lg_tokens WHERE name = ? AND key = ?",
@@ -336,7 +336,7 @@ class SQLiteRows:
                 (row["name"], gates.rate_key, spent, now),
             )
             if tokens < 1:
-                return f"Rate {gates.rate_key!r}: no token"
+                return Refusal(f"Rate {gates.rate_key!r}: no token", token_wait(tokens, gates))
         return None
 
     def _served(self, db: sqlite3.Connection, name: str, bucket: str) -> None:
