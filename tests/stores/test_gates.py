@@ -280,3 +280,18 @@ def test_no_token_time_when_no_refused_run_waits_on_a_token(store: Store) -> Non
     refused = claims(store, "l5")
     assert list(refused) == []
     assert refused.next_token_in is None  # a Limit frees a slot at no set time
+
+
+def test_a_claim_tens_of_microseconds_short_of_a_token_is_refused(
+    store: Store, clock: ManualClock
+) -> None:
+    """The bucket keeps its times to the microsecond: one stored to a tenth of a millisecond
+    (an epoch time cut to 14 digits) would let this claim pass 20 us early."""
+    for n in range(2):
+        rated(store, f"r{n}", per_second=50.0, burst=1)
+    clock.advance(0.00004)
+    assert claim(store, "l0") == "r0"
+    clock.advance(0.01998)  # 20 us short of the token
+    assert claim(store, "l1") is None
+    clock.advance(0.00003)
+    assert claim(store, "l2") == "r1"
