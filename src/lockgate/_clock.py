@@ -67,6 +67,33 @@ class ManualClock:
         """How many callers are parked in ``sleep``."""
         return sum(1 for _, _, future in self._sleepers if not future.done())
 
+    @property
+    def next_wake(self) -> float | None:
+        """The soonest deadline of a caller parked in ``sleep``, or None: where a test that
+        plays time forward event by event advances to next."""
+        return min((at for at, _, future in self._sleepers if not future.done()), default=None)
+
+
+#: The last seconds of a :func:`sleep_precisely` on the system clock, slept on a thread: the
+#: event loop wakes a timer up to a millisecond or two late (epoll waits in whole milliseconds,
+#: and a busy loop adds its own delay), a thread's sleep a tenth of that.
+PRECISE_TAIL = 0.005
+
+
+async def sleep_precisely(clock: Clock, seconds: float) -> None:
+    """``clock.sleep(seconds)``, ending within about 0.1 ms of the deadline on the system
+    clock: for a wait that costs something for every millisecond it overshoots (a claim
+    waiting for a Rate token). Any other clock just sleeps."""
+    if not isinstance(clock, SystemClock) or seconds <= 0:
+        await clock.sleep(seconds)
+        return
+    deadline = time.perf_counter() + seconds
+    if seconds > PRECISE_TAIL:
+        await asyncio.sleep(seconds - PRECISE_TAIL)
+    tail = deadline - time.perf_counter()
+    if tail > 0:
+        await asyncio.get_running_loop().run_in_executor(None, time.sleep, tail)
+
 
 def as_clock(clock: Clock | None) -> Clock:
     """``clock``, or the system clock when None."""
