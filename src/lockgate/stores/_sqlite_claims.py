@@ -54,6 +54,8 @@ class SQLiteClaims(SQLiteRows):
         worker_version: str | None,
         now: float,
     ) -> tuple[str | None, float | None]:
+        """Claim the next run for ``worker_id`` at ``now``, as :meth:`claim_next_run` does;
+        when none is claimable, the soonest token of a bucket a Rate refused (or None)."""
         next_token_in: float | None = None
         # fetchall throughout: a cursor left open past COMMIT keeps the read going, and
         # another thread's BEGIN IMMEDIATE on this connection would fail at once.
@@ -94,7 +96,7 @@ class SQLiteClaims(SQLiteRows):
                     if refused is not None:
                         next_token_in = sooner(next_token_in, refused.next_token_in)
                         break  # the bucket shares its gate: none of its runs can start either
-                self._claim(db, row, worker_id)
+                self._claim(db, row, worker_id, now)
                 self._served(db, name, row["bucket"])
                 return str(row["run_id"]), None
         return None, next_token_in

@@ -174,14 +174,18 @@ class SQLiteRows:
             cancel_requested_at=row["cancel_at"],
         )
 
-    def _claim(self, db: sqlite3.Connection, row: sqlite3.Row, lease: str) -> None:
+    def _claim(
+        self, db: sqlite3.Connection, row: sqlite3.Row, lease: str, now: float | None = None
+    ) -> None:
+        """Lock the run under ``lease`` for ``lock_ttl`` from ``now`` (the claim's time, when
+        its gates were judged)."""
         same = row["lock"] == lease and self._live(row)
         self._set(
             db,
             row,
             queued=None,
             lock=lease,
-            lock_expires=self._clock() + self.lock_ttl,
+            lock_expires=(self._clock() if now is None else now) + self.lock_ttl,
             epoch=row["epoch"] if same else row["epoch"] + 1,
         )
 

@@ -12,7 +12,9 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import NamedTuple
 
+from lockgate._clock import PRECISE_TAIL
 from lockgate._errors import StoreUnavailable
+from lockgate.stores._calls import call_store_at
 from lockgate.stores._types import WaitOutcome
 from lockgate.worker._attempts import AttemptPool
 from lockgate.worker._runtime import Runtime
@@ -48,21 +50,30 @@ async def claim_some(rt: Runtime, pool: AttemptPool, spec: WorkflowSpec, count: 
     return (await claim_batch(rt, pool, spec, count)).runs > 0
 
 
-async def claim_batch(rt: Runtime, pool: AttemptPool, spec: WorkflowSpec, count: int) -> Claimed:
-    """:func:`claim_some`, saying what the claim took and when its next token comes."""
+async def claim_batch(
+    rt: Runtime, pool: AttemptPool, spec: WorkflowSpec, count: int, *, at: float | None = None
+) -> Claimed:
+    """:func:`claim_some`, saying what the claim took and when its next token comes. With
+    ``at`` (a token's time, a few milliseconds off) the claim is made right at it."""
     leases = [rt.new_lease() for _ in range(count)]
     asked_at = rt.clock()  # the leases run from no later than this
+    method, prefer = rt.store.claim_next_runs_loaded, rt.prefer()
     try:
-        claimed = await rt.io(
-            rt.store.claim_next_runs_loaded, spec.name, leases, spec.version, prefer=rt.prefer()
-        )
+        if at is None:
+            claimed = await rt.io(method, spec.name, leases, spec.version, prefer=prefer)
+        else:
+            claimed = await call_store_at(
+                rt.store, rt.clock, at, method, spec.name, leases, spec.version, prefer=prefer
+            )
     except BaseException:
         pool.unreserve(count)
         raise
     pool.unreserve(count - len(claimed))
-    # A store may answer a plain list: it cannot tell when a token comes.
+    # A store may answer a plain list: it cannot tell when a token comes. The store measured
+    # its wait from when it took the claim, no sooner than this.
     token_in = getattr(claimed, "next_token_in", None)
-    answer = Claimed(len(claimed), asked_at + token_in if token_in is not None else None)
+    sent = asked_at if at is None else max(asked_at, at)
+    answer = Claimed(len(claimed), sent + token_in if token_in is not None else None)
     if rt.stop.is_set:
         # The stop came while the claim was in flight: return the runs before they start.
         pool.unreserve(len(claimed))
@@ -89,22 +100,28 @@ async def claim_loop(rt: Runtime, pool: AttemptPool, spec: WorkflowSpec) -> None
     misses = 0
     poll = rt.options.claim_poll_interval
     nudge = rt.wakeup(f"claim:{spec.name}")
+    at: float | None = None  # when the next claim is to be made: a token's time
     while await pool.reserve():
         count = 1 + await pool.reserve_more(rt.options.claim_batch_size - 1)
         try:
-            answer = await claim_batch(rt, pool, spec, count)
+            answer = await claim_batch(rt, pool, spec, count, at=at)
         except StoreUnavailable as exc:
             log.warning("claiming %s failed: %s", spec.name, exc)
             answer = Claimed(0)
+        at = None
         if answer.runs == count or (answer.runs and answer.token_at is None):
             misses = 0
             continue
         misses = 0 if answer.runs else misses + 1
-        wait, precise = claim_backoff(poll, misses), False
+        wait = claim_backoff(poll, misses)
         if answer.token_at is not None and answer.token_at - rt.clock() <= wait:
-            wait, precise = max(0.0, answer.token_at - rt.clock()), True
-        if await rt.rest(wait, nudge, precise=precise):
+            # Rest until just before the token; the claim then waits out the rest itself.
+            at = answer.token_at
+            wait = max(0.0, at - rt.clock() - PRECISE_TAIL)
+        if await rt.rest(wait, nudge):
             return
+        if at is not None and at - rt.clock() > PRECISE_TAIL:
+            at = None  # nudged well before the token: claim what was queued now
 
 
 async def fire_due_timers(rt: Runtime) -> bool:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from lockgate._clock import Clock, sleep_precisely
+from lockgate._clock import Clock
 from lockgate.stores._base import Store
 from lockgate.stores._calls import call_store
 from lockgate.worker._options import WorkerOptions
@@ -140,14 +140,10 @@ class Runtime:
         ``triggers``), made on first use by either side."""
         return self._wakeups.setdefault(name, Wakeup())
 
-    async def rest(
-        self, seconds: float, wakeup: Wakeup | None = None, *, precise: bool = False
-    ) -> bool:
-        """Sleep ``seconds`` on the worker's clock (to the tenth of a millisecond with
-        ``precise``: see ``sleep_precisely``), cut short by the stop or by ``wakeup``; True
-        when stopping."""
-        sleep = sleep_precisely(self.clock, seconds) if precise else self.clock.sleep(seconds)
-        waits: list[asyncio.Future[None]] = [asyncio.ensure_future(sleep)]
+    async def rest(self, seconds: float, wakeup: Wakeup | None = None) -> bool:
+        """Sleep ``seconds`` on the worker's clock, cut short by the stop or by ``wakeup``;
+        True when stopping."""
+        waits: list[asyncio.Future[None]] = [asyncio.ensure_future(self.clock.sleep(seconds))]
         if wakeup is not None:
             waits.append(asyncio.ensure_future(wakeup.wait()))
         first = asyncio.ensure_future(asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED))
