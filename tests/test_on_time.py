@@ -13,12 +13,27 @@ import asyncio
 import collections
 import contextlib
 import itertools
+import threading
+import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
-from lockgate import Debounce, ManualClock, MemoryStore, Rate, RunStatus, WorkflowContext, workflow
+from lockgate import (
+    Debounce,
+    ManualClock,
+    MemoryStore,
+    Rate,
+    RunStatus,
+    SQLiteStore,
+    SystemClock,
+    WorkflowContext,
+    workflow,
+)
 from lockgate.stores import TriggerPolicy
+from lockgate.stores._calls import call_store_at
 from lockgate.worker import WorkerOptions, WorkflowWorker
+from lockgate.worker._loops import MAX_BACKOFF_FACTOR, claim_backoff
 
 PER_SECOND = 50.0
 
@@ -207,3 +222,31 @@ async def test_a_trigger_sent_in_this_process_wakes_a_loop_that_would_not_poll_i
         await play(clock, sent + 1.0)
         (fired,), _ = store.list_runs("ot_debounced")
         assert fired.submitted_at == sent + 1.0
+
+
+async def test_a_call_made_at_a_moment_is_made_no_sooner_on_the_stores_thread(
+    tmp_path: Path,
+) -> None:
+    store = SQLiteStore(tmp_path / "at.db")
+    calls: list[tuple[float, str]] = []
+
+    def note(name: str) -> str:
+        calls.append((time.time(), threading.current_thread().name))
+        return name
+
+    clock = SystemClock()
+    for ahead in (0.0, 0.003, 0.02):
+        at = clock() + ahead
+        assert await call_store_at(store, clock, at, note, "x") == "x"
+        called, thread = calls[-1]
+        assert called >= at
+        assert thread.startswith("lockgate-store")
+    store.close()
+
+
+def test_the_claim_backoff_stays_bounded_however_long_the_queue_stays_empty() -> None:
+    """An idle worker makes about one empty claim a second: after 1,025 of them (17 minutes)
+    the doubling overflowed a float, and the claim loop, then the worker, died."""
+    poll = 0.1
+    for misses in (0, 1, 4, 10, 1_025, 10**6):
+        assert 0.0 < claim_backoff(poll, misses) <= poll * MAX_BACKOFF_FACTOR * 1.2

@@ -30,7 +30,9 @@ def claim_backoff(poll_interval: float, misses: int) -> float:
     """Seconds to wait after ``misses`` empty claims in a row: doubling from the poll interval
     up to ``MAX_BACKOFF_FACTOR`` times it, jittered by +-20% so workers that start together
     do not poll the store in lockstep."""
-    factor = min(2.0 ** max(0, misses - 1), MAX_BACKOFF_FACTOR)
+    # The exponent is capped: an idle worker's misses grow without end, and 2.0 ** 1024
+    # overflows.
+    factor = min(2.0 ** min(max(0, misses - 1), 64), MAX_BACKOFF_FACTOR)
     return poll_interval * factor * random.uniform(0.8, 1.2)
 
 
@@ -120,7 +122,7 @@ async def claim_loop(rt: Runtime, pool: AttemptPool, spec: WorkflowSpec) -> None
             wait = max(0.0, at - rt.clock() - PRECISE_TAIL)
         if await rt.rest(wait, nudge):
             return
-        if at is not None and at - rt.clock() > PRECISE_TAIL:
+        if at is not None and at - rt.clock() > 2 * PRECISE_TAIL:
             at = None  # nudged well before the token: claim what was queued now
 
 
