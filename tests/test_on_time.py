@@ -235,11 +235,14 @@ async def test_a_call_made_at_a_moment_is_made_no_sooner_on_the_stores_thread(
         return name
 
     clock = SystemClock()
-    for ahead in (0.0, 0.003, 0.02):
-        at = clock() + ahead
-        assert await call_store_at(store, clock, at, note, "x") == "x"
+    for ahead in (None, 0.0, 0.003, 0.02):
+        at = clock() + ahead if ahead is not None else None
+        before = clock()
+        answer, started = await call_store_at(store, clock, at, note, "x")
+        assert answer == "x"
         called, thread = calls[-1]
-        assert called >= at
+        assert before <= started <= called
+        assert called >= (at or before)
         assert thread.startswith("lockgate-store")
     store.close()
 

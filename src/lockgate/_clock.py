@@ -6,6 +6,7 @@ import asyncio
 import heapq
 import itertools
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
@@ -80,8 +81,22 @@ class ManualClock:
 PRECISE_TAIL = 0.005
 
 
+#: A thread's sleep overshoots by a tenth of a millisecond or so: the last of a precise wait
+#: yields the processor in a loop instead.
+SPIN = 0.0002
+
+
+def block_until(deadline: float, now: Callable[[], float]) -> None:
+    """Block this thread until ``now()`` reaches ``deadline``, overshooting by microseconds."""
+    rest = deadline - now()
+    if rest > SPIN:
+        time.sleep(rest - SPIN)
+    while now() < deadline:
+        time.sleep(0)  # lets other threads (the event loop) run meanwhile
+
+
 async def sleep_precisely(clock: Clock, seconds: float) -> None:
-    """``clock.sleep(seconds)``, ending within about 0.1 ms of the deadline on the system
+    """``clock.sleep(seconds)``, ending within some microseconds of the deadline on the system
     clock: for a wait that costs something for every millisecond it overshoots (a claim
     waiting for a Rate token). Any other clock just sleeps."""
     if not isinstance(clock, SystemClock) or seconds <= 0:
@@ -90,9 +105,9 @@ async def sleep_precisely(clock: Clock, seconds: float) -> None:
     deadline = time.perf_counter() + seconds
     if seconds > PRECISE_TAIL:
         await asyncio.sleep(seconds - PRECISE_TAIL)
-    tail = deadline - time.perf_counter()
-    if tail > 0:
-        await asyncio.get_running_loop().run_in_executor(None, time.sleep, tail)
+    if deadline > time.perf_counter():
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, block_until, deadline, time.perf_counter)
 
 
 def as_clock(clock: Clock | None) -> Clock:

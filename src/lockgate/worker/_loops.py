@@ -59,22 +59,24 @@ async def claim_batch(
     ``at`` (a token's time, a few milliseconds off) the claim is made right at it."""
     leases = [rt.new_lease() for _ in range(count)]
     asked_at = rt.clock()  # the leases run from no later than this
-    method, prefer = rt.store.claim_next_runs_loaded, rt.prefer()
     try:
-        if at is None:
-            claimed = await rt.io(method, spec.name, leases, spec.version, prefer=prefer)
-        else:
-            claimed = await call_store_at(
-                rt.store, rt.clock, at, method, spec.name, leases, spec.version, prefer=prefer
-            )
+        claimed, sent = await call_store_at(
+            rt.store,
+            rt.clock,
+            at,
+            rt.store.claim_next_runs_loaded,
+            spec.name,
+            leases,
+            spec.version,
+            prefer=rt.prefer(),
+        )
     except BaseException:
         pool.unreserve(count)
         raise
     pool.unreserve(count - len(claimed))
-    # A store may answer a plain list: it cannot tell when a token comes. The store measured
-    # its wait from when it took the claim, no sooner than this.
+    # A store may answer a plain list: it cannot tell when a token comes. It measured its
+    # wait from when it took the claim, just after ``sent``.
     token_in = getattr(claimed, "next_token_in", None)
-    sent = asked_at if at is None else max(asked_at, at)
     answer = Claimed(len(claimed), sent + token_in if token_in is not None else None)
     if rt.stop.is_set:
         # The stop came while the claim was in flight: return the runs before they start.
