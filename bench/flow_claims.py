@@ -210,7 +210,7 @@ class Figures:
         text = (
             f"{label}: {len(self.starts)} starts in {self.starts[-1] - self.starts[0]:.2f} s, "
             f"{self.achieved:.2f}/s against per_second {self.per_second:g} (ratio "
-            f"{self.achieved / self.per_second:.4f}); worst window {worst:+.4f}"
+            f"{self.achieved / self.per_second:.4f}); worst window {worst:+.5f}"
         )
         if self.bodies:
             lagged = worst_window(self.bodies, self.burst, self.per_second)
@@ -267,11 +267,16 @@ def raw_claim_loop(backend: Backend, per_second: float, burst: int, seconds: flo
     return Figures(starts[:-1], [], per_second, burst)
 
 
-def rates(backends: list[Backend], seconds: float) -> None:
+def rates(
+    backends: list[Backend],
+    seconds: float,
+    measured: list[tuple[float, int]],
+    worker_counts: list[int],
+) -> None:
     for backend in backends:
         print(f"Rate through lockgate worker processes on {backend.label}, over {seconds:.0f} s:")
-        for per_second, burst in RATES:
-            for count in WORKERS:
+        for per_second, burst in measured:
+            for count in worker_counts:
                 figures = rate_through_workers(backend, count, per_second, burst, seconds)
                 label = f"  Rate({per_second:g}/s, burst {burst}), {count} worker(s)"
                 print(figures.line(label), flush=True)
@@ -284,7 +289,18 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=SECONDS)
     parser.add_argument("--stores", default="sqlite,valkey")
     parser.add_argument("--skip-costs", action="store_true")
+    parser.add_argument(
+        "--rates",
+        default=",".join(f"{per_second:g}:{burst}" for per_second, burst in RATES),
+        help="PER_SECOND:BURST,... (the default is every Rate above)",
+    )
+    parser.add_argument("--workers", default=",".join(str(n) for n in WORKERS))
     args = parser.parse_args()
+    chosen_rates = [
+        (float(per_second), int(burst))
+        for per_second, burst in (item.split(":") for item in args.rates.split(","))
+    ]
+    chosen_workers = [int(n) for n in args.workers.split(",")]
     if not args.skip_costs:
         gate_costs()
     chosen = args.stores.split(",")
@@ -316,7 +332,7 @@ def main() -> None:
                 )
             )
         try:
-            rates(backends, args.seconds)
+            rates(backends, args.seconds, chosen_rates, chosen_workers)
         finally:
             if server is not None:
                 server.stop()

@@ -205,8 +205,7 @@ class MemoryState:
                 (run.name, gates.rate_key), (float(gates.rate_burst or 1), now)
             )
             tokens = refill(tokens, updated, now, gates)
-            if tokens < 1:
-                self._tokens[(run.name, gates.rate_key)] = (tokens, now)
+            if tokens < 1:  # the bucket as kept refills to the same tokens later
                 return Refusal(f"Rate {gates.rate_key!r}: no token", token_wait(tokens, gates))
             self._tokens[(run.name, gates.rate_key)] = (tokens - 1, now)
         return None

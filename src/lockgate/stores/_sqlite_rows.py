@@ -333,14 +333,16 @@ class SQLiteRows:
                 if bucket is None
                 else refill(bucket["tokens"], bucket["updated_at"], now, gates)
             )
-            spent = tokens - 1 if tokens >= 1 else tokens
+            if tokens < 1:
+                # Nothing to write: below the burst the refill is linear, so the bucket as
+                # stored gives the same tokens later. A refusal commits no change, and so
+                # syncs nothing to disk.
+                return Refusal(f"Rate {gates.rate_key!r}: no token", token_wait(tokens, gates))
             db.execute(
                 "INSERT OR REPLACE INTO lg_tokens (name, key, tokens, updated_at) "
                 "VALUES (?, ?, ?, ?)",
-                (row["name"], gates.rate_key, spent, now),
+                (row["name"], gates.rate_key, tokens - 1, now),
             )
-            if tokens < 1:
-                return Refusal(f"Rate {gates.rate_key!r}: no token", token_wait(tokens, gates))
         return None
 
     def _served(self, db: sqlite3.Connection, name: str, bucket: str) -> None:

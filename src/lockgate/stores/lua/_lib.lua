@@ -235,7 +235,8 @@ local function gated(run)
       tokens = math.min(capacity, tonumber(state[1]) + elapsed * tonumber(run.rps))
     end
     if tokens < 1 then
-      redis.call('HSET', tk, 'tokens', tokens, 'updated', NOW)
+      -- Nothing to write: below the burst the refill is linear, so the bucket as kept gives
+      -- the same tokens later.
       local rps, wait = tonumber(run.rps), nil
       -- The slack is the Python stores' TOKEN_WAIT_SLACK: a claim that late finds the token.
       if rps > 0 then wait = (1 - tokens) / rps + 1e-6 end
