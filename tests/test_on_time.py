@@ -13,6 +13,7 @@ import asyncio
 import collections
 import contextlib
 import itertools
+import sqlite3
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -253,3 +254,21 @@ def test_the_claim_backoff_stays_bounded_however_long_the_queue_stays_empty() ->
     poll = 0.1
     for misses in (0, 1, 4, 10, 1_025, 10**6):
         assert 0.0 < claim_backoff(poll, misses) <= poll * MAX_BACKOFF_FACTOR * 1.2
+
+
+def test_a_claim_a_rate_refuses_commits_nothing_to_an_sqlite_file(tmp_path: Path) -> None:
+    """Workers racing for a token make a refused claim each per token: with nothing to commit,
+    none of them waits on a sync to disk, nor holds up the next winner behind one."""
+    path = tmp_path / "refused.db"
+    store = SQLiteStore(path)
+    for n in range(3):
+        store.submit_run("ot_rated", f"r{n}", {}, rate_key="k", rate_per_second=1.0, rate_burst=1)
+    assert store.claim_next_run("ot_rated", "lease-0") == "r0"
+    observer = sqlite3.connect(path)
+    version = observer.execute("PRAGMA data_version").fetchone()[0]
+    refused = store.claim_next_runs_loaded("ot_rated", ["lease-1", "lease-2"])
+    assert list(refused) == []
+    assert refused.next_token_in is not None
+    assert observer.execute("PRAGMA data_version").fetchone()[0] == version
+    observer.close()
+    store.close()
