@@ -136,8 +136,9 @@ class Runtime:
     _wakeups: dict[str, Wakeup] = field(default_factory=dict)
 
     def wakeup(self, name: str) -> Wakeup:
-        """The nudge of the loop called ``name`` (``claim:<workflow>``, ``timers``,
-        ``triggers``), made on first use by either side."""
+        """The nudge of the loop called ``name`` (``claim:<workflow>``, or the topic of the
+        timer or trigger loop's notices: ``waits``, ``triggers``), made on first use by
+        either side."""
         return self._wakeups.setdefault(name, Wakeup())
 
     async def rest(self, seconds: float, wakeup: Wakeup | None = None) -> bool:
