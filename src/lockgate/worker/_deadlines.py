@@ -50,6 +50,7 @@ async def trigger_loop(rt: Runtime) -> None:
 
 
 async def timers_round(rt: Runtime) -> float | None:
+    """End every wait due now; the next wait's due time after now, or None."""
     now = rt.clock()
     while await end_due_waits(rt, now):
         now = rt.clock()
@@ -58,6 +59,8 @@ async def timers_round(rt: Runtime) -> float | None:
 
 
 async def triggers_round(rt: Runtime) -> float | None:
+    """Fire every due buffer of the served triggered workflows; the soonest time after now
+    that one of their buffers falls due, or None."""
     now = rt.clock()
     while await fire_triggers_due(rt, now):
         now = rt.clock()
