@@ -36,6 +36,7 @@ from lockgate import (
     workflow,
 )
 from lockgate.stores import RunControls
+from lockgate.stores._types import Claims
 from lockgate.worker import WorkerOptions, WorkflowWorker
 
 FAST = WorkerOptions(
@@ -424,9 +425,9 @@ class FlakyStore(MemoryStore):
         self._maybe_fail("recover_pending_runs")
         return super().recover_pending_runs(name, now)
 
-    def claim_next_run(self, *args: Any, **kwargs: Any) -> str | None:
-        self._maybe_fail("claim_next_run")
-        return super().claim_next_run(*args, **kwargs)
+    def claim_next_runs_loaded(self, *args: Any, **kwargs: Any) -> Claims:
+        self._maybe_fail("claim_next_runs_loaded")
+        return super().claim_next_runs_loaded(*args, **kwargs)
 
 
 async def test_store_blips_in_loops_and_attempts_do_not_kill_the_worker() -> None:
@@ -446,7 +447,7 @@ async def test_store_blips_in_loops_and_attempts_do_not_kill_the_worker() -> Non
 
 async def test_store_unavailable_in_claims_and_scans_is_retried() -> None:
     store = FlakyStore(
-        {"claim_next_run": 3, "recover_pending_runs": 3},
+        {"claim_next_runs_loaded": 3, "recover_pending_runs": 3},
         lambda: StoreUnavailable("store restarting"),
     )
     worker = WorkflowWorker(workflows=[wk_double], store=store, options=FAST)

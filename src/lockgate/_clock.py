@@ -6,6 +6,7 @@ import asyncio
 import heapq
 import itertools
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
@@ -66,6 +67,47 @@ class ManualClock:
     def sleepers(self) -> int:
         """How many callers are parked in ``sleep``."""
         return sum(1 for _, _, future in self._sleepers if not future.done())
+
+    @property
+    def next_wake(self) -> float | None:
+        """The soonest deadline of a caller parked in ``sleep``, or None: where a test that
+        plays time forward event by event advances to next."""
+        return min((at for at, _, future in self._sleepers if not future.done()), default=None)
+
+
+#: The last seconds of a :func:`sleep_precisely` on the system clock, slept on a thread: the
+#: event loop wakes a timer up to a millisecond or two late (epoll waits in whole milliseconds,
+#: and a busy loop adds its own delay), a thread's sleep a tenth of that.
+PRECISE_TAIL = 0.005
+
+
+#: A thread's sleep overshoots by a tenth of a millisecond or so: the last of a precise wait
+#: yields the processor in a loop instead.
+SPIN = 0.0002
+
+
+def block_until(deadline: float, now: Callable[[], float]) -> None:
+    """Block this thread until ``now()`` reaches ``deadline``, overshooting by microseconds."""
+    rest = deadline - now()
+    if rest > SPIN:
+        time.sleep(rest - SPIN)
+    while now() < deadline:
+        time.sleep(0)  # lets other threads (the event loop) run meanwhile
+
+
+async def sleep_precisely(clock: Clock, seconds: float) -> None:
+    """``clock.sleep(seconds)``, ending within some microseconds of the deadline on the system
+    clock: for a wait that costs something for every millisecond it overshoots (a claim
+    waiting for a Rate token). Any other clock just sleeps."""
+    if not isinstance(clock, SystemClock) or seconds <= 0:
+        await clock.sleep(seconds)
+        return
+    deadline = time.perf_counter() + seconds
+    if seconds > PRECISE_TAIL:
+        await asyncio.sleep(seconds - PRECISE_TAIL)
+    if deadline > time.perf_counter():
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, block_until, deadline, time.perf_counter)
 
 
 def as_clock(clock: Clock | None) -> Clock:

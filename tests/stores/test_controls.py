@@ -317,6 +317,7 @@ GROUP_CALLS: dict[str, Callable[[Any], object]] = {
     "idempotency": lambda s: s.get_idempotency_run(NAME, "k"),
     "timers": lambda s: s.get_sleeping_runs(0.0),
     "wait_timeout": lambda s: s.time_out_wait(NAME, "r1", wait_id="signal:1"),
+    "wait_due": lambda s: s.next_wait_due(0.0),
     "signals": lambda s: s.peek_signal(NAME, "r1", "go"),
     "updates": lambda s: s.peek_pending_updates(NAME, "r1"),
     "pause": lambda s: s.request_pause(NAME, "r1"),
@@ -328,6 +329,7 @@ GROUP_CALLS: dict[str, Callable[[Any], object]] = {
     "versions": lambda s: s.version_rank(NAME, "v1"),
     "policies": lambda s: s.get_workflow_policy(NAME),
     "triggers": lambda s: s.due_triggers(NAME, 0.0),
+    "trigger_due": lambda s: s.next_trigger_due(NAME, 0.0),
 }
 
 

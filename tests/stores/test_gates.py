@@ -9,6 +9,7 @@ import pytest
 
 from lockgate import EventKind, ManualClock, RunGatedError, RunStatus, Store
 from lockgate.stores import WaitOutcome, WaitSpec
+from lockgate.stores._types import Claims
 
 from ._support import NAME, event, status
 
@@ -208,3 +209,89 @@ def test_explain_wait_of_an_ungated_run_says_it_waits_for_a_worker(store: Store)
     reason = store.explain_wait(NAME, "free")
     assert reason is not None
     assert reason.describe() == "a worker to claim it, 1st in line"
+
+
+# -- when the next token comes, with the claim that found none ---------------------------------
+
+
+def claims(store: Store, *leases: str) -> Claims:
+    return store.claim_next_runs_loaded(NAME, list(leases))
+
+
+def test_a_claim_a_rate_refuses_says_when_its_next_token_comes(
+    store: Store, clock: ManualClock
+) -> None:
+    for n in range(3):
+        rated(store, f"r{n}", per_second=4.0, burst=1)
+    first = claims(store, "l0", "l1")  # one token: the second lease comes back empty
+    assert [run.run_id for run in first] == ["r0"]
+    assert first.next_token_in == pytest.approx(0.25, abs=1e-4)
+    clock.advance(0.1)
+    empty = claims(store, "l2")
+    assert list(empty) == []
+    assert empty.next_token_in == pytest.approx(0.15, abs=1e-4)
+    clock.advance(0.149)  # a millisecond short of the token
+    early = claims(store, "l3")
+    assert list(early) == []
+    assert early.next_token_in == pytest.approx(0.001, abs=1e-4)
+    clock.advance(early.next_token_in)  # exactly as long as it said
+    assert [run.run_id for run in claims(store, "l4")] == ["r1"]
+
+
+def test_the_losers_of_a_race_for_a_token_are_told_when_the_next_one_comes(
+    store: Store, clock: ManualClock
+) -> None:
+    for n in range(3):
+        rated(store, f"r{n}", per_second=50.0, burst=1)
+    first = claims(store, "w0", "w0.b")
+    assert [run.run_id for run in first] == ["r0"]
+    assert first.next_token_in is not None
+    clock.advance(first.next_token_in)  # the next token is here; three workers ask at once
+    answers = [claims(store, f"w{n}.a") for n in range(1, 4)]
+    assert [len(answer) for answer in answers] == [1, 0, 0]
+    for lost in answers[1:]:
+        assert lost.next_token_in == pytest.approx(0.02, abs=1e-4)
+
+
+def test_the_soonest_token_of_the_refused_keys_is_the_one_reported(
+    store: Store, clock: ManualClock
+) -> None:
+    rated(store, "slow0", key="slow", per_second=1.0, burst=1)
+    rated(store, "slow1", key="slow", per_second=1.0, burst=1)
+    rated(store, "fast0", key="fast", per_second=10.0, burst=1)
+    rated(store, "fast1", key="fast", per_second=10.0, burst=1)
+    assert sorted(run.run_id for run in claims(store, "a", "b", "c")) == ["fast0", "slow0"]
+    answer = claims(store, "d")
+    assert answer.next_token_in == pytest.approx(0.1, abs=1e-4)
+    clock.advance(answer.next_token_in)
+    assert [run.run_id for run in claims(store, "e")] == ["fast1"]
+
+
+def test_no_token_time_when_no_refused_run_waits_on_a_token(store: Store) -> None:
+    assert claims(store, "l0").next_token_in is None  # nothing queued
+    rated(store, "r0", per_second=1.0, burst=2)
+    rated(store, "r1", per_second=1.0, burst=2)
+    full = claims(store, "l1", "l2")
+    assert len(full) == 2
+    assert full.next_token_in is None  # every lease got a run
+    limited(store, "a0", limit=1)
+    limited(store, "a1", limit=1)
+    assert [run.run_id for run in claims(store, "l3", "l4")] == ["a0"]
+    refused = claims(store, "l5")
+    assert list(refused) == []
+    assert refused.next_token_in is None  # a Limit frees a slot at no set time
+
+
+def test_a_claim_tens_of_microseconds_short_of_a_token_is_refused(
+    store: Store, clock: ManualClock
+) -> None:
+    """The bucket keeps its times to the microsecond: one stored to a tenth of a millisecond
+    (an epoch time cut to 14 digits) would let this claim pass 20 us early."""
+    for n in range(2):
+        rated(store, f"r{n}", per_second=50.0, burst=1)
+    clock.advance(0.00004)
+    assert claim(store, "l0") == "r0"
+    clock.advance(0.01998)  # 20 us short of the token
+    assert claim(store, "l1") is None
+    clock.advance(0.00003)
+    assert claim(store, "l2") == "r1"

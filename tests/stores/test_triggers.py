@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from lockgate import ManualClock, Store
 from lockgate.stores import Gates, TriggerPolicy
 
@@ -109,3 +111,22 @@ def test_a_fired_run_carries_its_gates_and_a_distinct_id_per_batch(
     assert init.payload["provenance"]["trigger"]["key"] == "u1"
     assert store.claim_next_run(NAME, "l0") == first
     assert store.claim_next_run(NAME, "l1") is None  # the Limit on "key" holds the second
+
+
+def test_next_trigger_due_is_the_soonest_buffer_due_after_a_time(
+    store: Store, clock: ManualClock
+) -> None:
+    now = clock()
+    assert store.next_trigger_due(NAME, now) is None
+    store.trigger_event(NAME, "a", {"n": 1}, policy=DEBOUNCE)  # due at now + 10
+    clock.advance(3)
+    store.trigger_event(NAME, "b", {"n": 1}, policy=COLLECT)  # due at now + 63
+    store.trigger_event("other", "c", {"n": 1}, policy=DEBOUNCE)  # another workflow's
+    assert store.next_trigger_due(NAME, clock()) == pytest.approx(now + 10)
+    store.trigger_event(NAME, "a", {"n": 2}, policy=DEBOUNCE)  # the quiet period restarts
+    assert store.next_trigger_due(NAME, clock()) == pytest.approx(now + 13)
+    assert store.next_trigger_due(NAME, now + 13) == pytest.approx(now + 63)
+    clock.advance(10)
+    assert store.fire_trigger(NAME, "a", policy=DEBOUNCE, due_by=clock()) is not None
+    assert store.next_trigger_due(NAME, now) == pytest.approx(now + 63)  # a fired one is gone
+    assert store.next_trigger_due("other", now) == pytest.approx(now + 13)

@@ -173,6 +173,34 @@ def test_a_claim_reaches_shards_no_lease_prefers(store: ValkeyStore) -> None:
     assert sorted(drain(store, prefer=leased)) == sorted(run_ids)
 
 
+def test_the_next_token_and_the_next_deadlines_are_the_soonest_over_the_shards(
+    store: ValkeyStore, clock: ManualClock
+) -> None:
+    # A slow key in shard 1, a fast one in shard 2: the soonest token is the fast one's,
+    # whichever shard a claim tries first.
+    for key, per_second in ((key_in(1), 1.0), (key_in(2), 10.0)):
+        for n in range(2):
+            store.submit_run(
+                NAME, f"{key}.{n}", {}, rate_key=key, rate_per_second=per_second, rate_burst=1
+            )
+    assert len(store.claim_next_runs_loaded(NAME, ["a", "b", "c"], prefer=[1])) == 2
+    refused = store.claim_next_runs_loaded(NAME, ["d"], prefer=[1])
+    assert list(refused) == []
+    assert refused.next_token_in == pytest.approx(0.1, abs=1e-4)
+
+    now = clock()
+    for shard, due_in in ((3, 30.0), (0, 20.0)):
+        store.submit_run(NAME, ids_in(shard, 1, prefix="z")[0], {}, start_at=now + due_in)
+    policy = TriggerPolicy("debounce", window_seconds=5)
+    store.trigger_event(NAME, key_in(3, "t"), {}, policy=policy)
+    clock.advance(1)
+    store.trigger_event(NAME, key_in(0, "t"), {}, policy=policy)
+    assert store.next_wait_due(now) == pytest.approx(now + 20)
+    assert store.next_wait_due(now + 20) == pytest.approx(now + 30)
+    assert store.next_trigger_due(NAME, now) == pytest.approx(now + 5)
+    assert store.next_trigger_due(NAME, now + 5) == pytest.approx(now + 6)
+
+
 def test_timers_recovery_and_triggers_span_the_shards(
     store: ValkeyStore, clock: ManualClock
 ) -> None:

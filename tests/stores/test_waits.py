@@ -134,6 +134,31 @@ def test_get_sleeping_runs_lists_waits_due_at_or_before(store: Store, clock: Man
     assert len(store.get_sleeping_runs(clock() + 1000)) == 3
 
 
+def test_next_wait_due_is_the_soonest_armed_timer_after_a_time(
+    store: Store, clock: ManualClock
+) -> None:
+    now = clock()
+    assert store.next_wait_due(now) is None
+    parked(store, signal_wait(), "forever")  # no deadline: no timer
+    assert store.next_wait_due(now) is None
+    parked(store, sleep_wait(clock, due_in=100), "later")
+    parked(store, signal_wait(clock, due_in=20), "deadline")
+    parked(store, sleep_wait(clock, due_in=10), "soon")
+    assert store.next_wait_due(now) == pytest.approx(now + 10)
+    # A loop that has ended what was due by now + 10 asks what comes after it.
+    assert store.next_wait_due(now + 10) == pytest.approx(now + 20)
+    assert store.next_wait_due(now + 100) is None
+    clock.advance(10)
+    assert store.wake_due(NAME, "soon", due_by=clock()) == WaitOutcome.RESOLVED
+    assert store.next_wait_due(now) == pytest.approx(now + 20)  # the woken one is gone
+    assert store.send_signal(NAME, "deadline", "approve", {}, "t") == "delivered"
+    store.claim_run(NAME, "deadline", "lease-b")
+    store.append_events(
+        NAME, "deadline", [event(EventKind.RUN_COMPLETE, "deadline")], fence="lease-b"
+    )
+    assert store.next_wait_due(now) == pytest.approx(now + 100)  # an ended run has no timer
+
+
 def test_wake_due_before_the_wait_is_due_is_superseded(store: Store, clock: ManualClock) -> None:
     parked(store, sleep_wait(clock, due_in=60))
     before = store.load_run(NAME, "r1")

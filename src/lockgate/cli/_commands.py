@@ -205,7 +205,7 @@ def add_run_parsers(group: Subparsers, common: list[argparse.ArgumentParser]) ->
         (
             "--timer-interval",
             "timer_poll_interval_s",
-            "wake due sleeps, time out signal waits, fire due trigger batches",
+            "ask the store for its next timer or trigger deadline at least this often",
         ),
         ("--orphan-scan-interval", "orphan_scan_interval", "requeue runs whose lease lapsed"),
         ("--shutdown-grace", "shutdown_grace", "on stop, S seconds for attempts to hand back"),

@@ -36,6 +36,7 @@ from lockgate.journal._events import (
     RunStatus,
     payload_size,
 )
+from lockgate.stores import _notices as notices
 from lockgate.stores._base import Store
 from lockgate.stores._calls import call_store
 from lockgate.stores._gates import WaitReason
@@ -182,6 +183,8 @@ class WorkflowClient:
             start_at=when,
             **(policy_stamp(spec, params) if spec else _recorded_stamp(name, recorded, params)),
         )
+        if when is not None:
+            notices.post(self.store, notices.WAITS)  # parked until then: a timer to arm
         return RunHandle(self, name, str(submitted))
 
     async def _recorded_for(
@@ -246,6 +249,8 @@ class WorkflowClient:
         run_id = await self._io(
             self.store.trigger_event, name, key, event, policy=trigger_policy(spec, key)
         )
+        if run_id is None:
+            notices.post(self.store, notices.TRIGGERS)  # a worker here may fire it sooner
         return RunHandle(self, name, str(run_id)) if run_id is not None else None
 
     def handle(self, name: str, run_id: str) -> RunHandle:

@@ -26,6 +26,7 @@ from lockgate.stores._records import Submit
 from lockgate.stores._triggers import TriggerPolicy
 from lockgate.stores._types import (
     ClaimedRun,
+    Claims,
     RunControls,
     RunInfo,
     TerminateOutcome,
@@ -362,6 +363,14 @@ class TimerStore:
         """``(name, run_id)`` of runs whose open wait is due at or before ``before``."""
         raise _missing(self, "timers")
 
+    def next_wait_due(self, after: float) -> float | None:
+        """The earliest ``due_at`` later than ``after`` of any open wait with a timer, of any
+        workflow, or None when none is armed: when a timer loop that has ended every wait due
+        by ``after`` next has work. A store may answer a time at which, on a closer look, there
+        is nothing to end (a wait that ended meanwhile), never a time later than the first
+        wait due after ``after``."""
+        raise _missing(self, "wait_due")
+
     def wake_due(self, name: str, run_id: str, *, due_by: float) -> WaitOutcome:
         """The timer's path: end the run's open wait if it is due by ``due_by`` (a sleep with
         ``run:woken``, a signal wait with ``run:wait_timed_out``) and queue the run. A wait not
@@ -579,6 +588,11 @@ class TriggerStore:
         run, in one step, and return its id; else None. Two callers racing fire it once."""
         raise _missing(self, "triggers")
 
+    def next_trigger_due(self, name: str, after: float) -> float | None:
+        """The earliest time later than ``after`` at which a buffer of ``name`` is due, or
+        None when no buffer of it waits: as :meth:`TimerStore.next_wait_due` for triggers."""
+        raise _missing(self, "trigger_due")
+
 
 CAPABILITY_GROUPS: dict[str, tuple[type, tuple[str, ...]]] = {
     "idempotency": (
@@ -587,6 +601,7 @@ CAPABILITY_GROUPS: dict[str, tuple[type, tuple[str, ...]]] = {
     ),
     "timers": (TimerStore, ("park_run", "get_sleeping_runs", "wake_due", "wake_run")),
     "wait_timeout": (TimerStore, ("time_out_wait",)),
+    "wait_due": (TimerStore, ("next_wait_due",)),
     "signals": (SignalStore, ("send_signal", "peek_signal", "pop_signal_match")),
     "updates": (
         UpdateStore,
@@ -599,6 +614,7 @@ CAPABILITY_GROUPS: dict[str, tuple[type, tuple[str, ...]]] = {
     "versions": (VersionStore, ("register_version", "version_rank")),
     "policies": (PolicyStore, ("record_workflow_policy", "get_workflow_policy")),
     "triggers": (TriggerStore, ("trigger_event", "due_triggers", "fire_trigger")),
+    "trigger_due": (TriggerStore, ("next_trigger_due",)),
 }
 
 
@@ -643,11 +659,13 @@ class Store(
         worker_version: str | None = None,
         *,
         prefer: Sequence[int] = (),
-    ) -> list[ClaimedRun]:
+    ) -> Claims:
         """Claim up to ``len(leases)`` queued runs, as :meth:`claim_next_run_loaded` claims
         one: the ``i``-th run returned under ``leases[i]``. Fewer (none when nothing is
-        claimable) when the queue or the gates allow fewer."""
-        claimed: list[ClaimedRun] = []
+        claimable) when the queue or the gates allow fewer; then ``next_token_in`` says when
+        the first token comes of a bucket a ``Rate`` refused, so a caller can wait for it
+        rather than poll (see :class:`Claims`). This default cannot tell: it answers None."""
+        claimed = Claims()
         for lease in leases:
             run = self.claim_next_run_loaded(name, lease, worker_version, prefer=prefer)
             if run is None:

@@ -20,6 +20,8 @@ from lockgate.stores._gates import WaitReason
 from lockgate.stores._records import Submit
 from lockgate.stores._triggers import TriggerPolicy
 from lockgate.stores._types import (
+    ClaimedRun,
+    Claims,
     RunControls,
     RunInfo,
     TerminateOutcome,
@@ -172,6 +174,25 @@ class CompositeStore(Store):
         self._copy(name, claimed)
         return claimed
 
+    def claim_next_runs_loaded(
+        self,
+        name: str,
+        leases: Sequence[str],
+        worker_version: str | None = None,
+        *,
+        prefer: Sequence[int] = (),
+    ) -> Claims:
+        """The lifecycle's batch claim, with its word on the next token; each run's journal
+        is read from the event log (which answers every journal read)."""
+        claimed = self.lifecycle.claim_next_runs_loaded(name, leases, worker_version, prefer=prefer)
+        return Claims(
+            (
+                ClaimedRun(run.run_id, self.load_run(name, run.run_id), run.controls)
+                for run in claimed
+            ),
+            getattr(claimed, "next_token_in", None),
+        )
+
     def claim_run(self, name: str, run_id: str, worker_id: str) -> None:
         try:
             self.lifecycle.claim_run(name, run_id, worker_id)
@@ -299,6 +320,9 @@ class CompositeStore(Store):
 
     def get_sleeping_runs(self, before: float, limit: int = 100) -> list[tuple[str, str]]:
         return self.lifecycle.get_sleeping_runs(before, limit)
+
+    def next_wait_due(self, after: float) -> float | None:
+        return self.lifecycle.next_wait_due(after)
 
     def wake_due(self, name: str, run_id: str, *, due_by: float) -> WaitOutcome:
         outcome = self.lifecycle.wake_due(name, run_id, due_by=due_by)
@@ -441,3 +465,6 @@ class CompositeStore(Store):
         fired = self.lifecycle.fire_trigger(name, key, policy=policy, due_by=due_by)
         self._copy(name, fired)
         return fired
+
+    def next_trigger_due(self, name: str, after: float) -> float | None:
+        return self.lifecycle.next_trigger_due(name, after)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,37 @@ def refill(tokens: float, updated_at: float, now: float, gates: Gates) -> float:
     assert gates.rate_per_second is not None
     capacity = float(gates.rate_burst or 1)
     return min(capacity, tokens + max(0.0, now - updated_at) * gates.rate_per_second)
+
+
+#: Seconds added to the wait for a token, so a claim made that long after the refusal finds a
+#: whole token despite rounding: epoch seconds near 1.7e9 are doubles 2.4e-7 s apart.
+TOKEN_WAIT_SLACK = 1e-6
+
+
+def token_wait(tokens: float, gates: Gates) -> float | None:
+    """Seconds until a bucket holding ``tokens`` (< 1) has one whole token, or None when it
+    never refills (a rate of 0)."""
+    assert gates.rate_per_second is not None
+    if gates.rate_per_second <= 0:
+        return None
+    return max(0.0, 1.0 - tokens) / gates.rate_per_second + TOKEN_WAIT_SLACK
+
+
+class Refusal(NamedTuple):
+    """Why a gate refused a claim: ``reason`` for messages, and for a ``Rate`` refusal the
+    seconds until its bucket has a token (None for a ``Limit`` refusal)."""
+
+    reason: str
+    next_token_in: float | None = None
+
+
+def sooner(first: float | None, second: float | None) -> float | None:
+    """The earlier of two optional waits (None is never)."""
+    if first is None:
+        return second
+    if second is None:
+        return first
+    return min(first, second)
 
 
 @dataclass(frozen=True)

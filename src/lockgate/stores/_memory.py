@@ -20,7 +20,7 @@ from lockgate.journal._events import (
     RunEvent,
 )
 from lockgate.stores._base import Store
-from lockgate.stores._gates import WaitReason, refill, wait_reason
+from lockgate.stores._gates import WaitReason, refill, sooner, wait_reason
 from lockgate.stores._memory_state import _Buffer, _Held, _Idempotency, _locked, _Run
 from lockgate.stores._memory_waits import MemoryWaits
 from lockgate.stores._records import (
@@ -30,6 +30,8 @@ from lockgate.stores._records import (
     with_payload,
 )
 from lockgate.stores._types import (
+    ClaimedRun,
+    Claims,
     RunControls,
     RunInfo,
 )
@@ -122,6 +124,33 @@ class MemoryStore(MemoryWaits, Store):
         *,
         prefer: Sequence[int] = (),
     ) -> str | None:
+        return self._claim_next(name, worker_id, worker_version)[0]
+
+    @_locked
+    def claim_next_runs_loaded(
+        self,
+        name: str,
+        leases: Sequence[str],
+        worker_version: str | None = None,
+        *,
+        prefer: Sequence[int] = (),
+    ) -> Claims:
+        claimed = Claims()
+        for lease in leases:
+            run_id, claimed.next_token_in = self._claim_next(name, lease, worker_version)
+            if run_id is None:
+                break
+            claimed.append(
+                ClaimedRun(run_id, self.load_run(name, run_id), self.poll_run(name, run_id))
+            )
+        return claimed
+
+    def _claim_next(
+        self, name: str, worker_id: str, worker_version: str | None
+    ) -> tuple[str | None, float | None]:
+        """:meth:`claim_next_run`'s claim, and when it took nothing, the seconds until the
+        first token of a bucket its Rate refused (None if no Rate refused one)."""
+        next_token_in: float | None = None
         served = self._served.setdefault(name, {})
         heads = sorted(
             (served.get(bucket, 0), next(iter(runs.values())), bucket)
@@ -141,13 +170,16 @@ class MemoryStore(MemoryWaits, Store):
                     and run.version != worker_version
                 ):
                     continue
-                if (run.lock != worker_id or not self._held(run)) and self._gated(run):
-                    break  # the bucket shares its gate: none of its runs can start either
+                if run.lock != worker_id or not self._held(run):
+                    refused = self._gated(run)
+                    if refused is not None:
+                        next_token_in = sooner(next_token_in, refused.next_token_in)
+                        break  # the bucket shares its gate: none of its runs can start either
                 self._claim(run, worker_id)
                 self._serve_seq += 1
                 served[run.bucket] = self._serve_seq
-                return str(run.run_id)
-        return None
+                return str(run.run_id), None
+        return None, next_token_in
 
     @_locked
     def claim_run(self, name: str, run_id: str, worker_id: str) -> None:
@@ -162,9 +194,11 @@ class MemoryStore(MemoryWaits, Store):
             if run.ended:
                 raise RunFinishedError(f"run {run_id!r} of {name!r} ran out of retries")
         if run.lock != worker_id or not self._held(run):
-            reason = self._gated(run)
-            if reason is not None:
-                raise RunGatedError(f"run {run_id!r} of {name!r} waits on its gate: {reason}")
+            refused = self._gated(run)
+            if refused is not None:
+                raise RunGatedError(
+                    f"run {run_id!r} of {name!r} waits on its gate: {refused.reason}"
+                )
         self._claim(run, worker_id)
 
     @_locked

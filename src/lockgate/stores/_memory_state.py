@@ -23,7 +23,7 @@ from lockgate.journal._events import (
     RunStatus,
     terminal_status,
 )
-from lockgate.stores._gates import Gates, fair_bucket, refill
+from lockgate.stores._gates import Gates, Refusal, fair_bucket, refill, token_wait
 from lockgate.stores._records import (
     PROGRESS_KINDS,
     Submit,
@@ -187,7 +187,7 @@ class MemoryState:
             else:
                 holders.add(run.run_id)
 
-    def _gated(self, run: _Run) -> str | None:
+    def _gated(self, run: _Run) -> Refusal | None:
         """Why ``run`` cannot start now (its Limit is full, its Rate has no token), or None,
         having then spent the token. A Limit refusal spends nothing."""
         gates = run.gates
@@ -197,7 +197,7 @@ class MemoryState:
             holders = self._slots.get((run.name, gates.concurrency_key), set())
             holding = len(holders) - (run.run_id in holders)
             if holding >= gates.concurrency_max:
-                return f"Limit {gates.concurrency_key!r} {holding}/{gates.concurrency_max}"
+                return Refusal(f"Limit {gates.concurrency_key!r} {holding}/{gates.concurrency_max}")
         if gates.rated:
             assert gates.rate_key is not None
             now = self._clock()
@@ -205,9 +205,8 @@ class MemoryState:
                 (run.name, gates.rate_key), (float(gates.rate_burst or 1), now)
             )
             tokens = refill(tokens, updated, now, gates)
-            if tokens < 1:
-                self._tokens[(run.name, gates.rate_key)] = (tokens, now)
-                return f"Rate {gates.rate_key!r}: no token"
+            if tokens < 1:  # the bucket as kept refills to the same tokens later
+                return Refusal(f"Rate {gates.rate_key!r}: no token", token_wait(tokens, gates))
             self._tokens[(run.name, gates.rate_key)] = (tokens - 1, now)
         return None
 

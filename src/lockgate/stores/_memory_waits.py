@@ -68,6 +68,17 @@ class MemoryWaits(MemoryState):
         return [(name, run_id) for _, _, name, run_id in due[:limit]]
 
     @_locked
+    def next_wait_due(self, after: float) -> float | None:
+        return min(
+            (
+                r.wait.due_at
+                for r in self._runs.values()
+                if r.wait is not None and r.wait.due_at is not None and r.wait.due_at > after
+            ),
+            default=None,
+        )
+
+    @_locked
     def wake_due(self, name: str, run_id: str, *, due_by: float) -> WaitOutcome:
         run = self._runs.get((name, run_id))
         wait = run.wait if run is not None else None
@@ -394,6 +405,18 @@ class MemoryWaits(MemoryState):
         if buffer.due_at > due_by:
             return None
         return self._fire(name, key, buffer, policy)
+
+    @_locked
+    def next_trigger_due(self, name: str, after: float) -> float | None:
+        return min(
+            (
+                buffer.due_at
+                for (n, _), buffer in self._buffers.items()
+                if n == name and buffer.events and buffer.due_at is not None
+                if buffer.due_at > after
+            ),
+            default=None,
+        )
 
     def _fire(self, name: str, key: str, buffer: _Buffer, policy: TriggerPolicy) -> str:
         events = [event for _, event in buffer.events]

@@ -36,6 +36,7 @@ from lockgate.stores._records import (
     Submit,
     idempotency_conflict,
 )
+from lockgate.stores._sqlite_claims import SQLiteClaims
 from lockgate.stores._sqlite_file import (
     SCHEMA,
     FileIdentity,
@@ -52,15 +53,12 @@ from lockgate.stores._sqlite_rows import dumps
 from lockgate.stores._sqlite_translate import translated
 from lockgate.stores._sqlite_triggers import TRIGGERS_SCHEMA, SQLiteTriggers
 from lockgate.stores._sqlite_waits import SQLiteWaits
-from lockgate.stores._types import RunControls, RunInfo
+from lockgate.stores._types import ClaimedRun, Claims, RunControls, RunInfo
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
 DEFAULT_RETENTION_SECONDS = 7 * 86_400
-#: How many queued runs of one fairness bucket a claim looks through (held by another lease, or
-#: pinned to another version) before it moves on to the next bucket.
-CLAIM_SCAN = 64
 
 
 def _event_from(row: sqlite3.Row, run_id: str) -> RunEvent:
@@ -74,7 +72,7 @@ def _event_from(row: sqlite3.Row, run_id: str) -> RunEvent:
     )
 
 
-class SQLiteStore(SQLiteWaits, SQLiteTriggers, Store):
+class SQLiteStore(SQLiteClaims, SQLiteWaits, SQLiteTriggers, Store):
     """Durable store in one SQLite file, for any number of processes on one machine.
 
     The file is opened in WAL mode with ``synchronous`` ``full`` (a committed transaction
@@ -259,55 +257,26 @@ class SQLiteStore(SQLiteWaits, SQLiteTriggers, Store):
         *,
         prefer: Sequence[int] = (),
     ) -> str | None:
-        self._check_file(now=True)  # never claim from a file its path no longer names
-        with self._read() as db:
-            queued = db.execute(
-                "SELECT 1 FROM lg_runs WHERE name = ? AND queued IS NOT NULL LIMIT 1", (name,)
-            ).fetchone()
-        if queued is None:
-            return None  # an idle poll takes no write lock
-        with self._write() as db:
-            now = self._clock()
-            # fetchall throughout: a cursor left open past COMMIT keeps the read going, and
-            # another thread's BEGIN IMMEDIATE on this connection would fail at once.
-            served = {
-                r["bucket"]: r["seq"]
-                for r in db.execute(
-                    "SELECT bucket, seq FROM lg_served WHERE name = ?", (name,)
-                ).fetchall()
-            }
-            heads = db.execute(
-                "SELECT bucket, MIN(queued) AS head FROM lg_runs WHERE name = ? "
-                "AND queued IS NOT NULL GROUP BY bucket",
-                (name,),
-            ).fetchall()
-            for _, _, bucket in sorted(
-                (served.get(h["bucket"], 0), h["head"], h["bucket"]) for h in heads
-            ):
-                # A bucket's runs share a gate; look past at most CLAIM_SCAN held or
-                # other-version runs in it, as the store contract allows.
-                rows = db.execute(
-                    "SELECT * FROM lg_runs WHERE name = ? AND bucket = ? AND queued IS NOT NULL "
-                    "ORDER BY queued LIMIT ?",
-                    (name, bucket, CLAIM_SCAN),
-                ).fetchall()
-                for row in rows:
-                    held = row["lock"] is not None and row["lock_expires"] > now
-                    if held and row["lock"] != worker_id:
-                        continue
-                    if (
-                        worker_version is not None
-                        and row["version_behavior"] == "pinned"
-                        and row["version"]
-                        and row["version"] != worker_version
-                    ):
-                        continue
-                    if not (held and row["lock"] == worker_id) and self._gated(db, row, now):
-                        break  # the bucket shares its gate: none of its runs can start either
-                    self._claim(db, row, worker_id)
-                    self._served(db, name, row["bucket"])
-                    return str(row["run_id"])
-        return None
+        claimed = self._claim_many(name, [worker_id], worker_version)
+        return claimed[0] if claimed else None
+
+    @translated
+    def claim_next_runs_loaded(
+        self,
+        name: str,
+        leases: Sequence[str],
+        worker_version: str | None = None,
+        *,
+        prefer: Sequence[int] = (),
+    ) -> Claims:
+        claimed = self._claim_many(name, leases, worker_version)
+        return Claims(
+            (
+                ClaimedRun(run_id, self.load_run(name, run_id), self.poll_run(name, run_id))
+                for run_id in claimed
+            ),
+            claimed.next_token_in,
+        )
 
     @translated
     def claim_run(self, name: str, run_id: str, worker_id: str) -> None:
@@ -323,10 +292,10 @@ class SQLiteStore(SQLiteWaits, SQLiteTriggers, Store):
                 row = self._require(db, name, run_id)
             if row["terminal"] is None:
                 if not (self._live(row) and row["lock"] == worker_id):
-                    reason = self._gated(db, row, self._clock())
-                    if reason is not None:
+                    refused = self._gated(db, row, self._clock())
+                    if refused is not None:
                         raise RunGatedError(
-                            f"run {run_id!r} of {name!r} waits on its gate: {reason}"
+                            f"run {run_id!r} of {name!r} waits on its gate: {refused.reason}"
                         )
                 self._claim(db, row, worker_id)
         if row["terminal"] is not None:  # the requeue spent the budget (and is committed)

@@ -20,7 +20,7 @@ from lockgate._errors import (
     StoreFileGone,
 )
 from lockgate.journal._events import EPOCH_HEADER, EventKind, RunEvent, RunStatus, terminal_status
-from lockgate.stores._gates import Gates, fair_bucket, refill
+from lockgate.stores._gates import Gates, Refusal, fair_bucket, refill, token_wait
 from lockgate.stores._records import PROGRESS_KINDS, Submit, derive_status, requeue_outcome
 from lockgate.stores._sqlite_file import FileIdentity
 from lockgate.stores._types import RunInfo, WaitSpec
@@ -209,14 +209,18 @@ class SQLiteRows:
             cancel_requested_at=row["cancel_at"],
         )
 
-    def _claim(self, db: sqlite3.Connection, row: sqlite3.Row, lease: str) -> None:
+    def _claim(
+        self, db: sqlite3.Connection, row: sqlite3.Row, lease: str, now: float | None = None
+    ) -> None:
+        """Lock the run under ``lease`` for ``lock_ttl`` from ``now`` (the claim's time, when
+        its gates were judged)."""
         same = row["lock"] == lease and self._live(row)
         self._set(
             db,
             row,
             queued=None,
             lock=lease,
-            lock_expires=self._clock() + self.lock_ttl,
+            lock_expires=(self._clock() if now is None else now) + self.lock_ttl,
             epoch=row["epoch"] if same else row["epoch"] + 1,
         )
 
@@ -340,7 +344,7 @@ class SQLiteRows:
     def _gates(self, row: sqlite3.Row) -> Gates:
         return Gates(row["ckey"], row["cmax"], row["rkey"], row["rps"], row["rburst"])
 
-    def _gated(self, db: sqlite3.Connection, row: sqlite3.Row, now: float) -> str | None:
+    def _gated(self, db: sqlite3.Connection, row: sqlite3.Row, now: float) -> Refusal | None:
         """Why the run cannot start now (its Limit is full, its Rate has no token), or None,
         having then spent the token. A Limit refusal spends nothing. Slots are counted, not
         kept: a run holds one while its lock is set, until it parks, ends or is requeued."""
@@ -353,7 +357,7 @@ class SQLiteRows:
             ).fetchone()[0]
             assert gates.concurrency_max is not None
             if holding >= gates.concurrency_max:
-                return f"Limit {gates.concurrency_key!r} {holding}/{gates.concurrency_max}"
+                return Refusal(f"Limit {gates.concurrency_key!r} {holding}/{gates.concurrency_max}")
         if gates.rated:
             bucket = db.execute(
                 "SELECT tokens, updated_at FROM lg_tokens WHERE name = ? AND key = ?",
@@ -364,14 +368,16 @@ class SQLiteRows:
                 if bucket is None
                 else refill(bucket["tokens"], bucket["updated_at"], now, gates)
             )
-            spent = tokens - 1 if tokens >= 1 else tokens
+            if tokens < 1:
+                # Nothing to write: below the burst the refill is linear, so the bucket as
+                # stored gives the same tokens later. A refusal commits no change, and so
+                # syncs nothing to disk.
+                return Refusal(f"Rate {gates.rate_key!r}: no token", token_wait(tokens, gates))
             db.execute(
                 "INSERT OR REPLACE INTO lg_tokens (name, key, tokens, updated_at) "
                 "VALUES (?, ?, ?, ?)",
-                (row["name"], gates.rate_key, spent, now),
+                (row["name"], gates.rate_key, tokens - 1, now),
             )
-            if tokens < 1:
-                return f"Rate {gates.rate_key!r}: no token"
         return None
 
     def _served(self, db: sqlite3.Connection, name: str, bucket: str) -> None:

@@ -70,6 +70,16 @@ class SQLiteTriggers(SQLiteRows):
         return [str(row["key"]) for row in rows]
 
     @translated
+    def next_trigger_due(self, name: str, after: float) -> float | None:
+        with self._read() as db:
+            due = db.execute(
+                "SELECT MIN(due_at) FROM lg_trigger_buffers WHERE name = ? AND due_at IS NOT NULL "
+                "AND due_at > ?",
+                (name, after),
+            ).fetchone()[0]
+        return float(due) if due is not None else None
+
+    @translated
     def fire_trigger(
         self, name: str, key: str, *, policy: TriggerPolicy, due_by: float
     ) -> str | None:

@@ -66,6 +66,15 @@ class SQLiteWaits(SQLiteRows):
         return [(str(r["name"]), str(r["run_id"])) for r in rows]
 
     @translated
+    def next_wait_due(self, after: float) -> float | None:
+        with self._read() as db:
+            due = db.execute(
+                "SELECT MIN(wait_due) FROM lg_runs WHERE wait_due IS NOT NULL AND wait_due > ?",
+                (after,),
+            ).fetchone()[0]
+        return float(due) if due is not None else None
+
+    @translated
     def wake_due(self, name: str, run_id: str, *, due_by: float) -> WaitOutcome:
         with self._write() as db:
             row = self._row(db, name, run_id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -78,6 +79,25 @@ class ClaimedRun:
     run_id: str
     events: list[RunEvent] | None
     controls: RunControls
+
+
+class Claims(list[ClaimedRun]):
+    """What a batch claim took: the claimed runs, in the leases' order (a plain list of
+    :class:`ClaimedRun` to anyone who only wants those), and ``next_token_in``.
+
+    ``next_token_in`` is set when the claim took fewer runs than it had leases for and a queued
+    run it could otherwise have taken was refused for want of a ``Rate`` token: the seconds,
+    from the moment the store decided the claim, until the first such token comes. None when
+    no refused run waits on a token (the queue ran out, or only a ``Limit`` refused), or when
+    the store cannot tell. A claim made that much later finds the token (unless another claim
+    took it first)."""
+
+    def __init__(self, runs: Iterable[ClaimedRun] = (), next_token_in: float | None = None):
+        super().__init__(runs)
+        self.next_token_in = next_token_in
+
+    def __repr__(self) -> str:
+        return f"Claims({list(self)!r}, next_token_in={self.next_token_in!r})"
 
 
 @dataclass(frozen=True)

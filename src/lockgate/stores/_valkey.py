@@ -13,12 +13,13 @@ from lockgate._clock import iso
 from lockgate._errors import DuplicateRunError, RunNotFoundError
 from lockgate._names import check_new_run
 from lockgate.journal._events import RunEvent
-from lockgate.stores._gates import Gates, WaitReason, fair_bucket, wait_reason
+from lockgate.stores._gates import Gates, WaitReason, fair_bucket, sooner, wait_reason
 from lockgate.stores._records import Submit
-from lockgate.stores._types import ClaimedRun, RunControls, RunInfo
+from lockgate.stores._types import ClaimedRun, Claims, RunControls, RunInfo
 from lockgate.stores._valkey_core import (
     ValkeyCore,
     _decode_hash,
+    _scored,
     _text,
     event_args,
     event_from,
@@ -50,6 +51,17 @@ def run_fields(submit: Submit, bucket: str) -> list[Any]:
     for key, value in fields.items():
         flat.extend([key, value])
     return flat
+
+
+def soonest_op(keys: Sequence[str], after: float) -> Op[float | None]:
+    """The lowest score above ``after`` in the sorted sets ``keys`` (one round trip), or
+    None: the next deadline of a timer or trigger index, over its shards."""
+    bound = f"({float(after)!r}"
+    replies = yield Commands(
+        tuple(("ZRANGEBYSCORE", key, bound, "+inf", "WITHSCORES", "LIMIT", 0, 1) for key in keys),
+        "due",
+    )
+    return min((at for reply in replies for at in _scored(reply).values()), default=None)
 
 
 def _controls(cancel_at: Any, pause_at: Any, updates: Any) -> RunControls:
@@ -186,7 +198,7 @@ class ValkeyLifecycle(ValkeyCore):
         *,
         prefer: Sequence[int] = (),
     ) -> Op[str | None]:
-        claimed = yield from self._claim_op(name, [worker_id], worker_version, prefer, "")
+        claimed, _ = yield from self._claim_op(name, [worker_id], worker_version, prefer, "")
         return _text(claimed[0]) if claimed else None
 
     @operation
@@ -209,7 +221,7 @@ class ValkeyLifecycle(ValkeyCore):
         worker_version: str | None = None,
         *,
         prefer: Sequence[int] = (),
-    ) -> Op[list[ClaimedRun]]:
+    ) -> Op[Claims]:
         return (yield from self._claims_loaded_op(name, leases, worker_version, prefer))
 
     def _claims_loaded_op(
@@ -218,13 +230,14 @@ class ValkeyLifecycle(ValkeyCore):
         leases: Sequence[str],
         worker_version: str | None,
         prefer: Sequence[int],
-    ) -> Op[list[ClaimedRun]]:
+    ) -> Op[Claims]:
         """The claims, each with its run's journal and controls, in one script per shard
         tried: one round trip when the first shard has enough."""
-        claimed = []
-        for run_id, entries, cancel_at, pause_at, updates in (
-            yield from self._claim_op(name, leases, worker_version, prefer, "load")
-        ):
+        answers, next_token_in = yield from self._claim_op(
+            name, leases, worker_version, prefer, "load"
+        )
+        claimed = Claims(next_token_in=next_token_in)
+        for run_id, entries, cancel_at, pause_at, updates in answers:
             run_id = _text(run_id)
             events: list[RunEvent] | None = None
             if entries is not None:
@@ -242,31 +255,35 @@ class ValkeyLifecycle(ValkeyCore):
         worker_version: str | None,
         prefer: Sequence[int],
         load: str,
-    ) -> Op[list[Any]]:
+    ) -> Op[tuple[list[Any], float | None]]:
         """``claim_next`` in each shard with queued runs, ``prefer``'s first, until every
-        lease has a run: the claims still reach every shard, so no run is stranded."""
+        lease has a run: the claims still reach every shard, so no run is stranded. With the
+        claims, when they came short, the soonest token of a bucket a Rate refused."""
         if any(not lease or SEP in lease for lease in leases):
             raise ValueError(f"a lease must be non-empty, without {SEP!r}: {list(leases)!r}")
         claimed: list[Any] = []
+        next_token_in: float | None = None
         for shard in (yield from self._claim_order_op(name, prefer)):
             if len(claimed) == len(leases):
                 break
             remaining = SEP.join(leases[len(claimed) :])
             page = (self.replay_page_size, self.replay_page_bytes)
             try:
-                answer = yield Script(
+                answer, token_in = yield Script(
                     "claim_next",
                     (name, remaining, worker_version or "", CLAIM_SCAN, load, *page),
                     shard,
                 )
             except Exception:
                 if claimed:
-                    break  # the runs claimed so far are the caller's: it must get them
+                    return claimed, None  # the runs claimed so far are the caller's
                 raise
             for claim in answer:
                 self._remember(name, _text(claim[0] if load else claim), shard)
             claimed.extend(answer)
-        return claimed
+            if _text(token_in):
+                next_token_in = sooner(next_token_in, float(_text(token_in)))
+        return claimed, (next_token_in if len(claimed) < len(leases) else None)
 
     def claim_run(self, name: str, run_id: str, worker_id: str) -> None:
         self._on_run("claim_run", name, run_id, worker_id)

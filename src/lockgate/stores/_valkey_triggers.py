@@ -18,9 +18,10 @@ from typing import Any
 from lockgate._names import check_name
 from lockgate.stores._gates import fair_bucket
 from lockgate.stores._triggers import TriggerPolicy
-from lockgate.stores._valkey import ValkeyLifecycle, run_fields
+from lockgate.stores._valkey import ValkeyLifecycle, run_fields, soonest_op
 from lockgate.stores._valkey_core import _scored, _text, shard_key
 from lockgate.stores._valkey_keys import member
+from lockgate.stores._valkey_loop import Op, operation
 
 #: Marks a slot in a template. Random per process, so no user string can pass for one.
 SLOT_MARK = f"\x1elg-slot-{uuid.uuid4().hex}:"
@@ -197,6 +198,11 @@ class ValkeyTriggers(ValkeyLifecycle):
         self, name: str, key: str, *, policy: TriggerPolicy, due_by: float
     ) -> str | None:
         return self._trigger(name, key, "", repr(float(due_by)), policy)
+
+    @operation
+    def next_trigger_due(self, name: str, after: float) -> Op[float | None]:
+        keys = [self._key("tdue", name, shard=s) for s in self._shards()]
+        return (yield from soonest_op(keys, after))
 
     # -- maintenance ---------------------------------------------------------------------------
 

@@ -26,7 +26,7 @@ from lockgate.stores._records import (
     terminated_payload,
 )
 from lockgate.stores._types import TerminateOutcome, WaitOutcome, WaitSpec
-from lockgate.stores._valkey import ValkeyLifecycle, run_fields
+from lockgate.stores._valkey import ValkeyLifecycle, run_fields, soonest_op
 from lockgate.stores._valkey_core import _scored, _text, event_args, shard_key
 from lockgate.stores._valkey_keys import SEP, split_member
 from lockgate.stores._valkey_loop import Op, command, operation
@@ -103,6 +103,14 @@ class ValkeyWaits(ValkeyLifecycle):
                 at = float(submitted) if self.shard_count > 1 else 0.0
                 ranked.append((due_at, at, int(order), name, run_id))
         return ranked
+
+    @operation
+    def next_wait_due(self, after: float) -> Op[float | None]:
+        """The soonest timer later than ``after`` over every shard, in one round trip. An
+        entry of a run that ended meanwhile may answer: the timer loop then finds nothing
+        to end, as the store contract allows."""
+        keys = [self._key("timers", shard=s) for s in self._shards()]
+        return (yield from soonest_op(keys, after))
 
     def wake_due(self, name: str, run_id: str, *, due_by: float) -> WaitOutcome:
         outcome = _text(self._on_run("w_wake", name, run_id, "", repr(float(due_by)), ""))

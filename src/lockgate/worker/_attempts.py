@@ -9,6 +9,7 @@ import logging
 from dataclasses import dataclass
 
 from lockgate._errors import StoreFileGone, StoreUnavailable
+from lockgate.stores import _notices as notices
 from lockgate.stores._types import ClaimedRun
 from lockgate.worker._runtime import Runtime, wait_all
 from lockgate.workflow._executor import Attempt
@@ -189,6 +190,9 @@ class AttemptPool:
                 )
             return
         self.outcomes[outcome.value] += 1
+        if outcome == AttemptOutcome.SUSPENDED:
+            # It may have parked on a deadline sooner than the timer loops here sleep towards.
+            notices.post(rt.store, notices.WAITS)
         if outcome == AttemptOutcome.ABANDONED:
             log.warning("run %s of %s: the attempt lost its lease", claim.run_id, spec.name)
         else:

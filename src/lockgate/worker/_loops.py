@@ -11,8 +11,11 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Awaitable, Callable
+from typing import NamedTuple
 
+from lockgate._clock import PRECISE_TAIL
 from lockgate._errors import StoreUnavailable
+from lockgate.stores._calls import call_store_at
 from lockgate.stores._types import WaitOutcome
 from lockgate.worker._attempts import AttemptPool
 from lockgate.worker._runtime import Runtime
@@ -28,57 +31,102 @@ def claim_backoff(poll_interval: float, misses: int) -> float:
     """Seconds to wait after ``misses`` empty claims in a row: doubling from the poll interval
     up to ``MAX_BACKOFF_FACTOR`` times it, jittered by +-20% so workers that start together
     do not poll the store in lockstep."""
-    factor = min(2.0 ** max(0, misses - 1), MAX_BACKOFF_FACTOR)
+    # The exponent is capped: an idle worker's misses grow without end, and 2.0 ** 1024
+    # overflows.
+    factor = min(2.0 ** min(max(0, misses - 1), 64), MAX_BACKOFF_FACTOR)
     return poll_interval * factor * random.uniform(0.8, 1.2)
+
+
+class Claimed(NamedTuple):
+    """What one claim of a claim loop took: ``runs`` runs, and when it came short because a
+    Rate refused a bucket, ``token_at``: the earliest the first token can come, on the
+    worker's clock (the moment the claim was sent, plus the store's wait)."""
+
+    runs: int
+    token_at: float | None = None
 
 
 async def claim_some(rt: Runtime, pool: AttemptPool, spec: WorkflowSpec, count: int) -> bool:
     """Claim up to ``count`` queued runs of ``spec`` into slots already reserved (one store
     call), and start their attempts. False when nothing was claimable. Slots no run came for
     are given back."""
+    return (await claim_batch(rt, pool, spec, count)).runs > 0
+
+
+async def claim_batch(
+    rt: Runtime, pool: AttemptPool, spec: WorkflowSpec, count: int, *, at: float | None = None
+) -> Claimed:
+    """:func:`claim_some`, saying what the claim took and when its next token comes. With
+    ``at`` (a token's time, a few milliseconds off) the claim is made right at it."""
     leases = [rt.new_lease() for _ in range(count)]
     asked_at = rt.clock()  # the leases run from no later than this
     try:
-        claimed = await rt.io(
-            rt.store.claim_next_runs_loaded, spec.name, leases, spec.version, prefer=rt.prefer()
+        claimed, sent = await call_store_at(
+            rt.store,
+            rt.clock,
+            at,
+            rt.store.claim_next_runs_loaded,
+            spec.name,
+            leases,
+            spec.version,
+            prefer=rt.prefer(),
         )
     except BaseException:
         pool.unreserve(count)
         raise
     pool.unreserve(count - len(claimed))
+    # A store may answer a plain list: it cannot tell when a token comes. It measured its
+    # wait from when it took the claim, just after ``sent``.
+    token_in = getattr(claimed, "next_token_in", None)
+    answer = Claimed(len(claimed), sent + token_in if token_in is not None else None)
     if rt.stop.is_set:
         # The stop came while the claim was in flight: return the runs before they start.
         pool.unreserve(len(claimed))
         for run, lease in zip(claimed, leases, strict=False):
             await rt.give_back(spec.name, run.run_id, lease)
-        return bool(claimed)
+        return answer
     for run, lease in zip(claimed, leases, strict=False):
         pool.launch(spec, run.run_id, lease, run, leased_at=asked_at)
-    return bool(claimed)
+    return answer
 
 
 async def claim_loop(rt: Runtime, pool: AttemptPool, spec: WorkflowSpec) -> None:
     """Claim runs of ``spec`` while the worker runs, into its free slots: as many as are free,
     up to ``claim_batch_size``, in one claim.
 
-    Claims go back to back while they find work; empty ones back off (``claim_backoff``)
-    until one succeeds again. The loop is never cancelled in the middle of a claim: it
-    checks the stop between claims, so a run is never claimed and then forgotten."""
+    Claims go back to back while they find work. A claim that comes short because a Rate
+    refused a bucket waits until that bucket's next token, to the tenth of a millisecond, and
+    claims again: for a ``Rate`` with a burst of 1 every millisecond late is a token lost.
+    Other empty claims back off (``claim_backoff``) until one succeeds again; a token wait is
+    never longer than that backoff, so runs queued meanwhile by others are seen as soon as
+    before. A nudge (a run of ``spec`` queued by this worker's timer or trigger loop) cuts a
+    wait short. The loop is never cancelled in the middle of a claim: it checks the stop
+    between claims, so a run is never claimed and then forgotten."""
     misses = 0
     poll = rt.options.claim_poll_interval
+    nudge = rt.wakeup(f"claim:{spec.name}")
+    at: float | None = None  # when the next claim is to be made: a token's time
     while await pool.reserve():
         count = 1 + await pool.reserve_more(rt.options.claim_batch_size - 1)
         try:
-            found = await claim_some(rt, pool, spec, count)
+            answer = await claim_batch(rt, pool, spec, count, at=at)
         except StoreUnavailable as exc:
             log.debug("claiming %s failed: %s", spec.name, exc)
-            found = False
-        if found:
+            answer = Claimed(0)
+        at = None
+        if answer.runs == count or (answer.runs and answer.token_at is None):
             misses = 0
             continue
-        misses += 1
-        if await rt.stop.sleep(rt.clock, claim_backoff(poll, misses)):
+        misses = 0 if answer.runs else misses + 1
+        wait = claim_backoff(poll, misses)
+        if answer.token_at is not None and answer.token_at - rt.clock() <= wait:
+            # Rest until just before the token; the claim then waits out the rest itself.
+            at = answer.token_at
+            wait = max(0.0, at - rt.clock() - PRECISE_TAIL)
+        if await rt.rest(wait, nudge):
             return
+        if at is not None and at - rt.clock() > 2 * PRECISE_TAIL:
+            at = None  # nudged well before the token: claim what was queued now
 
 
 async def fire_due_timers(rt: Runtime) -> bool:
@@ -86,14 +134,22 @@ async def fire_due_timers(rt: Runtime) -> bool:
     queue their runs. True when the batch was full and ended some: more may be due now.
 
     Every due wait in the store is ended, not only those of this worker's workflows: ending
-    one only queues its run, and a worker of that workflow will claim it."""
-    now = rt.clock()
+    one only queues its run, and a worker of that workflow will claim it (this worker's own
+    claim loop at once)."""
+    return await end_due_waits(rt, rt.clock())
+
+
+async def end_due_waits(rt: Runtime, now: float) -> bool:
+    """:func:`fire_due_timers` for the waits due by ``now``."""
     batch = rt.options.timer_max_batch
     due = await rt.io(rt.store.get_sleeping_runs, now, batch)
     ended = 0
     for name, run_id in due:
         outcome = await rt.io(rt.store.wake_due, name, run_id, due_by=now)
-        ended += outcome == WaitOutcome.RESOLVED
+        if outcome == WaitOutcome.RESOLVED:
+            ended += 1
+            if name in rt.specs:
+                rt.wakeup(f"claim:{name}").set()
     return len(due) >= batch and ended > 0
 
 
@@ -102,7 +158,11 @@ async def fire_due_triggers(rt: Runtime) -> bool:
     workflows that are due now. True when a batch was full: more may be due now. Workers
     racing on one buffer fire it once (the store takes the batch and submits its run in one
     step)."""
-    now = rt.clock()
+    return await fire_triggers_due(rt, rt.clock())
+
+
+async def fire_triggers_due(rt: Runtime, now: float) -> bool:
+    """:func:`fire_due_triggers` for the buffers due by ``now``."""
     batch = rt.options.timer_max_batch
     full = False
     for name, spec in rt.specs.items():
@@ -110,9 +170,11 @@ async def fire_due_triggers(rt: Runtime) -> bool:
             continue
         due = await rt.io(rt.store.due_triggers, name, now, batch)
         for key in due:
-            await rt.io(
+            fired = await rt.io(
                 rt.store.fire_trigger, name, key, policy=trigger_policy(spec, key), due_by=now
             )
+            if fired is not None:
+                rt.wakeup(f"claim:{name}").set()
         full = full or len(due) >= batch
     return full
 

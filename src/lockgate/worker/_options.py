@@ -36,9 +36,15 @@ class WorkerOptions:
     ``max_concurrent_runs`` bounds the attempts one worker runs at once, across all of its
     workflows. A claim takes up to ``claim_batch_size`` runs at once when that many slots are
     free (one store round trip on Valkey). An idle claim loop polls every
-    ``claim_poll_interval``, backing off up to ten times that while the queue stays empty.
-    Every ``timer_poll_interval_s`` the worker ends up to ``timer_max_batch`` due sleeps and
-    signal-wait deadlines; every ``orphan_scan_interval`` it requeues runs whose holder's lease
+    ``claim_poll_interval``, backing off up to ten times that while the queue stays empty; a
+    claim a ``Rate`` refused waits exactly until the next token instead (never longer than
+    that backoff). The timer and trigger loops sleep until the store's next deadline (a
+    sleep's end, a signal wait's timeout, a delayed start, a Collect window's or Debounce
+    quiet period's end) and then end or fire, up to ``timer_max_batch`` at a time, what is
+    due; a deadline set in this process wakes them at once, and they ask the store again at
+    least every ``timer_poll_interval_s`` to see deadlines other processes set. (A store that
+    cannot say when its next deadline is gets polled that often.) Every
+    ``orphan_scan_interval`` the worker requeues runs whose holder's lease
     lapsed; every ``maintenance_interval`` it asks the store to clean up; on a store with
     shards, every ``shard_lease_interval`` it renews its lease on its share of them, which its
     claims try first. On stop, running attempts get ``shutdown_grace`` to reach a boundary and
@@ -55,7 +61,7 @@ class WorkerOptions:
     max_concurrent_runs: int = 50
     claim_batch_size: int = 8
     claim_poll_interval: float = 0.1
-    timer_poll_interval_s: float = 5.0
+    timer_poll_interval_s: float = 0.25
     timer_max_batch: int = 100
     orphan_scan_interval: float = 60.0
     shutdown_grace: float = 30.0

@@ -79,6 +79,34 @@ class StopSignal:
             sleeper.cancel()
 
 
+class Wakeup:
+    """A nudge one loop rests on: :meth:`set`, from any thread, ends the loop's current rest
+    early, or its next one if it is not resting (a nudge is never lost, and several before a
+    rest count as one)."""
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._event: asyncio.Event | None = None
+        self._early = False
+
+    def set(self) -> None:
+        loop, event = self._loop, self._event
+        if loop is None or event is None:
+            self._early = True
+            return
+        with contextlib.suppress(RuntimeError):  # the loop is gone: nothing rests on it
+            loop.call_soon_threadsafe(event.set)
+
+    async def wait(self) -> None:
+        """Until the next nudge (at once if one came since the last wait); consumes it."""
+        if self._event is None:
+            self._loop, self._event = asyncio.get_running_loop(), asyncio.Event()
+            if self._early:
+                self._event.set()
+        await self._event.wait()
+        self._event.clear()
+
+
 async def wait_all(
     tasks: Collection[asyncio.Future[Any]],
     clock: Clock,
@@ -124,6 +152,28 @@ class Runtime:
 
     def __post_init__(self) -> None:
         self.store_state = StoreState(describe_store(self.store), self.clock)
+
+    _wakeups: dict[str, Wakeup] = field(default_factory=dict)
+
+    def wakeup(self, name: str) -> Wakeup:
+        """The nudge of the loop called ``name`` (``claim:<workflow>``, or the topic of the
+        timer or trigger loop's notices: ``waits``, ``triggers``), made on first use by
+        either side."""
+        return self._wakeups.setdefault(name, Wakeup())
+
+    async def rest(self, seconds: float, wakeup: Wakeup | None = None) -> bool:
+        """Sleep ``seconds`` on the worker's clock, cut short by the stop or by ``wakeup``;
+        True when stopping."""
+        waits: list[asyncio.Future[None]] = [asyncio.ensure_future(self.clock.sleep(seconds))]
+        if wakeup is not None:
+            waits.append(asyncio.ensure_future(wakeup.wait()))
+        first = asyncio.ensure_future(asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED))
+        try:
+            return await self.stop.race(first)
+        finally:
+            first.cancel()
+            for pending in waits:
+                pending.cancel()
 
     def prefer(self) -> list[int]:
         """The leased shards, starting one further along at each claim, so no one of them

@@ -18,6 +18,7 @@ from lockgate._errors import ConfigurationError, LockgateError, StoreUnavailable
 from lockgate.client._client import WorkflowClient
 from lockgate.stores._base import Store
 from lockgate.worker._attempts import AttemptPool
+from lockgate.worker._deadlines import timer_loop, trigger_loop
 from lockgate.worker._health import HealthServer
 from lockgate.worker._loops import (
     claim_loop,
@@ -333,21 +334,11 @@ class WorkflowWorker:
             for name, spec in rt.specs.items()
         ]
         if "timers" in self.store.capabilities():
-            loops.append(
-                asyncio.create_task(
-                    every(rt, fire_due_timers, options.timer_poll_interval_s),
-                    name="lockgate-timers",
-                )
-            )
+            loops.append(asyncio.create_task(timer_loop(rt), name="lockgate-timers"))
         if "triggers" in self.store.capabilities() and any(
             spec.trigger is not None for spec in rt.specs.values()
         ):
-            loops.append(
-                asyncio.create_task(
-                    every(rt, fire_due_triggers, options.timer_poll_interval_s),
-                    name="lockgate-triggers",
-                )
-            )
+            loops.append(asyncio.create_task(trigger_loop(rt), name="lockgate-triggers"))
         loops.append(
             asyncio.create_task(
                 every(rt, recover_orphans, options.orphan_scan_interval),

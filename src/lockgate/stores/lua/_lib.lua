@@ -227,7 +227,9 @@ end
 -- -- gates ---------------------------------------------------------------------------------------
 
 -- Why run cannot start now, or nil, having then spent its Rate token. A Limit refusal spends
--- nothing.
+-- nothing. A Rate refusal also returns the seconds until the bucket has a token (nil if it never
+-- refills). Times are written as numbers, not tostring()'d: that keeps 14 digits, a tenth of a
+-- millisecond of an epoch time, and a refill measured from a rounded time could pass a claim early.
 local function gated(run)
   if has(run.ckey) and has(run.cmax) then
     local slot = K('slot', run.name, run.ckey)
@@ -246,10 +248,14 @@ local function gated(run)
       tokens = math.min(capacity, tonumber(state[1]) + elapsed * tonumber(run.rps))
     end
     if tokens < 1 then
-      redis.call('HSET', tk, 'tokens', tostring(tokens), 'updated', tostring(NOW))
-      return 'Rate ' .. run.rkey .. ': no token'
+      -- Nothing to write: below the burst the refill is linear, so the bucket as kept gives
+      -- the same tokens later.
+      local rps, wait = tonumber(run.rps), nil
+      -- The slack is the Python stores' TOKEN_WAIT_SLACK: a claim that late finds the token.
+      if rps > 0 then wait = (1 - tokens) / rps + 1e-6 end
+      return 'Rate ' .. run.rkey .. ': no token', wait
     end
-    redis.call('HSET', tk, 'tokens', tostring(tokens - 1), 'updated', tostring(NOW))
+    redis.call('HSET', tk, 'tokens', tokens - 1, 'updated', NOW)
   end
   return nil
 end

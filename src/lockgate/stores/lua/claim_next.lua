@@ -5,7 +5,8 @@
 -- A(5) 'load' to answer each claim as {id, journal (XRANGE), cancel_at, pause_at, pending
 -- updates} instead of its id; the journal is false when it holds more than A(6) events or
 -- A(7) bytes (a journal page's bounds: the caller then reads it page by page).
--- Answers the list of claims, in the leases' order.
+-- Answers {the list of claims, in the leases' order; and when the claims ran out because a
+-- Rate refused a bucket, the seconds until the first such token (a string, '' if none)}.
 local name, wversion, scan = A(1), A(3), tonumber(A(4))
 local page_size, page_bytes = tonumber(A(6)), tonumber(A(7))
 
@@ -16,8 +17,12 @@ local function journal(id)
   return entries
 end
 local served = K('served', name)
+-- The soonest token of a bucket a Rate refused, in the last claim_next (the one that found
+-- nothing: it tried every bucket).
+local token_in
 
 local function claim_next(lease)
+  token_in = nil
   local buckets = redis.call('SMEMBERS', K('qb', name))
   if #buckets == 0 then return nil end
   local order = {}
@@ -41,7 +46,13 @@ local function claim_next(lease)
         or (has(wversion) and run.version_behavior == 'pinned' and has(run.version)
             and run.version ~= wversion)
       if not skip then
-        if not mine and gated(run) then break end
+        if not mine then
+          local refused, wait = gated(run)
+          if refused then
+            if wait and (not token_in or wait < token_in) then token_in = wait end
+            break
+          end
+        end
         claim(run, lease)
         redis.call('HSET', served, bucket, redis.call('INCR', K('serveseq', name)))
         if A(5) ~= 'load' then return id end
@@ -64,4 +75,4 @@ for lease in string.gmatch(A(2), '[^' .. SEP .. ']+') do
   if not answer then break end
   table.insert(claimed, answer)
 end
-return claimed
+return {claimed, token_in and string.format('%.17g', token_in) or ''}
