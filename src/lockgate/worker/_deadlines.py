@@ -83,7 +83,8 @@ async def on_time(rt: Runtime, topic: str, run_round: Round) -> None:
             try:
                 due = await run_round(rt)
             except StoreUnavailable as exc:
-                log.warning("%s failed: %s", run_round.__name__, exc)
+                # Debug: the worker's store state tells an outage once, not per round.
+                log.debug("%s failed: %s", run_round.__name__, exc)
                 due = None
             wait = recheck if due is None else min(recheck, max(0.0, due - rt.clock()))
             if await rt.rest(wait, wakeup):
