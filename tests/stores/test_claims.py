@@ -8,11 +8,13 @@ from lockgate import (
     EventKind,
     LockLost,
     ManualClock,
+    RunEvent,
     RunFinishedError,
     RunNotFoundError,
     RunOwnedError,
     RunStatus,
     Store,
+    StoreUnavailable,
     WaitOutcome,
 )
 from lockgate.stores import WaitSpec
@@ -488,3 +490,30 @@ def test_claim_next_runs_loaded_with_no_leases_claims_nothing(store: Store) -> N
     store.submit_run(NAME, "r1", {})
     assert store.claim_next_runs_loaded(NAME, []) == []
     assert store.get_pending_count(NAME) == 1
+
+
+def test_a_batch_claim_returns_every_run_it_claimed_even_when_reading_one_fails(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once a claim has committed, its runs are held under their leases: a journal read
+    that fails afterwards must not lose them (they would sit locked, with no attempt, until
+    the lease lapsed and an orphan scan charged them a retry)."""
+    for run_id in ["r1", "r2", "r3"]:
+        store.submit_run(NAME, run_id, {})
+    read = store.load_run
+
+    def load_run(name: str, run_id: str, **kwargs: object) -> list[RunEvent]:
+        if run_id == "r2":
+            raise StoreUnavailable("the journal read failed")
+        return read(name, run_id, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(store, "load_run", load_run)
+    leases = ["lease-1", "lease-2", "lease-3"]
+    runs = store.claim_next_runs_loaded(NAME, leases)
+    monkeypatch.undo()
+    assert [run.run_id for run in runs] == ["r1", "r2", "r3"]
+    for run, lease in zip(runs, leases, strict=True):
+        assert store.lock_holder(NAME, run.run_id) == lease
+        # The run the read failed for comes without its journal, for its attempt to load.
+        if run.events is not None:
+            assert run.events == store.load_run(NAME, run.run_id)

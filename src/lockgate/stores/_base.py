@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import abc
 import functools
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, ClassVar
 
@@ -33,6 +34,8 @@ from lockgate.stores._types import (
     WaitOutcome,
     WaitSpec,
 )
+
+_log = logging.getLogger("lockgate.stores")
 
 
 class LifecycleStore(abc.ABC):
@@ -650,7 +653,7 @@ class Store(
         run_id = self.claim_next_run(name, worker_id, worker_version, prefer=prefer)
         if run_id is None:
             return None
-        return ClaimedRun(run_id, self.load_run(name, run_id), self.poll_run(name, run_id))
+        return loaded_claim(self, name, run_id)
 
     def claim_next_runs_loaded(
         self,
@@ -667,7 +670,12 @@ class Store(
         rather than poll (see :class:`Claims`). This default cannot tell: it answers None."""
         claimed = Claims()
         for lease in leases:
-            run = self.claim_next_run_loaded(name, lease, worker_version, prefer=prefer)
+            try:
+                run = self.claim_next_run_loaded(name, lease, worker_version, prefer=prefer)
+            except Exception:
+                if not claimed:
+                    raise
+                break  # the runs already claimed are returned; the next claim meets the error
             if run is None:
                 break
             claimed.append(run)
@@ -694,3 +702,17 @@ class Store(
         if events[:-1]:
             self.append_events(name, run_id, events[:-1], fence=fence)
         return controls
+
+
+def loaded_claim(store: Store, name: str, run_id: str) -> ClaimedRun:
+    """The run ``store`` just claimed, with its journal and controls when they can be read.
+    The claim has committed, so a failed read must not lose the run: its part is left None
+    and the attempt reads it itself (and meets the failure there, if it lasts)."""
+    events: list[RunEvent] | None = None
+    controls: RunControls | None = None
+    try:
+        events = store.load_run(name, run_id)
+        controls = store.poll_run(name, run_id)
+    except Exception as exc:
+        _log.debug("run %s of %s claimed, but reading it failed: %s", run_id, name, exc)
+    return ClaimedRun(run_id, events, controls)

@@ -187,11 +187,19 @@ class CompositeStore(Store):
         claimed = self.lifecycle.claim_next_runs_loaded(name, leases, worker_version, prefer=prefer)
         return Claims(
             (
-                ClaimedRun(run.run_id, self.load_run(name, run.run_id), run.controls)
+                ClaimedRun(run.run_id, self._claimed_events(name, run.run_id), run.controls)
                 for run in claimed
             ),
             getattr(claimed, "next_token_in", None),
         )
+
+    def _claimed_events(self, name: str, run_id: str) -> list[RunEvent] | None:
+        """A claimed run's journal, or None when it cannot be read now (the claim has
+        committed: the run is returned all the same, and its attempt loads the journal)."""
+        try:
+            return self.load_run(name, run_id)
+        except Exception:
+            return None
 
     def claim_run(self, name: str, run_id: str, worker_id: str) -> None:
         try:

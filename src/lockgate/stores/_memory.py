@@ -19,7 +19,7 @@ from lockgate.journal._events import (
     EventKind,
     RunEvent,
 )
-from lockgate.stores._base import Store
+from lockgate.stores._base import Store, loaded_claim
 from lockgate.stores._gates import WaitReason, refill, sooner, wait_reason
 from lockgate.stores._memory_state import _Buffer, _Held, _Idempotency, _locked, _Run
 from lockgate.stores._memory_waits import MemoryWaits
@@ -30,7 +30,6 @@ from lockgate.stores._records import (
     with_payload,
 )
 from lockgate.stores._types import (
-    ClaimedRun,
     Claims,
     RunControls,
     RunInfo,
@@ -140,9 +139,7 @@ class MemoryStore(MemoryWaits, Store):
             run_id, claimed.next_token_in = self._claim_next(name, lease, worker_version)
             if run_id is None:
                 break
-            claimed.append(
-                ClaimedRun(run_id, self.load_run(name, run_id), self.poll_run(name, run_id))
-            )
+            claimed.append(loaded_claim(self, name, run_id))
         return claimed
 
     def _claim_next(

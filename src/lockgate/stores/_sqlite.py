@@ -30,7 +30,7 @@ from lockgate._errors import (
 from lockgate.journal._events import (
     RunEvent,
 )
-from lockgate.stores._base import Store
+from lockgate.stores._base import Store, loaded_claim
 from lockgate.stores._gates import WaitReason, refill, wait_reason
 from lockgate.stores._records import (
     Submit,
@@ -53,7 +53,7 @@ from lockgate.stores._sqlite_rows import dumps
 from lockgate.stores._sqlite_translate import translated
 from lockgate.stores._sqlite_triggers import TRIGGERS_SCHEMA, SQLiteTriggers
 from lockgate.stores._sqlite_waits import SQLiteWaits
-from lockgate.stores._types import ClaimedRun, Claims, RunControls, RunInfo
+from lockgate.stores._types import Claims, RunControls, RunInfo
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -271,15 +271,12 @@ class SQLiteStore(SQLiteClaims, SQLiteWaits, SQLiteTriggers, Store):
     ) -> Claims:
         claimed = self._claim_many(name, leases, worker_version)
         return Claims(
-            (
-                ClaimedRun(run_id, self.load_run(name, run_id), self.poll_run(name, run_id))
-                for run_id in claimed
-            ),
-            claimed.next_token_in,
+            (loaded_claim(self, name, run_id) for run_id in claimed), claimed.next_token_in
         )
 
     @translated
     def claim_run(self, name: str, run_id: str, worker_id: str) -> None:
+        self._check_file(now=True)  # never claim from a file its path no longer names
         with self._write() as db:
             row = self._require(db, name, run_id)
             if row["terminal"] is not None:

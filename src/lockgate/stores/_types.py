@@ -74,11 +74,13 @@ class RunControls:
 class ClaimedRun:
     """A run a claim took, with what its attempt starts from: its journal and its controls,
     read in the same step as the claim where the store can. ``events`` is None when the
-    claim could not read the journal (the attempt then loads it)."""
+    claim could not read the journal (the attempt then loads it), ``controls`` None when it
+    could not read the controls (the attempt then polls them): a run once claimed is always
+    returned, so it never sits locked with no attempt until its lease lapses."""
 
     run_id: str
     events: list[RunEvent] | None
-    controls: RunControls
+    controls: RunControls | None
 
 
 class Claims(list[ClaimedRun]):
