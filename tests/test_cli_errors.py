@@ -235,6 +235,12 @@ def _interrupt_twice(process: subprocess.Popen[str]) -> tuple[int, str]:
     return process.wait(), first + rest
 
 
+def _interruptible() -> None:
+    """Ctrl-C as a terminal delivers it: a suite run in the background (CI, nohup) has SIGINT
+    ignored, which a child inherits and Python then honours (no KeyboardInterrupt at all)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _cli(cwd: Path, *argv: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "lockgate", *argv, "--store", "sqlite:///idle.db"],
@@ -244,6 +250,7 @@ def _cli(cwd: Path, *argv: str) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_interruptible,  # only a signal() between fork and exec
     )
 
 
