@@ -32,6 +32,7 @@ from lockgate import (
     step,
     workflow,
 )
+from lockgate.stores import Gates
 
 Drive = Callable[..., Awaitable[RunStatus]]
 
@@ -562,3 +563,48 @@ async def test_an_update_handler_may_not_start_durable_operations(
     assert await handle.update("poke", {}) == "handled"
     assert refused == ["update"]
     assert of_kind(await handle.events(), EventKind.RUN_SLEEPING) == []
+
+
+class HandsOnMidSend(MemoryStore):
+    """A store where a hand-on lands right after the first signal is buffered: the run the
+    signal went to moves (with its buffered signals) to ``<id>.g`` before the client looks
+    again, so the client sends once more, to the successor."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sends: list[tuple[str, str | None]] = []
+
+    def send_signal(self, name: str, run_id: str, *args: Any, **kwargs: Any) -> str:
+        answer = super().send_signal(name, run_id, *args, **kwargs)
+        self.sends.append((run_id, kwargs.get("idempotency_key")))
+        if len(self.sends) == 1:
+            self.hand_on_run(
+                name,
+                run_id,
+                "lease-a",
+                f"{run_id}.g",
+                version="v2",
+                version_behavior="auto_upgrade",
+                gates=Gates(concurrency_key="acme", concurrency_max=5),
+            )
+        return answer
+
+
+@pytest.mark.parametrize("signal_id", [None, "approve-1"])
+async def test_a_signal_resent_across_a_hand_on_is_kept_once_and_answered_as_the_first_send(
+    signal_id: str | None,
+) -> None:
+    store = HandsOnMidSend()
+    client = WorkflowClient(store)
+    store.submit_run("handed", "r1", {})
+    assert store.claim_next_run("handed", "lease-a") == "r1"
+    answer = await client.signal("handed", "r1", "approve", {"by": "dana"}, signal_id=signal_id)
+    assert answer == "buffered"  # not "duplicate": this call's signal is the one kept
+    (first, second) = store.sends
+    assert (first[0], second[0]) == ("r1", "r1.g")
+    assert first[1] is not None
+    assert first[1] == second[1]  # one id for both sends, so the successor keeps it once
+    kept = store.peek_signal("handed", "r1.g", "approve")
+    assert kept is not None
+    assert store.pop_signal_match("handed", "r1.g", "approve", kept["signal_id"])
+    assert store.peek_signal("handed", "r1.g", "approve") is None  # no second copy

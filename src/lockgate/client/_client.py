@@ -377,17 +377,24 @@ class WorkflowClient:
         if not isinstance(payload, dict) or not json_ready(payload):
             raise ValueError("a signal payload must be a JSON-serializable dict")
         await self._check_cap(name, payload, f"payload of signal {signal!r}")
+        # One id for every send this call makes: a send repeated on a successor (a hand-on
+        # landed meanwhile, moving the buffered signal with the run) is then a repeat, not a
+        # second signal. The answer is the first send's: its signal is the one kept.
+        key = signal_id if signal_id is not None else uuid.uuid4().hex
+        answers: list[Any] = []
 
         async def send(tail: str) -> Any:
-            return await self._io(
+            answer = await self._io(
                 self.store.send_signal,
                 name,
                 tail,
                 signal,
                 payload,
                 iso(self.clock()),
-                idempotency_key=signal_id,
+                idempotency_key=key,
             )
+            answers.append(answer)
+            return answers[0] if answer == "duplicate" else answer
 
         result = await self._on_tail(name, run_id, send)
         if result == "rejected":
