@@ -299,3 +299,30 @@ async def test_stop_now_cuts_the_shutdown_grace_short(store: MemoryStore) -> Non
     info = store.get_run("wk_held", handle.run_id)
     assert info is not None
     assert (info.status, info.lock_holder) == (RunStatus.PENDING, None)
+
+
+async def test_failing_claims_tell_the_outage(caplog: pytest.LogCaptureFixture) -> None:
+    """Claims are a worker's most frequent store calls, and an outage that only claims meet
+    (every other loop resting for an hour) is told by them, once as it begins and once as it
+    ends."""
+    caplog.set_level(logging.INFO, logger="lockgate")
+    store = OutageStore()
+    quiet = options(
+        timer_poll_interval_s=3600.0, orphan_scan_interval=3600.0, maintenance_interval=3600.0
+    )
+    worker = WorkflowWorker(workflows=[wk_double], store=store, options=quiet)
+    async with serving(worker):
+        first = await worker.client.submit("wk_double", {"n": 1})
+        assert await first.result(timeout=WAIT_S) == 3  # serving: registered, claiming
+        store.down = True
+        await wait_until(
+            "claims failed", lambda: store.refused.get("claim_next_runs_loaded", 0) >= 3
+        )
+        assert set(store.refused) == {"claim_next_runs_loaded"}
+        store.down = False
+        run = await worker.client.submit("wk_double", {"n": 4})
+        assert await run.result(timeout=WAIT_S) == 9
+    (warning,) = lockgate_records(caplog, logging.WARNING)
+    assert "is unreachable: connection refused" in warning.message
+    (back,) = [r for r in caplog.records if "answers again" in r.message]
+    assert back.levelno == logging.INFO

@@ -15,7 +15,6 @@ from typing import NamedTuple
 
 from lockgate._clock import PRECISE_TAIL
 from lockgate._errors import StoreUnavailable
-from lockgate.stores._calls import call_store_at
 from lockgate.stores._types import WaitOutcome
 from lockgate.worker._attempts import AttemptPool
 from lockgate.worker._runtime import Runtime
@@ -61,9 +60,7 @@ async def claim_batch(
     leases = [rt.new_lease() for _ in range(count)]
     asked_at = rt.clock()  # the leases run from no later than this
     try:
-        claimed, sent = await call_store_at(
-            rt.store,
-            rt.clock,
+        claimed, sent = await rt.io_at(
             at,
             rt.store.claim_next_runs_loaded,
             spec.name,

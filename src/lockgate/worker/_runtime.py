@@ -7,14 +7,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from lockgate._clock import Clock
-from lockgate._errors import LockgateError, StoreUnavailable
+from lockgate._errors import LockgateError, StoreFileGone, StoreUnavailable
 from lockgate.stores._base import Store
-from lockgate.stores._calls import call_store
+from lockgate.stores._calls import call_store, call_store_at
 from lockgate.worker._options import WorkerOptions
 from lockgate.worker._status import StoreState, describe_store
 from lockgate.workflow._spec import WorkflowSpec
@@ -187,17 +187,34 @@ class Runtime:
     async def io(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Call a store method, on a worker thread when the store may block on I/O, and tell
         :attr:`store_state` whether the store answered."""
+        with self._reported():
+            return await call_store(self.store, method, *args, **kwargs)
+
+    async def io_at(
+        self, at: float | None, method: Callable[..., Any], *args: Any, **kwargs: Any
+    ) -> tuple[Any, float]:
+        """:meth:`io`, made right at ``at`` on the worker's clock (None: now; see
+        ``call_store_at``): the answer, and the time the call left for the store."""
+        with self._reported():
+            return await call_store_at(self.store, self.clock, at, method, *args, **kwargs)
+
+    @contextlib.contextmanager
+    def _reported(self) -> Iterator[None]:
+        """Tell :attr:`store_state` how the store call made inside went: a refusal is an
+        answer, the store out of reach is not. A file gone is neither: the worker stops on it
+        (its loops end), so no outage begins that it would wait out."""
         asked_at = self.clock()
         try:
-            result = await call_store(self.store, method, *args, **kwargs)
+            yield
         except StoreUnavailable as exc:
             self.store_state.failed(exc, asked_at)
             raise
+        except StoreFileGone:
+            raise
         except LockgateError:
-            self.store_state.answered(asked_at)  # a refusal is an answer
+            self.store_state.answered(asked_at)
             raise
         self.store_state.answered(asked_at)
-        return result
 
     def new_lease(self) -> str:
         """A fresh lease for one claim: this worker's id, then a suffix unique to this process
