@@ -508,7 +508,7 @@ def test_worker_refuses_bad_arguments(store: MemoryStore) -> None:
         WorkflowWorker(workflows=[], store=store)
     with pytest.raises(ConfigurationError, match="not decorated with @workflow"):
         WorkflowWorker(workflows=[len], store=store)
-    with pytest.raises(ConfigurationError, match="worker_id"):
+    with pytest.raises(ConfigurationError, match=r"worker.id"):
         WorkflowWorker(workflows=[wk_double], store=store, worker_id="a/b")
     with pytest.raises(ConfigurationError, match="must be a WorkerOptions"):
         WorkflowWorker(workflows=[wk_double], store=store, options={"max_concurrent_runs": 1})  # type: ignore[arg-type]
@@ -700,3 +700,14 @@ async def test_an_attempt_cut_off_from_the_store_for_a_whole_lease_stops_writing
         EventKind.RUN_REQUEUED,
         "store_unavailable",
     )
+
+
+@pytest.mark.parametrize("worker_id", ["web\x1f1", "web\n1", "w" * 257])
+def test_a_worker_id_the_naming_rule_refuses_is_refused_at_construction(
+    store: MemoryStore, worker_id: str
+) -> None:
+    """A worker's leases land where run ids do (lock holders, members of the store's sets):
+    an id the naming rule refuses is refused when the worker is built, not at its first
+    claim, where it would end the claim loop."""
+    with pytest.raises(ConfigurationError, match=r"worker.id"):
+        WorkflowWorker(workflows=[wk_double], store=store, worker_id=worker_id)

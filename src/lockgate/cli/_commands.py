@@ -35,10 +35,6 @@ from lockgate.workflow._spec import get_workflow
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
-def _describe(store: Store) -> str:
-    return describe_store(store)
-
-
 class _StatusNotes(logging.Handler):
     """The worker's changes of state (``lockgate.worker.status``) as notes on stderr."""
 
@@ -153,12 +149,12 @@ def _store_method(store: Store, method: str) -> Any:
 def store_init(args: argparse.Namespace, store: Store) -> int:
     """The store is open, so it exists now: say whether this call made it."""
     if getattr(store, "created", False):
-        out(f"created {_describe(store)}, an empty store")
+        out(f"created {describe_store(store)}, an empty store")
     elif hasattr(store, "created"):
-        out(f"{_describe(store)} is already a store; nothing to do")
+        out(f"{describe_store(store)} is already a store; nothing to do")
     else:
         store.ping()
-        out(f"{_describe(store)} needs no creating; it answers")
+        out(f"{describe_store(store)} needs no creating; it answers")
     return OK
 
 
@@ -174,7 +170,7 @@ def store_info(args: argparse.Namespace, store: Store) -> int:
 def store_backup(args: argparse.Namespace, store: Store) -> int:
     written = _store_method(store, "backup")(args.dest)
     target = os.fspath(written) if isinstance(written, str | os.PathLike) else args.dest
-    out(f"backed up {_describe(store)} to {target} ({os.path.getsize(target)} bytes)")
+    out(f"backed up {describe_store(store)} to {target} ({os.path.getsize(target)} bytes)")
     return OK
 
 

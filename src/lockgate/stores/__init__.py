@@ -21,13 +21,23 @@ from lockgate.stores._memory import MemoryStore
 from lockgate.stores._open import STORE_URL_ENV, open_store
 from lockgate.stores._sqlite import SQLiteStore
 from lockgate.stores._triggers import TriggerPolicy
-from lockgate.stores._types import RunControls, RunInfo, TerminateOutcome, WaitOutcome, WaitSpec
+from lockgate.stores._types import (
+    ClaimedRun,
+    Claims,
+    RunControls,
+    RunInfo,
+    TerminateOutcome,
+    WaitOutcome,
+    WaitSpec,
+)
 from lockgate.stores._valkey_lifecycle import ValkeyLifecycleStore
 from lockgate.stores._valkey_store import ValkeyStore
 
 __all__ = [
     "CAPABILITY_GROUPS",
     "STORE_URL_ENV",
+    "ClaimedRun",
+    "Claims",
     "CompositeStore",
     "ControlStore",
     "EventLogStore",

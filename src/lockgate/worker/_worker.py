@@ -15,6 +15,7 @@ from typing import Any
 from lockgate import _failpoints as failpoints
 from lockgate._clock import Clock, as_clock
 from lockgate._errors import ConfigurationError, LockgateError, StoreUnavailable
+from lockgate._names import check_name
 from lockgate.client._client import WorkflowClient
 from lockgate.stores._base import Store
 from lockgate.worker._attempts import AttemptPool
@@ -75,6 +76,9 @@ def _worker_id(worker_id: str | None) -> str:
             f"WorkflowWorker(worker_id=...) must be a non-empty string without '/' or spaces, "
             f"got {worker_id!r}"
         )
+    # Leases go where run ids go (a run's lock holder, members of the store's sets): the
+    # naming rule holds for them too.
+    check_name("worker id", worker_id)
     return worker_id
 
 
