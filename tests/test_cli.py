@@ -164,7 +164,7 @@ def test_the_cli_page_agrees_with_the_command_line(
 ) -> None:
     """docs/cli.md shows ``lockgate --help`` as it prints, every status ``--status`` takes,
     and the format generation a new SQLite file gets."""
-    from lockgate.stores._sqlite_file import FORMAT_GENERATION
+    from lockgate.stores.sqlite._file import FORMAT_GENERATION
 
     page = DOCS.read_text()
     monkeypatch.setenv("COLUMNS", "100")

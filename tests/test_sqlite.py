@@ -26,7 +26,7 @@ from lockgate import (
     SQLiteStore,
     StoreFileError,
 )
-from lockgate.stores._sqlite_file import (
+from lockgate.stores.sqlite._file import (
     FORMAT_GENERATION,
     check_library,
     check_local,

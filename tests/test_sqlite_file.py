@@ -32,7 +32,7 @@ from lockgate import (
     workflow,
 )
 from lockgate.cli import main
-from lockgate.stores import _sqlite_rows
+from lockgate.stores.sqlite import _rows as _sqlite_rows
 
 
 def _names(folder: Path) -> list[str]:

@@ -11,7 +11,7 @@ import pytest
 from redis.crc import key_slot
 
 from lockgate import ConfigurationError, EventKind, ManualClock, RunEvent, ValkeyStore
-from lockgate.stores._valkey_keys import KEY_LAYOUT, key, parts_of
+from lockgate.stores.valkey._keys import KEY_LAYOUT, key, parts_of
 from valkey_server import shared_url
 
 

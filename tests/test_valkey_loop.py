@@ -16,7 +16,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from lockgate import ValkeyStore
 from lockgate.stores._calls import call_store
-from lockgate.stores._valkey_loop import LoopClient
+from lockgate.stores.valkey._loop import LoopClient
 from valkey_server import shared_url
 
 

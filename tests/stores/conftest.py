@@ -25,7 +25,7 @@ import pytest
 
 from lockgate import ManualClock, MemoryStore, Store
 from lockgate.stores import CompositeStore, SQLiteStore, ValkeyLifecycleStore, ValkeyStore
-from lockgate.stores._valkey_loop import Op
+from lockgate.stores.valkey._loop import Op
 from valkey_server import shared_url
 
 T = TypeVar("T")
@@ -54,7 +54,7 @@ class _Loop:
 
 
 class OnLoopValkeyStore(ValkeyStore):
-    """A ValkeyStore whose operations (see ``stores/_valkey_loop.py``) all go through the
+    """A ValkeyStore whose operations (see ``stores/valkey/_loop.py``) all go through the
     asyncio driver and client, as a worker's attempts call them, instead of the blocking
     ones: the suite then checks the worker's path through every operation."""
 

@@ -15,8 +15,8 @@ from lockgate import ConfigurationError, EventKind, ManualClock, RunStatus
 from lockgate.stores import Gates, ValkeyStore
 from lockgate.stores._triggers import TriggerPolicy
 from lockgate.stores._types import WaitOutcome
-from lockgate.stores._valkey_core import shard_for
-from lockgate.stores._valkey_keys import parts_of
+from lockgate.stores.valkey._core import shard_for
+from lockgate.stores.valkey._keys import parts_of
 from valkey_server import shared_url
 
 from ._support import NAME, event, kinds, status

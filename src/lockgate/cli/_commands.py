@@ -26,7 +26,7 @@ from lockgate.cli._params import (
 from lockgate.client._client import WorkflowClient
 from lockgate.stores._base import Store
 from lockgate.stores._open import STORE_URL_ENV, open_store
-from lockgate.stores._valkey_connect import redacted_url
+from lockgate.stores.valkey._connect import redacted_url
 from lockgate.worker import WorkerOptions
 from lockgate.worker._serve import serve
 from lockgate.worker._status import describe_store, status_log

@@ -17,9 +17,7 @@ from lockgate.stores._base import (
 )
 from lockgate.stores._composite import CompositeStore
 from lockgate.stores._gates import Gates, WaitReason
-from lockgate.stores._memory import MemoryStore
 from lockgate.stores._open import STORE_URL_ENV, open_store
-from lockgate.stores._sqlite import SQLiteStore
 from lockgate.stores._triggers import TriggerPolicy
 from lockgate.stores._types import (
     ClaimedRun,
@@ -30,8 +28,9 @@ from lockgate.stores._types import (
     WaitOutcome,
     WaitSpec,
 )
-from lockgate.stores._valkey_lifecycle import ValkeyLifecycleStore
-from lockgate.stores._valkey_store import ValkeyStore
+from lockgate.stores.memory import MemoryStore
+from lockgate.stores.sqlite import SQLiteStore
+from lockgate.stores.valkey import ValkeyLifecycleStore, ValkeyStore
 
 __all__ = [
     "CAPABILITY_GROUPS",

@@ -19,8 +19,8 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 from lockgate._errors import ConfigurationError
 from lockgate.stores._base import Store
-from lockgate.stores._memory import MemoryStore
-from lockgate.stores._sqlite import SQLiteStore
+from lockgate.stores.memory._store import MemoryStore
+from lockgate.stores.sqlite._store import SQLiteStore
 
 #: The environment variable ``open_store`` reads when it is given no URL.
 STORE_URL_ENV = "LOCKGATE_STORE_URL"
@@ -80,8 +80,8 @@ def open_store(
         path = _sqlite_path(chosen, location)
         return _construct("sqlite", SQLiteStore, (path,), query, options, option_defaults)
     if scheme in _VALKEY_SCHEMES:
-        from lockgate.stores._valkey_connect import SERVER_QUERY
-        from lockgate.stores._valkey_store import ValkeyStore
+        from lockgate.stores.valkey._connect import SERVER_QUERY
+        from lockgate.stores.valkey._store import ValkeyStore
 
         parts = urlsplit(chosen)
         kept = urlencode([(k, v) for k, v in query if k in SERVER_QUERY])

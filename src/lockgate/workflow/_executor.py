@@ -673,7 +673,7 @@ async def check_replay(workflow: Callable[..., Any], events: list[RunEvent]) -> 
     :class:`JournalNeedsNewerRuntime` for a journal this runtime cannot read. Run it in CI over
     journals of real runs before deploying a changed body.
     """
-    from lockgate.stores._memory import MemoryStore
+    from lockgate.stores.memory._store import MemoryStore
 
     spec = spec_of(workflow)
     run_id = events[0].run_id if events else ""

@@ -26,10 +26,10 @@ from lockgate.stores._records import (
     terminated_payload,
 )
 from lockgate.stores._types import TerminateOutcome, WaitOutcome, WaitSpec
-from lockgate.stores._valkey import ValkeyLifecycle, run_fields, soonest_op
-from lockgate.stores._valkey_core import _scored, _text, event_args, shard_key
-from lockgate.stores._valkey_keys import SEP, split_member
-from lockgate.stores._valkey_loop import Op, command, operation
+from lockgate.stores.valkey._core import _scored, _text, event_args, shard_key
+from lockgate.stores.valkey._keys import SEP, split_member
+from lockgate.stores.valkey._lifecycle import ValkeyLifecycle, run_fields, soonest_op
+from lockgate.stores.valkey._loop import Op, command, operation
 
 
 def _dumps(value: Any) -> str:

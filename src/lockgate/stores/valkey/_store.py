@@ -7,10 +7,10 @@ from typing import Any
 
 from lockgate._errors import ConfigurationError, LockgateError
 from lockgate.stores._base import Store
-from lockgate.stores._valkey_core import _text
-from lockgate.stores._valkey_keys import SEP, parts_of
-from lockgate.stores._valkey_triggers import ValkeyTriggers, glob_escaped
-from lockgate.stores._valkey_waits import ValkeyWaits
+from lockgate.stores.valkey._core import _text
+from lockgate.stores.valkey._keys import SEP, parts_of
+from lockgate.stores.valkey._triggers import ValkeyTriggers, glob_escaped
+from lockgate.stores.valkey._waits import ValkeyWaits
 
 #: Shards of a store that does not say: one, the layout of an unsharded store.
 SHARD_COUNT_DEFAULT = 1
@@ -40,7 +40,7 @@ class ValkeyStore(ValkeyWaits, ValkeyTriggers, Store):
     (None keeps them).
 
     ``shard_count`` splits the namespace's runs over that many shards, each under a hash tag of
-    its own, so a Valkey cluster spreads them over its nodes (see ``_valkey_core`` for the
+    its own, so a Valkey cluster spreads them over its nodes (see ``valkey._core`` for the
     layout and :meth:`shard_of` for where a run lives). Every store of a namespace must be
     built with the same count (another raises :class:`ConfigurationError`). Workers lease
     shards (:meth:`rebalance_shards`, leases living ``shard_lease_ttl`` seconds on the store's
@@ -173,7 +173,7 @@ class ValkeyStore(ValkeyWaits, ValkeyTriggers, Store):
     def shard_of(self, name: str, run_id: str) -> int:
         """The shard a run lives in: its gate's if it was submitted with one, otherwise the
         one its run id hashes to (a fired run's: its trigger key's). See
-        :func:`~lockgate.stores._valkey_core.shard_for` for the hash."""
+        :func:`~lockgate.stores.valkey._core.shard_for` for the hash."""
         return self._run_shard(name, run_id)
 
     def rebalance_shards(self, worker_id: str, ttl: float | None = None) -> list[int]:

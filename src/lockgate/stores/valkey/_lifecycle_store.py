@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from lockgate.journal._events import RunEvent
-from lockgate.stores._valkey_store import ValkeyStore
+from lockgate.stores.valkey._store import ValkeyStore
 
 
 class ValkeyLifecycleStore(ValkeyStore):

@@ -21,8 +21,6 @@ from lockgate.journal._events import (
 )
 from lockgate.stores._base import Store, loaded_claim
 from lockgate.stores._gates import WaitReason, refill, sooner, wait_reason
-from lockgate.stores._memory_state import _Buffer, _Held, _Idempotency, _locked, _Run
-from lockgate.stores._memory_waits import MemoryWaits
 from lockgate.stores._records import (
     Submit,
     idempotency_conflict,
@@ -34,6 +32,8 @@ from lockgate.stores._types import (
     RunControls,
     RunInfo,
 )
+from lockgate.stores.memory._state import _Buffer, _Held, _Idempotency, _locked, _Run
+from lockgate.stores.memory._waits import MemoryWaits
 
 
 class MemoryStore(MemoryWaits, Store):

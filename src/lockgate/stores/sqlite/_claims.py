@@ -7,7 +7,7 @@ import sqlite3
 from collections.abc import Sequence
 
 from lockgate.stores._gates import sooner
-from lockgate.stores._sqlite_rows import SQLiteRows
+from lockgate.stores.sqlite._rows import SQLiteRows
 
 #: How many queued runs of one fairness bucket a claim looks through (held by another lease, or
 #: pinned to another version) before it moves on to the next bucket.

@@ -22,8 +22,8 @@ from lockgate._errors import (
 from lockgate.journal._events import EPOCH_HEADER, EventKind, RunEvent, RunStatus, terminal_status
 from lockgate.stores._gates import Gates, Refusal, fair_bucket, refill, token_wait
 from lockgate.stores._records import PROGRESS_KINDS, Submit, derive_status, requeue_outcome
-from lockgate.stores._sqlite_file import FileIdentity
 from lockgate.stores._types import RunInfo, WaitSpec
+from lockgate.stores.sqlite._file import FileIdentity
 
 #: Between claims (which check every time), a call checks that the store's path still names
 #: the file it opened at most this often. A check is three ``stat`` calls, 5-10 us: made on

@@ -1,5 +1,5 @@
 """ValkeyStore: the whole store interface on a Valkey (or Redis) server, shared by worker
-processes on many hosts. Every state change is one Lua script (see ``stores/lua``)."""
+processes on many hosts. Every state change is one Lua script (see ``stores/valkey/lua``)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from lockgate.journal._events import RunEvent
 from lockgate.stores._gates import Gates, WaitReason, fair_bucket, sooner, wait_reason
 from lockgate.stores._records import Submit
 from lockgate.stores._types import ClaimedRun, Claims, RunControls, RunInfo
-from lockgate.stores._valkey_core import (
+from lockgate.stores.valkey._core import (
     ValkeyCore,
     _decode_hash,
     _scored,
@@ -25,8 +25,8 @@ from lockgate.stores._valkey_core import (
     event_from,
     shard_key,
 )
-from lockgate.stores._valkey_keys import SEP
-from lockgate.stores._valkey_loop import Commands, Op, Script, command, operation
+from lockgate.stores.valkey._keys import SEP
+from lockgate.stores.valkey._loop import Commands, Op, Script, command, operation
 
 #: Held or other-version runs a claim looks past in one fairness bucket.
 CLAIM_SCAN = 64

@@ -17,9 +17,9 @@ from lockgate.stores._records import (
     successor_submit,
     terminated_payload,
 )
-from lockgate.stores._sqlite_rows import SQLiteRows, dumps
-from lockgate.stores._sqlite_translate import translated
 from lockgate.stores._types import TerminateOutcome, WaitOutcome, WaitSpec
+from lockgate.stores.sqlite._rows import SQLiteRows, dumps
+from lockgate.stores.sqlite._translate import translated
 
 
 class SQLiteWaits(SQLiteRows):

@@ -36,8 +36,9 @@ from lockgate.stores._records import (
     Submit,
     idempotency_conflict,
 )
-from lockgate.stores._sqlite_claims import SQLiteClaims
-from lockgate.stores._sqlite_file import (
+from lockgate.stores._types import Claims, RunControls, RunInfo
+from lockgate.stores.sqlite._claims import SQLiteClaims
+from lockgate.stores.sqlite._file import (
     SCHEMA,
     FileIdentity,
     check_library,
@@ -49,11 +50,10 @@ from lockgate.stores._sqlite_file import (
     require_existing,
     resolve_path,
 )
-from lockgate.stores._sqlite_rows import dumps
-from lockgate.stores._sqlite_translate import translated
-from lockgate.stores._sqlite_triggers import TRIGGERS_SCHEMA, SQLiteTriggers
-from lockgate.stores._sqlite_waits import SQLiteWaits
-from lockgate.stores._types import Claims, RunControls, RunInfo
+from lockgate.stores.sqlite._rows import dumps
+from lockgate.stores.sqlite._translate import translated
+from lockgate.stores.sqlite._triggers import TRIGGERS_SCHEMA, SQLiteTriggers
+from lockgate.stores.sqlite._waits import SQLiteWaits
 
 P = ParamSpec("P")
 R = TypeVar("R")

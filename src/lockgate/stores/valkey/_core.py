@@ -1,6 +1,6 @@
 """The Valkey store's plumbing: the connection, the Lua scripts (called by SHA; sent whole,
 which loads them again, on ``NOSCRIPT``), retries with backoff, the drivers of operations (see
-``_valkey_loop``), shards and their key prefixes, and a run's hash read back.
+``valkey._loop``), shards and their key prefixes, and a run's hash read back.
 
 Shards. A namespace's runs are split over ``shard_count`` shards. Every key of shard ``i``
 carries the hash tag ``{<namespace>:<i>}`` (``lg:{<namespace>:<i>}:...``), and what is not one
@@ -9,7 +9,7 @@ index, controls held for ids no shard holds yet) carries ``{<namespace>}``. With
 two coincide: every key is ``lg:{<namespace>}:...``, the layout of an unsharded store. Every
 script touches the keys of one prefix only, so one slot, and the store works unchanged on a
 Valkey cluster. What follows the prefix (a kind, then each name or id length-prefixed) is in
-``_valkey_keys``; a store refuses a namespace written with another layout at connect.
+``valkey._keys``; a store refuses a namespace written with another layout at connect.
 
 A run's shard is that of its *shard key* (:func:`shard_for`): its ``Limit``'s concurrency key,
 else its ``Rate``'s key, so that everything one gate key counts (its slots, its token bucket,
@@ -50,15 +50,15 @@ from lockgate._errors import (
 from lockgate.journal._events import RunEvent, RunStatus
 from lockgate.stores._records import derive_status
 from lockgate.stores._types import RunInfo, WaitSpec
-from lockgate.stores._valkey_connect import (
+from lockgate.stores.valkey._connect import (
     check_server_url,
     first_contact_error,
     redacted_url,
     refuse_plain_server,
     secrets_of,
 )
-from lockgate.stores._valkey_keys import KEY_LAYOUT, key, layout_refusal, member, split_member
-from lockgate.stores._valkey_loop import (
+from lockgate.stores.valkey._keys import KEY_LAYOUT, key, layout_refusal, member, split_member
+from lockgate.stores.valkey._loop import (
     Commands,
     LoopClient,
     LoopClients,
@@ -120,7 +120,7 @@ def shard_key(concurrency_key: str | None, rate_key: str | None, fallback: str) 
 
 
 def _lua(name: str) -> str:
-    return (resources.files("lockgate.stores") / "lua" / f"{name}.lua").read_text()
+    return (resources.files("lockgate.stores.valkey") / "lua" / f"{name}.lua").read_text()
 
 
 _MAIN_THEN_FLUSH = """local ok, result = pcall(main)
@@ -352,7 +352,7 @@ class ValkeyCore:
     def _check_namespace(self) -> None:
         """Record the namespace's key layout and shard count on first use, or refuse a store
         that would read it wrongly: a namespace of another key layout (an older lockgate's,
-        whose keys this one would not find, see ``_valkey_keys``), or another shard count (its
+        whose keys this one would not find, see ``valkey._keys``), or another shard count (its
         runs would be looked for in the wrong shards)."""
         layout, shards = self._script("g_namespace", KEY_LAYOUT, str(self.shard_count))
         layout, recorded = _text(layout), _text(shards)
@@ -573,7 +573,7 @@ class ValkeyCore:
     # -- keys and reading runs ---------------------------------------------------------------
 
     def _key(self, kind: str, *parts: str, shard: int | None = None) -> str:
-        """The key of ``kind`` for ``parts`` (names, ids, ...: see ``_valkey_keys``) in
+        """The key of ``kind`` for ``parts`` (names, ids, ...: see ``valkey._keys``) in
         ``shard`` (None: a namespace-wide one)."""
         return key(self.prefix if shard is None else self._prefixes[shard], kind, *parts)
 

@@ -31,7 +31,7 @@ local function fail(code, detail) return redis.error_reply('LG:' .. code .. ' ' 
 -- A key: the prefix, a kind fixed in the code, then each part (a name, an id, a gate or
 -- trigger key, a bucket: text from users) as ':<bytes>#<part>', so that no part can pass for
 -- another whatever it holds ('billing:eu' run '42' and 'billing' run 'eu:42' are two keys).
--- stores/_valkey_keys.py builds the same keys on the Python side.
+-- stores/valkey/_keys.py builds the same keys on the Python side.
 local function K(kind, ...)
   local key = P .. kind
   for i = 1, select('#', ...) do

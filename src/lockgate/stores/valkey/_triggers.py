@@ -18,10 +18,10 @@ from typing import Any
 from lockgate._names import check_name
 from lockgate.stores._gates import fair_bucket
 from lockgate.stores._triggers import TriggerPolicy
-from lockgate.stores._valkey import ValkeyLifecycle, run_fields, soonest_op
-from lockgate.stores._valkey_core import _scored, _text, shard_key
-from lockgate.stores._valkey_keys import member
-from lockgate.stores._valkey_loop import Op, operation
+from lockgate.stores.valkey._core import _scored, _text, shard_key
+from lockgate.stores.valkey._keys import member
+from lockgate.stores.valkey._lifecycle import ValkeyLifecycle, run_fields, soonest_op
+from lockgate.stores.valkey._loop import Op, operation
 
 #: Marks a slot in a template. Random per process, so no user string can pass for one.
 SLOT_MARK = f"\x1elg-slot-{uuid.uuid4().hex}:"

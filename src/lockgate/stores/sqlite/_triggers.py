@@ -7,9 +7,9 @@ import json
 import sqlite3
 from typing import Any
 
-from lockgate.stores._sqlite_rows import SQLiteRows, dumps
-from lockgate.stores._sqlite_translate import translated
 from lockgate.stores._triggers import TriggerPolicy
+from lockgate.stores.sqlite._rows import SQLiteRows, dumps
+from lockgate.stores.sqlite._translate import translated
 
 TRIGGERS_SCHEMA = """
 CREATE TABLE IF NOT EXISTS lg_trigger_buffers (

@@ -14,7 +14,6 @@ from lockgate.journal._events import (
     RunEvent,
 )
 from lockgate.stores._gates import Gates
-from lockgate.stores._memory_state import MemoryState, _Buffer, _locked
 from lockgate.stores._records import (
     continued_payload,
     handed_on_to,
@@ -27,6 +26,7 @@ from lockgate.stores._types import (
     WaitOutcome,
     WaitSpec,
 )
+from lockgate.stores.memory._state import MemoryState, _Buffer, _locked
 
 
 class MemoryWaits(MemoryState):
