@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint typecheck unit bench clean
+.PHONY: demo test lint typecheck unit bench clean kafka kcat
 
 # pip's own lines show what it is doing; without them a first install looks like a hang.
 PIP := $(BIN)/python -m pip install --disable-pip-version-check --progress-bar off
@@ -27,19 +27,33 @@ demo: $(VENV)/.core
 	$(BIN)/lockgate demo
 
 lint: $(VENV)/.dev
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench tools
+	$(BIN)/ruff format --check src tests bench tools
 
 typecheck: $(VENV)/.dev
 	$(BIN)/mypy src
 
-unit: $(VENV)/.dev
+# kcat, the non-Python Kafka client a test reads the journal topic with: from Debian's packages
+# when missing (as root), else the test says it is not available.
+kcat:
+	@command -v kcat >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  echo "installing kcat (apt-get)..." && \
+	  { apt-get install -y -qq kcat >/dev/null 2>&1 || \
+	    { apt-get update -qq >/dev/null && apt-get install -y -qq kcat >/dev/null; }; }; } || \
+	  echo "kcat not installed: the test that reads the journal with it will say so"
+
+unit: $(VENV)/.dev kcat
 	$(BIN)/python -m pytest
 
 test: lint typecheck unit
 
 bench: $(VENV)/.core
 	$(BIN)/python bench/inline_steps.py
+
+# A single-node Kafka broker (KRaft) on 127.0.0.1:9092 from its Maven Central jars (needs Java 17
+# and Maven), up until Ctrl-C; it prints its bootstrap address.
+kafka:
+	$(PYTHON) tools/kafka_broker.py --data-dir .kafka-data
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
+# tools/ holds the scripts that start the services the suite talks to (the Kafka broker).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
@@ -75,3 +81,16 @@ def drive(runner: InlineWorkflowRunner, clock: ManualClock) -> Drive:
         raise AssertionError(f"run {handle.run_id} did not come to rest")
 
     return run_to_rest
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> str:
+    """The bootstrap address of a real Kafka broker: ``LOCKGATE_TEST_KAFKA_BOOTSTRAP``, or one
+    broker the suite starts once for the whole session (``tools/kafka_broker.py``), on first
+    use. Skipped, saying why, only when no broker can be started here (no Java or Maven)."""
+    import kafka_broker
+
+    try:
+        return kafka_broker.shared_bootstrap()
+    except kafka_broker.BrokerError as exc:
+        pytest.skip(f"no Kafka broker is available: {exc}")
