@@ -36,6 +36,8 @@ EXPECTED = {
     "InvalidNameError",
     "InvalidParamsError",
     "JournalNeedsNewerRuntime",
+    "JournalTopicMismatch",
+    "KafkaEventLogStore",
     "LifecycleStore",
     "Limit",
     "LockLost",
@@ -106,6 +108,7 @@ PACKAGES = [
     "lockgate.flow",
     "lockgate.journal",
     "lockgate.stores",
+    "lockgate.stores.kafka",
     "lockgate.worker",
     "lockgate.workflow",
 ]

@@ -381,6 +381,23 @@ class StoreUnavailable(LockgateError):
     code = ErrorCode.STORE_UNAVAILABLE
 
 
+class JournalTopicMismatch(ConfigurationError):
+    """The Kafka journal topic exists with another partition count than the lifecycle store
+    has shards. Repartitioning would move runs' records to other partitions, so the store
+    refuses to start instead; nothing was written. ``topic`` is the topic, ``partitions`` its
+    partition count, ``expected`` the shard count."""
+
+    def __init__(self, topic: str, partitions: int, expected: int) -> None:
+        super().__init__(
+            f"the journal topic {topic!r} has {partitions} partition(s) but the lifecycle "
+            f"store has {expected} shard(s); a journal topic is never repartitioned: use "
+            f"another topic_prefix, or the shard count the topic was made for"
+        )
+        self.topic = topic
+        self.partitions = partitions
+        self.expected = expected
+
+
 class StoreFileGone(LockgateError):
     """The path of an open SQLite store no longer names the file it opened, or its ``-wal`` or
     ``-shm`` companion: deleted, moved or replaced. Whatever the store did next would go to a

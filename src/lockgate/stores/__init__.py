@@ -28,6 +28,7 @@ from lockgate.stores._types import (
     WaitOutcome,
     WaitSpec,
 )
+from lockgate.stores.kafka import KafkaEventLogStore
 from lockgate.stores.memory import MemoryStore
 from lockgate.stores.sqlite import SQLiteStore
 from lockgate.stores.valkey import ValkeyLifecycleStore, ValkeyStore
@@ -42,6 +43,7 @@ __all__ = [
     "EventLogStore",
     "Gates",
     "IdempotencyStore",
+    "KafkaEventLogStore",
     "LifecycleStore",
     "MemoryStore",
     "PolicyStore",

@@ -68,6 +68,9 @@ class CompositeStore(Store):
                 f"CompositeStore(events=...) needs an event log that keeps copies "
                 f"(append_copies), such as SQLiteStore; {type(events).__name__} does not"
             )
+        bind = getattr(events, "bind_lifecycle", None)
+        if callable(bind):  # a log laid out by the lifecycle's shards (KafkaEventLogStore)
+            bind(lifecycle)
         self.lifecycle = lifecycle
         self.events = events
         self._outbox: Outbox = lifecycle

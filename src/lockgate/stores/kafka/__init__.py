@@ -1,0 +1,5 @@
+"""The Kafka event log: run journals in one topic, a partition per lifecycle shard."""
+
+from lockgate.stores.kafka._store import KafkaEventLogStore
+
+__all__ = ["KafkaEventLogStore"]

@@ -1,0 +1,99 @@
+"""A journal event as one Kafka record: an Avro value (fastavro, against ``run_event.avsc``)
+and the headers a reader filters and fences by without decoding the value.
+
+The schema shipped here is a copy of ``schemas/run_event.avsc`` (a test keeps them equal), so
+an installed package needs no checkout. The value is schemaless Avro (no container header):
+the schema version travels in the ``lg-schema`` record header instead.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Mapping, Sequence
+from functools import cache
+from importlib import resources
+from typing import Any
+
+try:
+    import fastavro
+except ImportError:  # pragma: no cover - the extra is missing
+    fastavro = None  # type: ignore[assignment]
+
+from lockgate._errors import StoreUnavailable
+from lockgate.journal._events import EPOCH_HEADER, RunEvent
+
+#: Record headers: the workflow, the run id, its ``run_seq``, the fencing epoch (when the event
+#: has one) and the value's schema version.
+WORKFLOW_HEADER = "lg-workflow"
+RUN_ID_HEADER = "lg-run-id"
+RUN_SEQ_HEADER = "lg-run-seq"
+RECORD_EPOCH_HEADER = EPOCH_HEADER
+SCHEMA_HEADER = "lg-schema"
+
+
+def codec_available() -> bool:
+    """Whether fastavro (the ``kafka`` extra) is installed."""
+    return fastavro is not None
+
+
+@cache
+def schema() -> Any:
+    """The parsed ``RunEvent`` Avro schema."""
+    text = (resources.files("lockgate.stores.kafka") / "run_event.avsc").read_text()
+    return fastavro.parse_schema(json.loads(text))
+
+
+def encode(event: RunEvent) -> bytes:
+    """The event's Avro value; ``payload`` as compact JSON, as every store keeps it."""
+    record = {
+        "kind": event.kind,
+        "payload": json.dumps(event.payload, separators=(",", ":"), sort_keys=True),
+        "run_id": event.run_id,
+        "schema_version": event.schema_version,
+        "run_seq": event.run_seq,
+        "headers": dict(event.headers),
+    }
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, schema(), record)
+    return out.getvalue()
+
+
+def decode(value: bytes) -> RunEvent:
+    """The event an Avro value holds; a value that is not one is :class:`StoreUnavailable`
+    (the topic holds something lockgate did not write)."""
+    try:
+        record: Any = fastavro.schemaless_reader(io.BytesIO(value), schema(), None)
+        payload = json.loads(record["payload"])
+    except (EOFError, ValueError, TypeError, KeyError, IndexError) as exc:
+        raise StoreUnavailable(f"a journal record is not a lockgate RunEvent: {exc}") from exc
+    return RunEvent(
+        kind=record["kind"],
+        payload=payload,
+        run_id=record["run_id"],
+        schema_version=record["schema_version"],
+        run_seq=record["run_seq"],
+        headers=dict(record["headers"]),
+    )
+
+
+def record_headers(name: str, event: RunEvent) -> list[tuple[str, str | bytes | None]]:
+    """The headers of the event's record."""
+    headers: list[tuple[str, str | bytes | None]] = [
+        (WORKFLOW_HEADER, name.encode()),
+        (RUN_ID_HEADER, event.run_id.encode()),
+        (RUN_SEQ_HEADER, str(event.run_seq).encode()),
+        (SCHEMA_HEADER, event.schema_version.encode()),
+    ]
+    epoch = event.headers.get(EPOCH_HEADER)
+    if epoch is not None:
+        headers.append((RECORD_EPOCH_HEADER, epoch.encode()))
+    return headers
+
+
+def header_map(
+    headers: Mapping[str, str | bytes | None] | Sequence[tuple[str, str | bytes | None]] | None,
+) -> Mapping[str, str]:
+    """A record's headers as text (the last value of a repeated header wins)."""
+    pairs = headers.items() if isinstance(headers, Mapping) else headers or ()
+    return {k: v if isinstance(v, str) else v.decode() for k, v in pairs if v is not None}

@@ -1,0 +1,460 @@
+"""KafkaEventLogStore: run journals kept in one Kafka topic, a partition per lifecycle shard.
+
+The topic is ``{topic_prefix}.journal``. At start the store creates it through the admin API
+with one partition per shard, or checks that it has that many (another count is refused with
+:class:`JournalTopicMismatch`: a topic is never repartitioned). A run's records all go to its
+shard's partition (``_partition``), keyed by its gate key, Avro values and fencing headers
+(``_codec``). The producer is idempotent with ``acks=all``, and an append returns only once
+every record of it is acknowledged, so an acknowledged step is never lost with the lifecycle.
+
+Copies, not appends: as the event log of a :class:`CompositeStore`, the store keeps copies of
+events the lifecycle store already numbered and fenced. The same ``run_seq`` may be copied
+twice (a producer retry, two processes copying one run); a read folds the run's records by
+``run_seq``, keeping the first, and leaves stale epochs to the journal fold.
+
+Reads. The store keeps, per process, the journals of the runs it wrote or read, with the offset
+up to which their partition was read, and the partition and first offset of runs it has seen.
+A read of a known run reads only its partition's records after that offset; a read of a run
+this process never saw reads the run's partition (``locate``: the lifecycle's shard) from its
+start. Keeping each run's first offset in the lifecycle store is the next step.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+try:
+    import confluent_kafka
+    from confluent_kafka import (
+        Consumer,
+        KafkaError,
+        KafkaException,
+        Message,
+        Producer,
+        TopicPartition,
+    )
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.cimpl import NewTopic
+except ImportError:  # pragma: no cover - the extra is missing
+    confluent_kafka = None  # type: ignore[assignment]
+
+from lockgate._errors import (
+    ConfigurationError,
+    EventAfterTerminal,
+    JournalTopicMismatch,
+    StoreUnavailable,
+)
+from lockgate.journal._events import RunEvent
+from lockgate.stores._base import EventLogStore
+from lockgate.stores.kafka._codec import (
+    RUN_ID_HEADER,
+    WORKFLOW_HEADER,
+    codec_available,
+    decode,
+    encode,
+    header_map,
+    record_headers,
+)
+from lockgate.stores.kafka._partition import gate_key, is_init, partition_for
+
+#: Runs whose journal one process keeps in memory, at most (the least recently used go).
+JOURNALS_KEPT = 10_000
+#: Runs whose partition and first offset one process remembers; past it the memory starts over.
+POSITIONS_KEPT = 100_000
+_TOPIC_PREFIX = re.compile(r"[A-Za-z0-9._-]{1,200}")
+
+Run = tuple[str, str]
+
+
+@dataclass
+class _Journal:
+    """A run's journal as far as this process has read its partition."""
+
+    partition: int
+    next_offset: int  # the partition's offset to read on from
+    key: str | None = None  # the record key (gate key), once its run:init is seen
+    first: int | None = None  # the offset of the run's first record seen
+    events: dict[int, RunEvent] = field(default_factory=dict)
+
+    def keep(self, event: RunEvent) -> None:
+        """Fold one copy in: the first copy of a ``run_seq`` stays."""
+        if event.run_seq is not None:
+            self.events.setdefault(event.run_seq, event)
+            if self.key is None and is_init(event):
+                self.key = gate_key(event)
+
+    def ordered(self) -> list[RunEvent]:
+        return [self.events[seq] for seq in sorted(self.events)]
+
+    @property
+    def ended(self) -> bool:
+        """A terminal is kept: no later copy can change the journal."""
+        return any(event.is_terminal for event in self.events.values())
+
+
+class _Delivery:
+    """The delivery reports of one append's records."""
+
+    def __init__(self, count: int) -> None:
+        self.left = count
+        self.offsets: list[int] = []
+        self.errors: list[KafkaError] = []
+        self.done = threading.Event()
+        if count == 0:
+            self.done.set()
+
+    def report(self, err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            self.errors.append(err)
+        else:
+            self.offsets.append(msg.offset() or 0)
+        self.left -= 1
+        if self.left <= 0:
+            self.done.set()
+
+
+class KafkaEventLogStore(EventLogStore):
+    """Run journals in the Kafka topic ``{topic_prefix}.journal`` (see the module docstring).
+
+    ``shard_count`` is the lifecycle store's: the topic's partition count. ``locate`` names a
+    run's shard (a :class:`CompositeStore` binds its lifecycle's ``shard_of``); without it a
+    run's partition is its gate key's. ``config`` adds librdkafka settings to every client.
+    ``delivery_timeout`` and ``read_timeout`` bound, in seconds, how long an append waits for
+    its acknowledgements and a read for its records before :class:`StoreUnavailable`."""
+
+    blocking_io = True
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        *,
+        topic_prefix: str = "lockgate",
+        shard_count: int = 1,
+        locate: Callable[[str, str], int] | None = None,
+        replication_factor: int = -1,
+        delivery_timeout: float = 30.0,
+        read_timeout: float = 30.0,
+        config: Mapping[str, Any] | None = None,
+    ) -> None:
+        if confluent_kafka is None or not codec_available():
+            raise ConfigurationError(
+                "KafkaEventLogStore needs confluent-kafka and fastavro: "
+                "pip install 'lockgate[kafka]'"
+            )
+        if not _TOPIC_PREFIX.fullmatch(topic_prefix):
+            raise ConfigurationError(
+                f"topic_prefix must be 1-200 of A-Z a-z 0-9 . _ -: {topic_prefix!r}"
+            )
+        if shard_count < 1:
+            raise ConfigurationError(f"shard_count must be at least 1, not {shard_count}")
+        self.bootstrap_servers = bootstrap_servers
+        self.topic = f"{topic_prefix}.journal"
+        self.shard_count = shard_count
+        self.locate = locate
+        self.delivery_timeout = delivery_timeout
+        self.read_timeout = read_timeout
+        common = {"bootstrap.servers": bootstrap_servers, **(config or {})}
+        self._ensure_topic(AdminClient(dict(common)), replication_factor)
+        self._producer = Producer(
+            {
+                **common,
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 2,  # appends of concurrent callers share a batch
+                "delivery.timeout.ms": int(delivery_timeout * 1000),
+            }
+        )
+        self._consumer = Consumer(
+            {
+                **common,
+                "group.id": f"lockgate-journal-{uuid.uuid4().hex}",  # assigned, never joined
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "fetch.wait.max.ms": 20,
+            }
+        )
+        self._read_lock = threading.Lock()
+        self._journals: OrderedDict[Run, _Journal] = OrderedDict()
+        self._positions: dict[Run, tuple[int, int]] = {}
+
+    def __repr__(self) -> str:
+        return f"KafkaEventLogStore({self.bootstrap_servers!r}, topic={self.topic!r})"
+
+    # -- start ---------------------------------------------------------------------------------
+
+    def _ensure_topic(self, admin: AdminClient, replication_factor: int) -> None:
+        """Create the journal topic with ``shard_count`` partitions, or check that it has
+        them; :class:`JournalTopicMismatch` (nothing written) when it has another count."""
+        timeout = self.read_timeout
+        try:
+            partitions = self._partition_count(admin, timeout)
+            if partitions is None:
+                new = NewTopic(self.topic, self.shard_count, replication_factor)
+                try:
+                    admin.create_topics([new])[self.topic].result(timeout=timeout)
+                except KafkaException as exc:
+                    if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                        raise
+                partitions = self._partition_count(admin, timeout)
+        except KafkaException as exc:
+            raise StoreUnavailable(
+                f"Kafka at {self.bootstrap_servers} could not list or create the journal topic "
+                f"{self.topic!r}: {exc}"
+            ) from exc
+        if partitions is not None and partitions != self.shard_count:
+            raise JournalTopicMismatch(self.topic, partitions, self.shard_count)
+
+    def _partition_count(self, admin: AdminClient, timeout: float) -> int | None:
+        # The whole listing, never the one topic: asking for a missing topic's metadata may
+        # have a broker with auto.create.topics.enable create it with its default count.
+        topic = admin.list_topics(timeout=timeout).topics.get(self.topic)
+        if topic is None or topic.error is not None:
+            return None
+        return len(topic.partitions)
+
+    def bind_lifecycle(self, lifecycle: object) -> None:
+        """Take a lifecycle store's shards: its count must be the topic's partition count, and
+        its ``shard_of`` (when it has one) locates runs. A :class:`CompositeStore` calls it."""
+        shards = getattr(lifecycle, "shard_count", 1)
+        if shards != self.shard_count:
+            raise JournalTopicMismatch(self.topic, self.shard_count, shards)
+        shard_of = getattr(lifecycle, "shard_of", None)
+        if self.locate is None and callable(shard_of):
+            self.locate = shard_of
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def append_copies(self, name: str, run_id: str, events: Sequence[RunEvent]) -> None:
+        """Keep copies of events another store numbered (each with its ``run_seq`` and
+        headers), returning once Kafka has acknowledged every one; a copy already kept is
+        folded away on read. :class:`StoreUnavailable` when any is not acknowledged."""
+        if not events:
+            return
+        run = (name, run_id)
+        journal = self._journals.get(run)
+        partition = journal.partition if journal is not None else self._partition_of(run, events)
+        key = self._key_of(journal, events, run_id)
+        offsets = self._produce(name, partition, key, events)
+        with self._read_lock:
+            journal = self._journals.get(run)
+            if journal is not None:
+                for event in events:
+                    journal.keep(event)
+            elif events[0].run_seq == 1:
+                # This batch starts the run's journal: reading on from its first record finds
+                # every copy of the run, whoever made it.
+                start = min(offsets)
+                self._remember(run, _Journal(partition, start, first=start), events)
+
+    def append_events(
+        self, name: str, run_id: str, events: list[RunEvent], *, fence: str | None = None
+    ) -> None:
+        """Number ``events`` after the run's journal and append them (the store on its own,
+        with one writer per run). Fenced appends need a lifecycle store that holds leases:
+        use a :class:`CompositeStore`."""
+        if fence is not None:
+            raise ConfigurationError(
+                "KafkaEventLogStore holds no leases, so it cannot fence an append: use it as "
+                "the event log of a CompositeStore"
+            )
+        if not events:
+            return
+        journal = self.load_run(name, run_id)
+        if any(e.is_terminal for e in journal) or any(e.is_terminal for e in events[:-1]):
+            raise EventAfterTerminal(f"run {run_id!r} of {name!r} has ended; nothing written")
+        last = journal[-1].run_seq or 0 if journal else 0
+        self.append_copies(
+            name, run_id, [event.with_seq(last + i) for i, event in enumerate(events, 1)]
+        )
+
+    def _partition_of(self, run: Run, events: Sequence[RunEvent]) -> int:
+        known = self._positions.get(run)
+        if known is not None:
+            return known[0]
+        if self.locate is not None:
+            return self.locate(*run)
+        init = next((e for e in events if is_init(e)), None)
+        return partition_for(gate_key(init) if init else run[1], self.shard_count)
+
+    @staticmethod
+    def _key_of(journal: _Journal | None, events: Sequence[RunEvent], run_id: str) -> str:
+        if journal is not None and journal.key is not None:
+            return journal.key
+        init = next((e for e in events if is_init(e)), None)
+        return gate_key(init) if init is not None else run_id
+
+    def _produce(
+        self, name: str, partition: int, key: str, events: Sequence[RunEvent]
+    ) -> list[int]:
+        """Produce the records and wait for just their delivery reports (other callers'
+        records share the batches); their offsets."""
+        delivery = _Delivery(len(events))
+        try:
+            for event in events:
+                self._send(name, partition, key, event, delivery)
+        except KafkaException as exc:
+            raise StoreUnavailable(f"Kafka refused a journal record: {exc}") from exc
+        deadline = time.monotonic() + self.delivery_timeout + 5.0
+        while not delivery.done.is_set():
+            self._producer.poll(0.005)  # serves whichever caller's reports are ready
+            if time.monotonic() > deadline:
+                raise StoreUnavailable(
+                    f"Kafka did not acknowledge {delivery.left} journal record(s) of "
+                    f"{self.topic!r} within {self.delivery_timeout}s"
+                )
+        if delivery.errors:
+            raise StoreUnavailable(
+                f"Kafka did not keep a journal record of {self.topic!r}: {delivery.errors[0]}"
+            ) from KafkaException(delivery.errors[0])
+        return delivery.offsets
+
+    def _send(
+        self, name: str, partition: int, key: str, event: RunEvent, delivery: _Delivery
+    ) -> None:
+        while True:
+            try:
+                self._producer.produce(
+                    self.topic,
+                    value=encode(event),
+                    key=key.encode(),
+                    partition=partition,
+                    headers=record_headers(name, event),
+                    on_delivery=delivery.report,
+                )
+                return
+            except BufferError:
+                self._producer.poll(0.05)  # the local queue is full: let it drain
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def load_run(self, name: str, run_id: str, *, max_events: int | None = None) -> list[RunEvent]:
+        events = self._read(name, run_id)
+        return events[:max_events] if max_events is not None else events
+
+    def read_events_from(self, name: str, run_id: str, after_seq: int = 0) -> list[RunEvent]:
+        """The run's events after ``run_seq`` ``after_seq``: a suffix read."""
+        return [e for e in self._read(name, run_id) if (e.run_seq or 0) > after_seq]
+
+    def get_last_event(self, name: str, run_id: str) -> RunEvent | None:
+        events = self._read(name, run_id)
+        return events[-1] if events else None
+
+    def _read(self, name: str, run_id: str) -> list[RunEvent]:
+        """The run's journal, folded by ``run_seq``: from memory when it has ended, else after
+        reading its partition on from where this process last did."""
+        run = (name, run_id)
+        with self._read_lock:
+            journal = self._journals.get(run)
+            if journal is None:
+                journal = self._find(run)
+            elif not journal.ended:
+                self._read_on(journal, run)
+            if journal.events:
+                self._remember(run, journal, ())
+            return journal.ordered()
+
+    def _find(self, run: Run) -> _Journal:
+        """A run this process holds no journal of: its partition read from the run's first
+        offset when known, else from the partition's start."""
+        known = self._positions.get(run)
+        if known is not None:
+            journal = _Journal(*known)
+        else:
+            partition = self.locate(*run) if self.locate is not None else None
+            if partition is None:
+                partition = self._search(run)
+            journal = _Journal(partition, self._low(partition))
+        self._read_on(journal, run)
+        return journal
+
+    def _search(self, run: Run) -> int:
+        """The partition holding ``run``'s records, with no ``locate``: its run id's, else the
+        first that has any (0 when none does)."""
+        home = partition_for(run[1], self.shard_count)
+        for partition in [home, *(p for p in range(self.shard_count) if p != home)]:
+            probe = _Journal(partition, self._low(partition))
+            self._read_on(probe, run)
+            if probe.events:
+                return partition
+        return home
+
+    def _low(self, partition: int) -> int:
+        low, _high = self._watermarks(partition)
+        return low
+
+    def _watermarks(self, partition: int) -> tuple[int, int]:
+        try:
+            low, high = self._consumer.get_watermark_offsets(
+                TopicPartition(self.topic, partition), timeout=self.read_timeout, cached=False
+            )
+        except KafkaException as exc:
+            raise StoreUnavailable(f"Kafka did not answer for {self.topic!r}: {exc}") from exc
+        return int(low), int(high)
+
+    def _read_on(self, journal: _Journal, run: Run) -> None:
+        """Read the journal's partition from ``journal.next_offset`` to its end now, keeping
+        the run's records."""
+        _low, high = self._watermarks(journal.partition)
+        if journal.next_offset >= high:
+            return
+        self._consumer.assign([TopicPartition(self.topic, journal.partition, journal.next_offset)])
+        deadline = time.monotonic() + self.read_timeout
+        try:
+            while journal.next_offset < high:
+                if time.monotonic() > deadline:
+                    raise StoreUnavailable(
+                        f"Kafka did not hand back {self.topic!r}[{journal.partition}] up to "
+                        f"offset {high} within {self.read_timeout}s"
+                    )
+                for msg in self._consumer.consume(num_messages=500, timeout=0.1):
+                    self._take(msg, journal, run)
+        except KafkaException as exc:
+            raise StoreUnavailable(f"Kafka failed a journal read: {exc}") from exc
+        finally:
+            self._consumer.unassign()
+
+    @staticmethod
+    def _take(msg: Message, journal: _Journal, run: Run) -> None:
+        err = msg.error()
+        if err is not None:
+            if err.code() == KafkaError._PARTITION_EOF:
+                return
+            raise KafkaException(err)
+        journal.next_offset = max(journal.next_offset, (msg.offset() or 0) + 1)
+        headers = header_map(msg.headers())
+        if (headers.get(WORKFLOW_HEADER), headers.get(RUN_ID_HEADER)) != run:
+            return
+        if journal.first is None:
+            journal.first = msg.offset()
+        value = msg.value()
+        if value is not None:
+            journal.keep(decode(value))
+
+    def _remember(self, run: Run, journal: _Journal, events: Sequence[RunEvent]) -> None:
+        """Keep the run's journal (most recently used last) and its position."""
+        for event in events:
+            journal.keep(event)
+        self._journals[run] = journal
+        self._journals.move_to_end(run)
+        while len(self._journals) > JOURNALS_KEPT:
+            self._journals.popitem(last=False)
+        if run not in self._positions and journal.first is not None:
+            if len(self._positions) >= POSITIONS_KEPT:
+                self._positions.clear()
+            self._positions[run] = (journal.partition, journal.first)
+
+    # -- the rest ------------------------------------------------------------------------------
+
+    def ping(self) -> None:
+        self._watermarks(0)
+
+    def close(self) -> None:
+        self._producer.flush(self.delivery_timeout)
+        self._consumer.close()

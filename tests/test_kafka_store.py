@@ -1,0 +1,169 @@
+"""KafkaEventLogStore on the suite's real broker: the topic made or checked at start, copies
+acknowledged before an append returns and folded by run_seq on read, a run's records in its
+shard's partition under its gate key, and reads from another process's store."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
+
+from lockgate import StoreUnavailable
+from lockgate._errors import ConfigurationError, JournalTopicMismatch
+from lockgate.journal._events import EPOCH_HEADER, RunEvent
+from lockgate.stores.kafka import KafkaEventLogStore
+from lockgate.stores.kafka._codec import decode, header_map
+from lockgate.stores.valkey._core import shard_for
+
+
+def _prefix() -> str:
+    return f"t{uuid.uuid4().hex[:10]}"
+
+
+def _journal(run_id: str, gates: dict[str, object], count: int) -> list[RunEvent]:
+    init = RunEvent("run:init", {"name": "wf", "params": {}, "gates": gates}, run_id, run_seq=1)
+    steps = [
+        RunEvent("step:done", {"call_index": i}, run_id, run_seq=i + 2, headers={EPOCH_HEADER: "1"})
+        for i in range(count - 1)
+    ]
+    return [init, *steps]
+
+
+def _records(
+    bootstrap: str, topic: str, partitions: int
+) -> list[tuple[int, bytes, dict[str, str], RunEvent]]:
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex, "enable.auto.commit": False}
+    )
+    found = []
+    try:
+        for partition in range(partitions):
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+            if high <= low:
+                continue
+            consumer.assign([TopicPartition(topic, partition, low)])
+            seen = low
+            while seen < high:
+                for msg in consumer.consume(100, timeout=1):
+                    assert msg.error() is None
+                    seen = msg.offset() + 1
+                    found.append(
+                        (partition, msg.key(), dict(header_map(msg.headers())), decode(msg.value()))
+                    )
+    finally:
+        consumer.close()
+    return found
+
+
+def test_the_topic_is_made_with_a_partition_per_shard_and_checked_at_start(
+    kafka_bootstrap: str,
+) -> None:
+    prefix = _prefix()
+    store = KafkaEventLogStore(kafka_bootstrap, topic_prefix=prefix, shard_count=3)
+    store.close()
+    topic = AdminClient({"bootstrap.servers": kafka_bootstrap}).list_topics(timeout=10).topics
+    assert len(topic[f"{prefix}.journal"].partitions) == 3
+    KafkaEventLogStore(kafka_bootstrap, topic_prefix=prefix, shard_count=3).close()  # same: fine
+    with pytest.raises(JournalTopicMismatch, match="has 3 partition") as refused:
+        KafkaEventLogStore(kafka_bootstrap, topic_prefix=prefix, shard_count=4)
+    assert (refused.value.partitions, refused.value.expected) == (3, 4)
+    assert refused.value.code == "configuration"
+    topic = AdminClient({"bootstrap.servers": kafka_bootstrap}).list_topics(timeout=10).topics
+    assert len(topic[f"{prefix}.journal"].partitions) == 3  # never repartitioned
+
+
+def test_a_topic_made_elsewhere_with_another_count_is_refused(kafka_bootstrap: str) -> None:
+    prefix = _prefix()
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin.create_topics([NewTopic(f"{prefix}.journal", 2, 1)])[f"{prefix}.journal"].result(30)
+    with pytest.raises(JournalTopicMismatch):
+        KafkaEventLogStore(kafka_bootstrap, topic_prefix=prefix, shard_count=1)
+
+
+def test_a_bad_topic_prefix_is_a_configuration_error() -> None:
+    with pytest.raises(ConfigurationError, match="topic_prefix"):
+        KafkaEventLogStore("127.0.0.1:1", topic_prefix="no spaces")
+
+
+def test_copies_land_in_the_gate_keys_partition_with_key_and_headers(kafka_bootstrap: str) -> None:
+    prefix = _prefix()
+    store = KafkaEventLogStore(kafka_bootstrap, topic_prefix=prefix, shard_count=4)
+    gated = _journal("r-gated", {"concurrency": {"key": "acct-7", "max": 1}}, 3)
+    plain = _journal("r-plain", {}, 2)
+    store.append_copies("wf", "r-gated", gated)
+    store.append_copies("wf", "r-plain", plain)
+    store.close()
+    records = _records(kafka_bootstrap, f"{prefix}.journal", 4)
+    by_run = {run: [r for r in records if r[3].run_id == run] for run in ("r-gated", "r-plain")}
+    assert {r[0] for r in by_run["r-gated"]} == {shard_for("acct-7", 4)}
+    assert {r[1] for r in by_run["r-gated"]} == {b"acct-7"}
+    assert {r[0] for r in by_run["r-plain"]} == {shard_for("r-plain", 4)}
+    assert {r[1] for r in by_run["r-plain"]} == {b"r-plain"}
+    assert [r[3] for r in by_run["r-gated"]] == gated
+    assert by_run["r-gated"][1][2] == {
+        "lg-workflow": "wf",
+        "lg-run-id": "r-gated",
+        "lg-run-seq": "2",
+        "lg-epoch": "1",
+        "lg-schema": "1",
+    }
+
+
+def test_a_second_copy_is_folded_away_and_another_process_reads_the_run(
+    kafka_bootstrap: str,
+) -> None:
+    prefix = _prefix()
+    writer = KafkaEventLogStore(kafka_bootstrap, topic_prefix=prefix, shard_count=2)
+    journal = _journal("r-1", {}, 4)
+    writer.append_copies("wf", "r-1", journal[:3])
+    writer.append_copies("wf", "r-1", journal[1:])  # seqs 2 and 3 copied twice
+    changed = RunEvent("step:done", {"call_index": 99}, "r-1", run_seq=2)
+    writer.append_copies("wf", "r-1", [changed])  # a late copy: the first one stays
+    assert writer.load_run("wf", "r-1") == journal
+    reader = KafkaEventLogStore(kafka_bootstrap, topic_prefix=prefix, shard_count=2)
+    assert reader.load_run("wf", "r-1") == journal
+    assert reader.get_last_event("wf", "r-1") == journal[-1]
+    assert reader.read_events_from("wf", "r-1", 2) == journal[2:]
+    assert reader.load_run("wf", "r-1", max_events=2) == journal[:2]
+    assert reader.replay_run("wf", "r-1", cursor=1, count=2) == (journal[1:3], 3)
+    assert reader.load_run("wf", "nobody") == []
+    assert reader.get_last_event("other-wf", "r-1") is None
+    # What the writer copies next is read by the reader, which reads on from where it was.
+    tail = RunEvent("run:complete", {"result": 1}, "r-1", run_seq=5)
+    writer.append_copies("wf", "r-1", [tail])
+    assert reader.load_run("wf", "r-1") == [*journal, tail]
+    writer.close()
+    reader.close()
+
+
+def test_concurrent_appends_all_return_acknowledged(kafka_bootstrap: str) -> None:
+    prefix = _prefix()
+    store = KafkaEventLogStore(kafka_bootstrap, topic_prefix=prefix, shard_count=2)
+    failures: list[BaseException] = []
+
+    def copy(run_id: str) -> None:
+        try:
+            store.append_copies("wf", run_id, _journal(run_id, {}, 5))
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=copy, args=(f"r-{i}",)) for i in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert failures == []
+    reader = KafkaEventLogStore(kafka_bootstrap, topic_prefix=prefix, shard_count=2)
+    for i in range(16):
+        assert reader.load_run("wf", f"r-{i}") == _journal(f"r-{i}", {}, 5)
+    reader.close()
+    store.close()
+
+
+def test_an_unreachable_broker_is_store_unavailable() -> None:
+    with pytest.raises(StoreUnavailable, match="journal topic"):
+        KafkaEventLogStore("127.0.0.1:1", read_timeout=1.0)
