@@ -24,7 +24,13 @@ from typing import TypeVar
 import pytest
 
 from lockgate import ManualClock, MemoryStore, Store
-from lockgate.stores import CompositeStore, SQLiteStore, ValkeyLifecycleStore, ValkeyStore
+from lockgate.stores import (
+    CompositeStore,
+    KafkaEventLogStore,
+    SQLiteStore,
+    ValkeyLifecycleStore,
+    ValkeyStore,
+)
 from lockgate.stores.valkey._loop import Op
 from valkey_server import shared_url
 
@@ -79,6 +85,20 @@ def on_valkey(kind: type[V], clock: ManualClock, prefix: str) -> V:
     )
 
 
+def on_kafka(clock: ManualClock) -> CompositeStore:
+    """Valkey coordinating, the suite's Kafka broker keeping the journals, in a topic of the
+    store's own (so no test reads another's runs)."""
+    import kafka_broker
+
+    lifecycle = on_valkey(ValkeyLifecycleStore, clock, "k")
+    events = KafkaEventLogStore(
+        kafka_broker.shared_bootstrap(),
+        topic_prefix=f"lgt{uuid.uuid4().hex[:12]}",
+        shard_count=lifecycle.shard_count,
+    )
+    return CompositeStore(lifecycle=lifecycle, events=events)
+
+
 @dataclass(frozen=True)
 class StoreFactory:
     """A backend under test: ``make(clock, tmp_path)`` returns a fresh, empty store."""
@@ -124,6 +144,8 @@ STORE_FACTORIES: list[StoreFactory] = [
             events=SQLiteStore(tmp_path / "events.db", clock=clock, synchronous="normal"),
         ),
     ),
+    # Valkey coordinates; a real Kafka broker (one per session) keeps the journals.
+    StoreFactory("composite-kafka", lambda clock, tmp_path: on_kafka(clock)),
 ]
 
 

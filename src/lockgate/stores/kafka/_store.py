@@ -21,6 +21,8 @@ start. Keeping each run's first offset in the lifecycle store is the next step.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import re
 import threading
 import time
@@ -37,7 +39,6 @@ try:
         KafkaError,
         KafkaException,
         Message,
-        Producer,
         TopicPartition,
     )
     from confluent_kafka.admin import AdminClient
@@ -63,6 +64,7 @@ from lockgate.stores.kafka._codec import (
     record_headers,
 )
 from lockgate.stores.kafka._partition import gate_key, is_init, partition_for
+from lockgate.stores.kafka._producer import shared_producer
 
 #: Runs whose journal one process keeps in memory, at most (the least recently used go).
 JOURNALS_KEPT = 10_000
@@ -91,12 +93,18 @@ class _Journal:
                 self.key = gate_key(event)
 
     def ordered(self) -> list[RunEvent]:
-        return [self.events[seq] for seq in sorted(self.events)]
+        """The journal oldest first, as copies: a caller changing a payload changes only its
+        own."""
+        return [_copied(self.events[seq]) for seq in sorted(self.events)]
 
     @property
     def ended(self) -> bool:
         """A terminal is kept: no later copy can change the journal."""
         return any(event.is_terminal for event in self.events.values())
+
+
+def _copied(event: RunEvent) -> RunEvent:
+    return dataclasses.replace(event, payload=copy.deepcopy(event.payload))
 
 
 class _Delivery:
@@ -162,15 +170,7 @@ class KafkaEventLogStore(EventLogStore):
         self.read_timeout = read_timeout
         common = {"bootstrap.servers": bootstrap_servers, **(config or {})}
         self._ensure_topic(AdminClient(dict(common)), replication_factor)
-        self._producer = Producer(
-            {
-                **common,
-                "enable.idempotence": True,
-                "acks": "all",
-                "linger.ms": 2,  # appends of concurrent callers share a batch
-                "delivery.timeout.ms": int(delivery_timeout * 1000),
-            }
-        )
+        self._producer = shared_producer(common, delivery_timeout)
         self._consumer = Consumer(
             {
                 **common,
@@ -413,8 +413,17 @@ class KafkaEventLogStore(EventLogStore):
                         f"Kafka did not hand back {self.topic!r}[{journal.partition}] up to "
                         f"offset {high} within {self.read_timeout}s"
                     )
-                for msg in self._consumer.consume(num_messages=500, timeout=0.1):
+                # consume() waits for all num_messages (or the timeout): ask for just the
+                # records left, so the last batch returns when it lands.
+                wanted = min(500, high - journal.next_offset)
+                batch = self._consumer.consume(num_messages=wanted, timeout=0.05)
+                for msg in batch:
                     self._take(msg, journal, run)
+                if not batch:  # offsets skipped (control records) show as the position
+                    position = self._consumer.position(
+                        [TopicPartition(self.topic, journal.partition)]
+                    )
+                    journal.next_offset = max(journal.next_offset, position[0].offset)
         except KafkaException as exc:
             raise StoreUnavailable(f"Kafka failed a journal read: {exc}") from exc
         finally:
