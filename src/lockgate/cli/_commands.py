@@ -74,7 +74,7 @@ async def worker(args: argparse.Namespace) -> int:
     with _status_as_notes():
         await serve(
             # A worker creates a store that does not exist yet, and says so as it starts.
-            lambda: open_store(args.store, option_defaults={"create": True}),
+            lambda: open_store(args.store, option_defaults={"create": True}, journal=args.journal),
             store_name=redacted_url(url) if url else "(none)",
             workflows=workflows,
             options=options,

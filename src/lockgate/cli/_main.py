@@ -23,7 +23,7 @@ from lockgate._errors import LockgateError
 from lockgate.cli import _commands, _runs
 from lockgate.cli._exits import BROKEN_PIPE, INTERRUPTED, Failure, report
 from lockgate.cli._params import check_names
-from lockgate.stores._open import STORE_URL_ENV, open_store
+from lockgate.stores._open import JOURNAL_URL_ENV, STORE_URL_ENV, open_store
 
 DEBUG_ENV = "LOCKGATE_DEBUG"
 INTERRUPTED_LINE = "lockgate: interrupted"
@@ -35,6 +35,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--store",
         metavar="URL",
         help=f"store URL, e.g. sqlite:///lockgate.db (default: ${STORE_URL_ENV})",
+    )
+    common.add_argument(
+        "--journal",
+        metavar="URL",
+        help="keep a valkey:// store's journals in Kafka, e.g. kafka://host:9092"
+        f"?topic_prefix=orders (default: ${JOURNAL_URL_ENV})",
     )
     parser = argparse.ArgumentParser(
         prog="lockgate",
@@ -61,7 +67,9 @@ def _dispatch(args: argparse.Namespace) -> int:
     # for it with ?create=true): any other command on a missing file is a mistyped path or a
     # store that was removed, and a new empty one there would hide that.
     store = open_store(
-        args.store, option_defaults={"create": getattr(args, "creates_store", False)}
+        args.store,
+        option_defaults={"create": getattr(args, "creates_store", False)},
+        journal=args.journal,
     )
     try:
         outcome = args.run(args, store)

@@ -17,7 +17,7 @@ from lockgate.stores._base import (
 )
 from lockgate.stores._composite import CompositeStore
 from lockgate.stores._gates import Gates, WaitReason
-from lockgate.stores._open import STORE_URL_ENV, open_store
+from lockgate.stores._open import JOURNAL_URL_ENV, STORE_URL_ENV, open_store
 from lockgate.stores._triggers import TriggerPolicy
 from lockgate.stores._types import (
     ClaimedRun,
@@ -35,6 +35,7 @@ from lockgate.stores.valkey import ValkeyLifecycleStore, ValkeyStore
 
 __all__ = [
     "CAPABILITY_GROUPS",
+    "JOURNAL_URL_ENV",
     "STORE_URL_ENV",
     "ClaimedRun",
     "Claims",

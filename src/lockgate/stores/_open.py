@@ -14,7 +14,7 @@ import os
 import types
 import typing
 from collections.abc import Callable, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 from lockgate._errors import ConfigurationError
@@ -22,8 +22,12 @@ from lockgate.stores._base import Store
 from lockgate.stores.memory._store import MemoryStore
 from lockgate.stores.sqlite._store import SQLiteStore
 
+T = TypeVar("T")
+
 #: The environment variable ``open_store`` reads when it is given no URL.
 STORE_URL_ENV = "LOCKGATE_STORE_URL"
+#: The environment variable ``open_store`` reads when it is given no journal URL.
+JOURNAL_URL_ENV = "LOCKGATE_JOURNAL_URL"
 
 _SCHEMES = ("memory://", "sqlite:///PATH", "valkey://HOST:PORT/DB", "rediss://", "unix://PATH")
 _VALKEY_SCHEMES = frozenset({"valkey", "valkeys", "redis", "rediss", "unix"})
@@ -38,6 +42,7 @@ def open_store(
     default: str | None = None,
     allow_memory: bool = False,
     option_defaults: Mapping[str, Any] | None = None,
+    journal: str | None = None,
     **options: Any,
 ) -> Store:
     """Open the store ``url`` names.
@@ -59,6 +64,12 @@ def open_store(
     :class:`ConfigurationError`. ``option_defaults`` are options used only where neither the URL
     nor ``options`` gives them and the store takes them (the CLI opens SQLite with
     ``{"create": False}`` this way, which ``?create=true`` overrides).
+
+    ``journal`` (default: ``LOCKGATE_JOURNAL_URL``), ``kafka://host:port[,host:port]``
+    with ``?topic_prefix=...`` and other :class:`KafkaEventLogStore` options, keeps the
+    journals in Kafka: the store is then a :class:`CompositeStore` whose lifecycle is a
+    :class:`ValkeyLifecycleStore` on the Valkey ``url`` (with its options). A journal URL with
+    a SQLite or memory store is a :class:`ConfigurationError`.
     """
     chosen = url if url is not None else os.environ.get(STORE_URL_ENV) or default
     if not chosen:
@@ -67,6 +78,15 @@ def open_store(
             "(for example sqlite:///lockgate.db)"
         )
     scheme, location, query = _split(chosen)
+    journal_url = journal if journal is not None else os.environ.get(JOURNAL_URL_ENV) or None
+    if journal_url is not None:
+        if scheme not in _VALKEY_SCHEMES:
+            raise ConfigurationError(
+                f"a journal URL ({journal_url!r}) keeps the journals of a Valkey store; "
+                f"{scheme}:// stores keep their own: drop the journal URL (or "
+                f"{JOURNAL_URL_ENV}), or use a valkey:// store"
+            )
+        return _composite(chosen, query, journal_url, options, option_defaults)
     if scheme == "memory":
         if not allow_memory:
             raise ConfigurationError(
@@ -80,27 +100,68 @@ def open_store(
         path = _sqlite_path(chosen, location)
         return _construct("sqlite", SQLiteStore, (path,), query, options, option_defaults)
     if scheme in _VALKEY_SCHEMES:
-        from lockgate.stores.valkey._connect import SERVER_QUERY
         from lockgate.stores.valkey._store import ValkeyStore
 
-        parts = urlsplit(chosen)
-        kept = urlencode([(k, v) for k, v in query if k in SERVER_QUERY])
-        # Built by hand: urlunsplit drops the "//" of a URL with no host (unix:///path).
-        server = f"{parts.scheme}://{parts.netloc}{parts.path}" + (f"?{kept}" if kept else "")
-        store_options = [(k, v) for k, v in query if k not in SERVER_QUERY]
-        return _construct(
-            "valkey",
-            ValkeyStore,
-            (server,),
-            store_options,
-            options,
-            option_defaults,
-            in_url=SERVER_QUERY,
-        )
+        return _valkey(ValkeyStore, chosen, query, options, option_defaults)
     raise ConfigurationError(
         f"unknown store URL scheme {scheme + '://'!r} in {chosen!r}; supported: "
         + ", ".join(_SCHEMES)
     )
+
+
+def _valkey(
+    cls: Callable[..., Store],
+    url: str,
+    query: list[tuple[str, str]],
+    options: dict[str, Any],
+    option_defaults: Mapping[str, Any] | None,
+) -> Store:
+    """A Valkey store of ``cls``: the server's query parameters stay in its URL, the others
+    are store options."""
+    from lockgate.stores.valkey._connect import SERVER_QUERY
+
+    parts = urlsplit(url)
+    kept = urlencode([(k, v) for k, v in query if k in SERVER_QUERY])
+    # Built by hand: urlunsplit drops the "//" of a URL with no host (unix:///path).
+    server = f"{parts.scheme}://{parts.netloc}{parts.path}" + (f"?{kept}" if kept else "")
+    store_options = [(k, v) for k, v in query if k not in SERVER_QUERY]
+    return _construct(
+        "valkey", cls, (server,), store_options, options, option_defaults, in_url=SERVER_QUERY
+    )
+
+
+def _composite(
+    url: str,
+    query: list[tuple[str, str]],
+    journal: str,
+    options: dict[str, Any],
+    option_defaults: Mapping[str, Any] | None,
+) -> Store:
+    """``CompositeStore(lifecycle=ValkeyLifecycleStore(url), events=KafkaEventLogStore(...))``
+    with the journal topic partitioned as the lifecycle is sharded."""
+    from lockgate.stores._composite import CompositeStore
+    from lockgate.stores.kafka._store import KafkaEventLogStore
+    from lockgate.stores.valkey._lifecycle_store import ValkeyLifecycleStore
+
+    scheme, _location, journal_query = _split(journal)
+    bootstrap = urlsplit(journal).netloc
+    if scheme != "kafka" or not bootstrap or urlsplit(journal).path.strip("/"):
+        raise ConfigurationError(
+            f"journal URL {journal!r} is not kafka://host:port[,host:port][?topic_prefix=...]"
+        )
+    lifecycle = _valkey(ValkeyLifecycleStore, url, query, options, option_defaults)
+    try:
+        events = _construct(
+            "kafka",
+            KafkaEventLogStore,
+            (bootstrap,),
+            journal_query,
+            {"shard_count": getattr(lifecycle, "shard_count", 1)},
+        )
+        return CompositeStore(lifecycle=lifecycle, events=events)
+    except BaseException:
+        lifecycle.close()
+        raise
 
 
 def _split(url: str) -> tuple[str, str, list[tuple[str, str]]]:
@@ -139,14 +200,14 @@ def _sqlite_path(url: str, location: str) -> str:
 
 def _construct(
     label: str,
-    cls: Callable[..., Store],
+    cls: Callable[..., T],
     args: tuple[Any, ...],
     query: list[tuple[str, str]],
     options: dict[str, Any],
     option_defaults: Mapping[str, Any] | None = None,
     *,
     in_url: tuple[str, ...] = (),
-) -> Store:
+) -> T:
     """``cls(*args, **options)`` with the URL's ``query`` among the options, each checked and
     typed; ``in_url`` names what the URL itself takes besides (named when refusing one)."""
     accepted = _keyword_parameters(cls)
