@@ -8,7 +8,7 @@ import threading
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
@@ -167,3 +167,20 @@ def test_concurrent_appends_all_return_acknowledged(kafka_bootstrap: str) -> Non
 def test_an_unreachable_broker_is_store_unavailable() -> None:
     with pytest.raises(StoreUnavailable, match="journal topic"):
         KafkaEventLogStore("127.0.0.1:1", read_timeout=1.0)
+
+
+def test_an_append_kafka_does_not_acknowledge_is_store_unavailable_and_kept_nowhere(
+    kafka_bootstrap: str,
+) -> None:
+    prefix = _prefix()
+    # A locate naming a partition the topic does not have: Kafka cannot keep the records.
+    store = KafkaEventLogStore(
+        kafka_bootstrap, topic_prefix=prefix, shard_count=1, locate=lambda *_: 5, delivery_timeout=3
+    )
+    with pytest.raises(StoreUnavailable) as failed:
+        store.append_copies("wf", "r-1", _journal("r-1", {}, 2))
+    assert isinstance(failed.value.__cause__, KafkaException)
+    store.close()
+    reader = KafkaEventLogStore(kafka_bootstrap, topic_prefix=prefix, shard_count=1)
+    assert reader.load_run("wf", "r-1") == []
+    reader.close()
