@@ -184,3 +184,44 @@ def test_an_append_kafka_does_not_acknowledge_is_store_unavailable_and_kept_nowh
     reader = KafkaEventLogStore(kafka_bootstrap, topic_prefix=prefix, shard_count=1)
     assert reader.load_run("wf", "r-1") == []
     reader.close()
+
+
+def test_another_process_reads_a_run_from_the_position_the_lifecycle_keeps(
+    kafka_bootstrap: str,
+) -> None:
+    from confluent_kafka import Producer
+
+    from lockgate.stores import CompositeStore, ValkeyLifecycleStore
+    from valkey_server import shared_url
+
+    namespace, prefix = f"kp{uuid.uuid4().hex[:10]}", _prefix()
+
+    def composite() -> CompositeStore:
+        return CompositeStore(
+            lifecycle=ValkeyLifecycleStore(shared_url(), namespace=namespace),
+            events=KafkaEventLogStore(kafka_bootstrap, topic_prefix=prefix),
+        )
+
+    writer = composite()
+    # A record before the run's first one that claims to be the run's but is not a RunEvent:
+    # a reader that scanned the partition from its start would trip on it.
+    junk = Producer({"bootstrap.servers": kafka_bootstrap})
+    junk.produce(
+        f"{prefix}.journal",
+        b"\x02",
+        partition=0,
+        headers=[("lg-workflow", b"wf"), ("lg-run-id", b"r-1")],
+    )
+    assert junk.flush(30) == 0
+    writer.submit_run("wf", "r-1", {"a": 1})
+    writer.append_events("wf", "r-1", [RunEvent("run:complete", {"result": 2}, "r-1")])
+    lifecycle = writer.lifecycle
+    assert isinstance(lifecycle, ValkeyLifecycleStore)
+    assert lifecycle.journal_position("wf", "r-1") == (0, 1)  # offset 0 is the junk
+    lifecycle.keep_journal_position("wf", "r-1", 0, 5)  # a later copy's offset: the lowest stays
+    assert lifecycle.journal_position("wf", "r-1") == (0, 1)
+    assert lifecycle.journal_position("wf", "nobody") is None
+    reader = composite()
+    assert [e.kind for e in reader.load_run("wf", "r-1")] == ["run:init", "run:complete"]
+    writer.close()
+    reader.close()

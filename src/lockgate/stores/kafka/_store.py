@@ -15,8 +15,9 @@ twice (a producer retry, two processes copying one run); a read folds the run's 
 Reads. The store keeps, per process, the journals of the runs it wrote or read, with the offset
 up to which their partition was read, and the partition and first offset of runs it has seen.
 A read of a known run reads only its partition's records after that offset; a read of a run
-this process never saw reads the run's partition (``locate``: the lifecycle's shard) from its
-start. Keeping each run's first offset in the lifecycle store is the next step.
+this process never saw reads the run's partition (``locate``: the lifecycle's shard) from the
+first offset the lifecycle store keeps for it (``keep_journal_position``, told after the run's
+first copy is acknowledged), or, with no lifecycle bound, from the partition's start.
 """
 
 from __future__ import annotations
@@ -183,6 +184,9 @@ class KafkaEventLogStore(EventLogStore):
         self._read_lock = threading.Lock()
         self._journals: OrderedDict[Run, _Journal] = OrderedDict()
         self._positions: dict[Run, tuple[int, int]] = {}
+        #: Where a lifecycle store keeps each run's position (see ``bind_lifecycle``).
+        self._stored_position: Callable[[str, str], tuple[int, int] | None] | None = None
+        self._keep_position: Callable[[str, str, int, int], None] | None = None
 
     def __repr__(self) -> str:
         return f"KafkaEventLogStore({self.bootstrap_servers!r}, topic={self.topic!r})"
@@ -228,6 +232,12 @@ class KafkaEventLogStore(EventLogStore):
         shard_of = getattr(lifecycle, "shard_of", None)
         if self.locate is None and callable(shard_of):
             self.locate = shard_of
+        stored, keep = (
+            getattr(lifecycle, "journal_position", None),
+            getattr(lifecycle, "keep_journal_position", None),
+        )
+        if callable(stored) and callable(keep):
+            self._stored_position, self._keep_position = stored, keep
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -242,6 +252,9 @@ class KafkaEventLogStore(EventLogStore):
         partition = journal.partition if journal is not None else self._partition_of(run, events)
         key = self._key_of(journal, events, run_id)
         offsets = self._produce(name, partition, key, events)
+        if events[0].run_seq == 1 and self._keep_position is not None:
+            # Where any process finds the run's records from: the lowest such offset stays.
+            self._keep_position(name, run_id, partition, min(offsets))
         with self._read_lock:
             journal = self._journals.get(run)
             if journal is not None:
@@ -362,8 +375,16 @@ class KafkaEventLogStore(EventLogStore):
 
     def _find(self, run: Run) -> _Journal:
         """A run this process holds no journal of: its partition read from the run's first
-        offset when known, else from the partition's start."""
+        offset when known (remembered here, else kept by the lifecycle store), else, with no
+        lifecycle store bound, from the partition's start."""
         known = self._positions.get(run)
+        if known is None and self._stored_position is not None:
+            known = self._stored_position(*run)
+            if known is None:
+                # The lifecycle keeps a position once the run's first copy is acknowledged, and
+                # keeps the outbox until a copy has its terminal: with no position, no copy
+                # counts yet (one made just before a crash is copied again, with a position).
+                return _Journal(self.locate(*run) if self.locate is not None else 0, 0)
         if known is not None:
             journal = _Journal(*known)
         else:

@@ -24,3 +24,20 @@ class ValkeyLifecycleStore(ValkeyStore):
     def drop_outbox(self, name: str, run_id: str) -> None:
         """Forget the events of a run whose terminal the event log now holds."""
         self._cmd("DEL", self._run_key("e", name, run_id))
+
+    def keep_journal_position(self, name: str, run_id: str, partition: int, offset: int) -> None:
+        """Remember where the run's journal starts in the event log (a Kafka partition and
+        the offset of its first record), so that any process reads it from there; the lowest
+        offset told stays. A run this store does not hold is left alone."""
+        shard = self._run_shard(name, run_id)
+        self._script("j_position", name, run_id, str(partition), str(offset), shard=shard)
+
+    def journal_position(self, name: str, run_id: str) -> tuple[int, int] | None:
+        """Where the run's journal starts in the event log, as kept by
+        :meth:`keep_journal_position`; None when none was kept (or no such run)."""
+        fields = self._run(self._fields_op(name, run_id))
+        kept = (fields or {}).get("journal_at")
+        if not kept:
+            return None
+        partition, _, offset = kept.partition(":")
+        return int(partition), int(offset)
