@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -87,10 +88,11 @@ def drive(runner: InlineWorkflowRunner, clock: ManualClock) -> Drive:
 def kafka_bootstrap() -> str:
     """The bootstrap address of a real Kafka broker: ``LOCKGATE_TEST_KAFKA_BOOTSTRAP``, or one
     broker the suite starts once for the whole session (``tools/kafka_broker.py``), on first
-    use. Skipped, saying why, only when no broker can be started here (no Java or Maven)."""
+    use. Skipped, saying why, only when no broker can be started here (no Java or Maven); a
+    broker that fails to start where it could is an error, not a skip."""
     import kafka_broker
 
-    try:
-        return kafka_broker.shared_bootstrap()
-    except kafka_broker.BrokerError as exc:
-        pytest.skip(f"no Kafka broker is available: {exc}")
+    missing = kafka_broker.missing_tools()
+    if missing and not os.environ.get(kafka_broker.BOOTSTRAP_ENV):
+        pytest.skip(f"no Kafka broker can be started here: {missing}")
+    return kafka_broker.shared_bootstrap()

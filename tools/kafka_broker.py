@@ -144,6 +144,18 @@ def fetch_jars(version: str = KAFKA_VERSION) -> Path:
     return libs
 
 
+def missing_tools() -> str | None:
+    """What this machine lacks to start a broker (Java, or Maven while the jars are not
+    cached yet), or None."""
+    try:
+        java()
+    except BrokerError as exc:
+        return str(exc)
+    if not (cache_dir() / "libs" / "complete").exists() and shutil.which("mvn") is None:
+        return "mvn not found: the broker's jars come from Maven Central through Maven"
+    return None
+
+
 def java() -> str:
     found = shutil.which("java")
     home = os.environ.get("JAVA_HOME")
@@ -232,8 +244,8 @@ class KafkaBroker:
                     classpath,
                     "kafka.tools.StorageTool",
                     "format",
-                    "-t",
-                    _cluster_id(),
+                    # In one argument: an id may begin with "-", which would read as an option.
+                    f"--cluster-id={_cluster_id()}",
                     "-c",
                     str(props),
                 ],

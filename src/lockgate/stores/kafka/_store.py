@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import logging
 import re
 import threading
 import time
@@ -169,7 +170,13 @@ class KafkaEventLogStore(EventLogStore):
         self.locate = locate
         self.delivery_timeout = delivery_timeout
         self.read_timeout = read_timeout
-        common = {"bootstrap.servers": bootstrap_servers, **(config or {})}
+        # librdkafka logs through Python's logging (served when a client polls), not
+        # straight to stderr, where its reconnect noise would land even after the store closed.
+        common = {
+            "bootstrap.servers": bootstrap_servers,
+            "logger": logging.getLogger("lockgate.kafka"),
+            **(config or {}),
+        }
         self._ensure_topic(AdminClient(dict(common)), replication_factor)
         self._producer = shared_producer(common, delivery_timeout)
         self._consumer = Consumer(
