@@ -508,3 +508,10 @@ def describe_error(exc: BaseException) -> dict[str, Any]:
     if isinstance(user_code, str):
         described["user_code"] = user_code
     return described
+
+
+def one_line(error: BaseException) -> str:
+    """``error``'s message folded onto one line (its lines joined by ``"; "``), or its class
+    name when it has none: how the CLI's stderr and the worker's status lines show a failure."""
+    text = "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
+    return text or type(error).__name__

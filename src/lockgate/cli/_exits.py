@@ -12,6 +12,7 @@ from lockgate._errors import (
     InvalidParamsError,
     PayloadTooLarge,
     RunNotFoundError,
+    one_line,
 )
 
 OK = 0
@@ -53,14 +54,9 @@ def exit_code_for(exc: BaseException) -> int:
     return USAGE if isinstance(exc, USAGE_ERRORS) else FAILED
 
 
-def one_line(text: str) -> str:
-    """``text`` folded onto one line, so stderr carries exactly one line per failure."""
-    return "; ".join(line.strip() for line in str(text).splitlines() if line.strip())
-
-
 def report(exc: BaseException) -> int:
     """Print ``exc`` as one line on stderr and return its exit code."""
-    message = one_line(str(exc)) or type(exc).__name__
+    message = one_line(exc)
     if isinstance(exc, OSError) and exc.filename is not None and str(exc.filename) not in message:
         message = f"{message}: {exc.filename}"
     print(f"lockgate: error: {message}", file=sys.stderr, flush=True)

@@ -14,6 +14,7 @@ import random
 from collections.abc import Iterator
 
 from lockgate._clock import Clock
+from lockgate._errors import one_line
 
 #: The logger of a worker's changes of state: a handful of lines in a worker's life.
 status_log = logging.getLogger("lockgate.worker.status")
@@ -46,11 +47,6 @@ def describe_store(store: object) -> str:
 def runs(count: int) -> str:
     """``"1 run"``, ``"3 runs"``."""
     return f"{count} run" if count == 1 else f"{count} runs"
-
-
-def one_line(error: BaseException) -> str:
-    text = "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
-    return text or type(error).__name__
 
 
 class StoreState:
