@@ -12,6 +12,7 @@ from lockgate._errors import StoreFileGone, StoreUnavailable
 from lockgate.stores import _notices as notices
 from lockgate.stores._types import ClaimedRun
 from lockgate.worker._runtime import Runtime, wait_all
+from lockgate.worker._status import backoff
 from lockgate.workflow._executor import Attempt
 from lockgate.workflow._spec import WorkflowSpec
 from lockgate.workflow._unwind import AttemptOutcome
@@ -213,8 +214,7 @@ class AttemptPool:
         outage still lets its holder requeue the run, unless an orphan scan (which counts
         ``owner_gone``) or another claim got to it first; then this does nothing."""
         rt = self._rt
-        delay = REQUEUE_RETRY_FIRST
-        while True:
+        for delay in backoff(REQUEUE_RETRY_FIRST, REQUEUE_RETRY_MOST):
             try:
                 await rt.io(
                     rt.store.requeue_run,
@@ -240,7 +240,6 @@ class AttemptPool:
                 log.exception("run %s of %s: putting it back failed", claim.run_id, claim.name)
                 return
             await rt.clock.sleep(delay)
-            delay = min(delay * 2, REQUEUE_RETRY_MOST)
 
     async def drain(self, seconds: float) -> list[Claim]:
         """Give running attempts up to ``seconds`` to end (a stopping worker's attempts hand
