@@ -405,7 +405,7 @@ def _stop(process: subprocess.Popen[bytes]) -> int:
     return process.wait()
 
 
-def _until(what: str, check: Any, timeout: float = 15.0) -> Any:
+def _until(what: str, check: Any, timeout: float = 30.0) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = check()

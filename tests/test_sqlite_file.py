@@ -11,9 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -33,18 +31,11 @@ from lockgate import (
 )
 from lockgate.cli import main
 from lockgate.stores.sqlite import _rows as _sqlite_rows
+from test_cli import _one_error_line, _until
 
 
 def _names(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir())
-
-
-def _one_error_line(err: str) -> str:
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert "Traceback" not in err
-    assert lines[0].startswith("lockgate: error: ")
-    return lines[0]
 
 
 # -- creating a store is explicit -----------------------------------------------------------
@@ -344,16 +335,6 @@ WORKFLOWS = textwrap.dedent(
     """
 )
 ENV = {k: v for k, v in os.environ.items() if k not in ("LOCKGATE_STORE_URL", "LOCKGATE_DEBUG")}
-
-
-def _until(what: str, check: Any, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _status(path: Path, run_id: str) -> RunStatus | None:

@@ -32,6 +32,7 @@ from lockgate import (
 )
 from lockgate.cli import main
 from lockgate.worker._registration import policy_record
+from test_cli import _one_error_line
 
 if TYPE_CHECKING:
     from decimal import Decimal as OnlyForTypeCheckers
@@ -276,14 +277,6 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv("SUBMIT_CHECKS_MODULE", module)
     yield tmp_path
     sys.modules.pop(module, None)
-
-
-def _one_error_line(err: str) -> str:
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert "Traceback" not in err
-    assert lines[0].startswith("lockgate: error: ")
-    return lines[0]
 
 
 def test_lockgate_submit_refuses_ten_megabytes_by_name_with_exit_2(
