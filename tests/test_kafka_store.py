@@ -9,11 +9,15 @@ import uuid
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    ConfigResource,
+    ResourceType,
+)
 from confluent_kafka.cimpl import NewTopic
 
 from lockgate import StoreUnavailable
-from lockgate._errors import ConfigurationError, JournalTopicMismatch
+from lockgate._errors import ConfigurationError, JournalTopicMismatch, JournalTopicUnsafe
 from lockgate.journal._events import EPOCH_HEADER, RunEvent
 from lockgate.stores.kafka import KafkaEventLogStore
 from lockgate.stores.kafka._codec import decode, header_map
@@ -31,6 +35,17 @@ def _journal(run_id: str, gates: dict[str, object], count: int) -> list[RunEvent
         for i in range(count - 1)
     ]
     return [init, *steps]
+
+
+def _high_watermarks(bootstrap: str, topic: str, partitions: int) -> list[int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex})
+    try:
+        return [
+            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            for p in range(partitions)
+        ]
+    finally:
+        consumer.close()
 
 
 def _records(
@@ -82,6 +97,43 @@ def test_a_topic_made_elsewhere_with_another_count_is_refused(kafka_bootstrap: s
     admin.create_topics([NewTopic(f"{prefix}.journal", 2, 1)])[f"{prefix}.journal"].result(30)
     with pytest.raises(JournalTopicMismatch):
         KafkaEventLogStore(kafka_bootstrap, topic_prefix=prefix, shard_count=1)
+
+
+def test_the_topic_is_made_to_keep_every_record_and_never_compact(kafka_bootstrap: str) -> None:
+    prefix = _prefix()
+    KafkaEventLogStore(kafka_bootstrap, topic_prefix=prefix).close()
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    resource = ConfigResource(ResourceType.TOPIC, f"{prefix}.journal")
+    entries = admin.describe_configs([resource])[resource].result(timeout=30)
+    values = {name: entry.value for name, entry in entries.items()}
+    assert (values["cleanup.policy"], values["retention.ms"], values["retention.bytes"]) == (
+        "delete",
+        "-1",
+        "-1",
+    )
+
+
+def test_a_compacted_topic_is_refused_and_left_as_it_was(kafka_bootstrap: str) -> None:
+    prefix = _prefix()
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    compacted = NewTopic(f"{prefix}.journal", 1, 1, config={"cleanup.policy": "compact"})
+    admin.create_topics([compacted])[f"{prefix}.journal"].result(30)
+    with pytest.raises(JournalTopicUnsafe, match=r"cleanup\.policy=compact") as refused:
+        KafkaEventLogStore(kafka_bootstrap, topic_prefix=prefix)
+    assert (refused.value.setting, refused.value.code) == ("cleanup.policy", "configuration")
+    assert _high_watermarks(kafka_bootstrap, f"{prefix}.journal", 1) == [0]  # nothing written
+
+
+def test_a_topic_that_deletes_old_records_is_served_with_a_warning(
+    kafka_bootstrap: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    prefix = _prefix()
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    week = NewTopic(f"{prefix}.journal", 1, 1, config={"retention.ms": "604800000"})
+    admin.create_topics([week])[f"{prefix}.journal"].result(30)
+    with caplog.at_level("WARNING", logger="lockgate.kafka"):
+        KafkaEventLogStore(kafka_bootstrap, topic_prefix=prefix).close()
+    assert "retention.ms=604800000" in caplog.text
 
 
 def test_a_bad_topic_prefix_is_a_configuration_error() -> None:

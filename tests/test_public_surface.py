@@ -37,6 +37,7 @@ EXPECTED = {
     "InvalidParamsError",
     "JournalNeedsNewerRuntime",
     "JournalTopicMismatch",
+    "JournalTopicUnsafe",
     "KafkaEventLogStore",
     "LifecycleStore",
     "Limit",

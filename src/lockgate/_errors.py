@@ -398,6 +398,23 @@ class JournalTopicMismatch(ConfigurationError):
         self.expected = expected
 
 
+class JournalTopicUnsafe(ConfigurationError):
+    """The Kafka journal topic exists with a setting that would delete journal records a run
+    still needs: a ``cleanup.policy`` with ``compact`` keeps one record per gate key, so every
+    other event of those runs would go. The store refuses to start; nothing was written.
+    ``topic`` is the topic, ``setting`` and ``value`` the setting that is unsafe."""
+
+    def __init__(self, topic: str, setting: str, value: str) -> None:
+        super().__init__(
+            f"the journal topic {topic!r} has {setting}={value}, which deletes journal records "
+            f"runs still need; set {setting}=delete with a retention longer than your runs "
+            f"live (kafka-configs --alter --add-config), or use another topic_prefix"
+        )
+        self.topic = topic
+        self.setting = setting
+        self.value = value
+
+
 class StoreFileGone(LockgateError):
     """The path of an open SQLite store no longer names the file it opened, or its ``-wal`` or
     ``-shm`` companion: deleted, moved or replaced. Whatever the store did next would go to a

@@ -43,7 +43,11 @@ try:
         Message,
         TopicPartition,
     )
-    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]  # not re-exported
+        AdminClient,
+        ConfigResource,
+        ResourceType,
+    )
     from confluent_kafka.cimpl import NewTopic
 except ImportError:  # pragma: no cover - the extra is missing
     confluent_kafka = None  # type: ignore[assignment]
@@ -52,6 +56,7 @@ from lockgate._errors import (
     ConfigurationError,
     EventAfterTerminal,
     JournalTopicMismatch,
+    JournalTopicUnsafe,
     StoreUnavailable,
 )
 from lockgate.journal._events import RunEvent
@@ -73,6 +78,15 @@ JOURNALS_KEPT = 10_000
 #: Runs whose partition and first offset one process remembers; past it the memory starts over.
 POSITIONS_KEPT = 100_000
 _TOPIC_PREFIX = re.compile(r"[A-Za-z0-9._-]{1,200}")
+#: The settings a journal topic is created with: a journal must outlive its run, so records are
+#: kept until an operator decides otherwise, and never compacted (compaction keeps one record
+#: per key, and the key is the gate key many events share).
+JOURNAL_TOPIC_CONFIG: Mapping[str, str] = {
+    "cleanup.policy": "delete",
+    "retention.ms": "-1",
+    "retention.bytes": "-1",
+}
+_log = logging.getLogger("lockgate.kafka")
 
 Run = tuple[str, str]
 
@@ -137,7 +151,9 @@ class KafkaEventLogStore(EventLogStore):
     run's shard (a :class:`CompositeStore` binds its lifecycle's ``shard_of``); without it a
     run's partition is its gate key's. ``config`` adds librdkafka settings to every client.
     ``delivery_timeout`` and ``read_timeout`` bound, in seconds, how long an append waits for
-    its acknowledgements and a read for its records before :class:`StoreUnavailable`."""
+    its acknowledgements and a read for its records before :class:`StoreUnavailable`. A topic
+    the store creates gets :data:`JOURNAL_TOPIC_CONFIG` with ``topic_config`` over it; an
+    existing topic that compacts is refused (:class:`JournalTopicUnsafe`)."""
 
     blocking_io = True
 
@@ -152,6 +168,7 @@ class KafkaEventLogStore(EventLogStore):
         delivery_timeout: float = 30.0,
         read_timeout: float = 30.0,
         config: Mapping[str, Any] | None = None,
+        topic_config: Mapping[str, str] | None = None,
     ) -> None:
         if confluent_kafka is None or not codec_available():
             raise ConfigurationError(
@@ -177,7 +194,11 @@ class KafkaEventLogStore(EventLogStore):
             "logger": logging.getLogger("lockgate.kafka"),
             **(config or {}),
         }
-        self._ensure_topic(AdminClient(dict(common)), replication_factor)
+        admin = AdminClient(dict(common))
+        self._ensure_topic(
+            admin, replication_factor, {**JOURNAL_TOPIC_CONFIG, **(topic_config or {})}
+        )
+        self._check_topic_config(admin)
         self._producer = shared_producer(common, delivery_timeout)
         self._consumer = Consumer(
             {
@@ -200,14 +221,19 @@ class KafkaEventLogStore(EventLogStore):
 
     # -- start ---------------------------------------------------------------------------------
 
-    def _ensure_topic(self, admin: AdminClient, replication_factor: int) -> None:
-        """Create the journal topic with ``shard_count`` partitions, or check that it has
-        them; :class:`JournalTopicMismatch` (nothing written) when it has another count."""
+    def _ensure_topic(
+        self, admin: AdminClient, replication_factor: int, config: Mapping[str, str]
+    ) -> None:
+        """Create the journal topic with ``shard_count`` partitions and ``config``, or check
+        that it has them; :class:`JournalTopicMismatch` (nothing written) when it has another
+        count."""
         timeout = self.read_timeout
         try:
             partitions = self._partition_count(admin, timeout)
             if partitions is None:
-                new = NewTopic(self.topic, self.shard_count, replication_factor)
+                new = NewTopic(
+                    self.topic, self.shard_count, replication_factor, config=dict(config)
+                )
                 try:
                     admin.create_topics([new])[self.topic].result(timeout=timeout)
                 except KafkaException as exc:
@@ -221,6 +247,30 @@ class KafkaEventLogStore(EventLogStore):
             ) from exc
         if partitions is not None and partitions != self.shard_count:
             raise JournalTopicMismatch(self.topic, partitions, self.shard_count)
+
+    def _check_topic_config(self, admin: AdminClient) -> None:
+        """Refuse a topic that compacts (:class:`JournalTopicUnsafe`); warn once about one that
+        deletes records after a time, since a run older than that loses its journal."""
+        resource = ConfigResource(ResourceType.TOPIC, self.topic)
+        try:
+            entries = admin.describe_configs([resource])[resource].result(timeout=self.read_timeout)
+        except KafkaException as exc:
+            raise StoreUnavailable(
+                f"Kafka at {self.bootstrap_servers} did not describe the journal topic "
+                f"{self.topic!r}: {exc}"
+            ) from exc
+        values = {name: entry.value for name, entry in entries.items()}
+        policy = values.get("cleanup.policy") or "delete"
+        if "compact" in policy:
+            raise JournalTopicUnsafe(self.topic, "cleanup.policy", policy)
+        retention = values.get("retention.ms")
+        if retention not in (None, "-1"):
+            _log.warning(
+                "the journal topic %r deletes records after retention.ms=%s: a run that lives "
+                "longer, or is read after that, loses its journal",
+                self.topic,
+                retention,
+            )
 
     def _partition_count(self, admin: AdminClient, timeout: float) -> int | None:
         # The whole listing, never the one topic: asking for a missing topic's metadata may
