@@ -10,7 +10,7 @@ from pathlib import Path
 import fastavro
 import pytest
 
-from lockgate import StoreUnavailable
+from lockgate import SchemaVersionMismatch, StoreUnavailable
 from lockgate.journal._events import EPOCH_HEADER, RunEvent
 from lockgate.stores._records import Submit
 from lockgate.stores.kafka import _codec
@@ -109,3 +109,13 @@ def test_the_partition_is_the_valkey_shard_of_the_same_key(partitions: int) -> N
     assert {partition_for(k, partitions) for k in keys} == set(range(partitions))
     # Spelled out, not Python's salted hash: the first 8 bytes of SHA-1, big-endian, mod n.
     assert partition_for("acct-1", 16) == 0x6F795E0E61DE4F75 % 16
+
+
+def test_a_record_of_a_newer_schema_major_is_refused_not_guessed() -> None:
+    value = _codec.encode(_init("r-3", {}))
+    assert _codec.decode(value, "1.4") == _codec.decode(value)  # a minor reads as its major
+    with pytest.raises(SchemaVersionMismatch, match=r"schema version 2\.0") as refused:
+        _codec.decode(value, "2.0")
+    assert refused.value.missing == ("schema_version 2.0",)
+    with pytest.raises(StoreUnavailable, match="not a schema version"):
+        _codec.decode(value, "v-one")

@@ -20,7 +20,7 @@ try:
 except ImportError:  # pragma: no cover - the extra is missing
     fastavro = None  # type: ignore[assignment]
 
-from lockgate._errors import StoreUnavailable
+from lockgate._errors import SchemaVersionMismatch, StoreUnavailable
 from lockgate.journal._events import EPOCH_HEADER, RunEvent
 
 #: Record headers: the workflow, the run id, its ``run_seq``, the fencing epoch (when the event
@@ -30,6 +30,10 @@ RUN_ID_HEADER = "lg-run-id"
 RUN_SEQ_HEADER = "lg-run-seq"
 RECORD_EPOCH_HEADER = EPOCH_HEADER
 SCHEMA_HEADER = "lg-schema"
+#: The schema version's major this runtime writes and reads: the version of ``run_event.avsc``.
+#: A record's version is its ``lg-schema`` header (``MAJOR`` or ``MAJOR.MINOR``); minors never
+#: change the Avro fields (see ``schemas/README.md``).
+WIRE_MAJOR = 1
 
 
 def codec_available() -> bool:
@@ -59,9 +63,17 @@ def encode(event: RunEvent) -> bytes:
     return out.getvalue()
 
 
-def decode(value: bytes) -> RunEvent:
-    """The event an Avro value holds; a value that is not one is :class:`StoreUnavailable`
-    (the topic holds something lockgate did not write)."""
+def decode(value: bytes, schema_version: str | None = None) -> RunEvent:
+    """The event an Avro value holds, written with ``schema_version`` (its ``lg-schema``
+    header; this runtime's when not given). A value that is not one is
+    :class:`StoreUnavailable` (the topic holds something lockgate did not write); one written
+    with a newer major is :class:`SchemaVersionMismatch`, read by no guess."""
+    if schema_version is not None and _major(schema_version) != WIRE_MAJOR:
+        raise SchemaVersionMismatch(
+            f"a journal record was written with schema version {schema_version}; this lockgate "
+            f"reads version {WIRE_MAJOR}: upgrade lockgate to read it",
+            missing=[f"schema_version {schema_version}"],
+        )
     try:
         record: Any = fastavro.schemaless_reader(io.BytesIO(value), schema(), None)
         payload = json.loads(record["payload"])
@@ -75,6 +87,15 @@ def decode(value: bytes) -> RunEvent:
         run_seq=record["run_seq"],
         headers=dict(record["headers"]),
     )
+
+
+def _major(version: str) -> int:
+    try:
+        return int(version.split(".", 1)[0])
+    except ValueError:
+        raise StoreUnavailable(
+            f"a journal record's {SCHEMA_HEADER} header is not a schema version: {version!r}"
+        ) from None
 
 
 def record_headers(name: str, event: RunEvent) -> list[tuple[str, str | bytes | None]]:

@@ -63,6 +63,7 @@ from lockgate.journal._events import RunEvent
 from lockgate.stores._base import EventLogStore
 from lockgate.stores.kafka._codec import (
     RUN_ID_HEADER,
+    SCHEMA_HEADER,
     WORKFLOW_HEADER,
     codec_available,
     decode,
@@ -522,7 +523,7 @@ class KafkaEventLogStore(EventLogStore):
             journal.first = msg.offset()
         value = msg.value()
         if value is not None:
-            journal.keep(decode(value))
+            journal.keep(decode(value, headers.get(SCHEMA_HEADER)))
 
     def _remember(self, run: Run, journal: _Journal, events: Sequence[RunEvent]) -> None:
         """Keep the run's journal (most recently used last) and its position."""
