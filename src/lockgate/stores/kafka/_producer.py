@@ -19,16 +19,22 @@ _lock = threading.Lock()
 _producers: dict[tuple[tuple[str, str], ...], Producer] = {}
 
 
-def shared_producer(common: Mapping[str, Any], delivery_timeout: float) -> Producer:
-    """The process's producer for ``common`` (bootstrap servers and any added settings):
-    idempotent, ``acks=all``, giving up on a record after ``delivery_timeout`` seconds."""
-    config = {
+def producer_config(common: Mapping[str, Any], delivery_timeout: float) -> dict[str, Any]:
+    """The settings of a journal producer for ``common`` (bootstrap servers and any added
+    settings): idempotent, ``acks=all``, giving up on a record after ``delivery_timeout``
+    seconds."""
+    return {
         **common,
         "enable.idempotence": True,
         "acks": "all",
         "linger.ms": 2,  # appends of concurrent callers share a batch
         "delivery.timeout.ms": int(delivery_timeout * 1000),
     }
+
+
+def shared_producer(common: Mapping[str, Any], delivery_timeout: float) -> Producer:
+    """The process's producer for ``common`` (see :func:`producer_config`)."""
+    config = producer_config(common, delivery_timeout)
     key = tuple(sorted((str(k), str(v)) for k, v in config.items()))
     with _lock:
         producer = _producers.get(key)

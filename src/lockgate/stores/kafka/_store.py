@@ -14,10 +14,13 @@ twice (a producer retry, two processes copying one run); a read folds the run's 
 
 Reads. The store keeps, per process, the journals of the runs it wrote or read, with the offset
 up to which their partition was read, and the partition and first offset of runs it has seen.
-A read of a known run reads only its partition's records after that offset; a read of a run
-this process never saw reads the run's partition (``locate``: the lifecycle's shard) from the
-first offset the lifecycle store keeps for it (``keep_journal_position``, told after the run's
-first copy is acknowledged), or, with no lifecycle bound, from the partition's start.
+A read of a known run reads only its partition's records after that offset, and none when a
+caller vouches for the run's last ``run_seq`` and the journal kept holds every event up to it
+(``journal_through``: a composite's reads of the runs its worker holds, whose events it copied
+itself). A read of a run this process never saw reads the run's partition (``locate``: the
+lifecycle's shard) from the first offset the lifecycle store keeps for it
+(``keep_journal_position``, told after the run's first copy is acknowledged), or, with no
+lifecycle bound, from the partition's start.
 """
 
 from __future__ import annotations
@@ -98,6 +101,11 @@ class _Journal:
         """The journal oldest first, as copies: a caller changing a payload changes only its
         own."""
         return [_copied(self.events[seq]) for seq in sorted(self.events)]
+
+    def holds_through(self, last_seq: int) -> bool:
+        """Every event from ``run_seq`` 1 up to at least ``last_seq`` is kept, none missing."""
+        top = max(self.events, default=0)
+        return top >= last_seq and len(self.events) == top
 
     @property
     def ended(self) -> bool:
@@ -189,6 +197,10 @@ class KafkaEventLogStore(EventLogStore):
             }
         )
         self._read_lock = threading.Lock()
+        #: Requests this store made to the broker for a partition's offsets, which every read
+        #: of the topic starts with: what a test or a benchmark counts to see reads answered
+        #: from memory.
+        self.topic_reads = 0
         self._journals: OrderedDict[Run, _Journal] = OrderedDict()
         self._positions: dict[Run, tuple[int, int]] = {}
         #: Where a lifecycle store keeps each run's position (see ``bind_lifecycle``).
@@ -366,6 +378,20 @@ class KafkaEventLogStore(EventLogStore):
         events = self._read(name, run_id)
         return events[-1] if events else None
 
+    def journal_through(self, name: str, run_id: str, last_seq: int) -> list[RunEvent]:
+        """The run's journal, for a caller that knows the run has events up to ``run_seq``
+        ``last_seq`` and none after (a :class:`CompositeStore`, from its lifecycle's outbox,
+        just after copying it): from memory, with no request to the broker, when this process
+        holds every event of the run from ``run_seq`` 1 up to there (the runs it holds, whose
+        events it copied itself); else read as :meth:`load_run` reads."""
+        run = (name, run_id)
+        with self._read_lock:
+            journal = self._journals.get(run)
+            if journal is not None and journal.holds_through(last_seq):
+                self._journals.move_to_end(run)
+                return journal.ordered()
+        return self._read(name, run_id)
+
     def _read(self, name: str, run_id: str) -> list[RunEvent]:
         """The run's journal, folded by ``run_seq``: from memory when it has ended, else after
         reading its partition on from where this process last did."""
@@ -418,6 +444,7 @@ class KafkaEventLogStore(EventLogStore):
         return low
 
     def _watermarks(self, partition: int) -> tuple[int, int]:
+        self.topic_reads += 1
         try:
             low, high = self._consumer.get_watermark_offsets(
                 TopicPartition(self.topic, partition), timeout=self.read_timeout, cached=False
