@@ -131,16 +131,35 @@ class CompositeStore(Store):
         run = (name, run_id)
         have = self._copied.get(run)
         if have is None:
+            return self._first_copy(name, run_id)
+        fresh = self._outbox.events_after(name, run_id, max(have - 1, 0))
+        if have and (not fresh or fresh[0].run_seq != have):
+            self._copied.pop(run, None)  # no outbox: the log alone knows the run now
+            return None
+        return self._copy_fresh(name, run_id, have, fresh)
+
+    def _first_copy(self, name: str, run_id: str) -> int | None:
+        """:meth:`_copy` of a run this process has not copied: what the log already holds is
+        asked of the log, given the outbox when the log can use it (``held_through``: a
+        Kafka log reads no further than the outbox's events), else by its last event."""
+        outbox = self._outbox.events_after(name, run_id, 0)
+        held = getattr(self.events, "held_through", None)
+        if outbox and outbox[0].run_seq == 1 and callable(held):
+            have: int = held(name, run_id, outbox)
+        else:
             last = self.events.get_last_event(name, run_id)
             if last is not None and last.is_terminal:
                 self._outbox.drop_outbox(name, run_id)
                 return None
             have = last.run_seq or 0 if last is not None else 0
-        fresh = self._outbox.events_after(name, run_id, max(have - 1, 0))
-        if have and (not fresh or fresh[0].run_seq != have):
-            self._copied.pop(run, None)  # no outbox: the log alone knows the run now
+        if not outbox:
             return None
-        fresh = [event for event in fresh if (event.run_seq or 0) > have]
+        return self._copy_fresh(name, run_id, have, outbox)
+
+    def _copy_fresh(self, name: str, run_id: str, have: int, outbox: list[RunEvent]) -> int | None:
+        """Copy the outbox's events after ``have``; the outbox's last ``run_seq``."""
+        run = (name, run_id)
+        fresh = [event for event in outbox if (event.run_seq or 0) > have]
         if not fresh:
             self._copied[run] = have
             return have or None

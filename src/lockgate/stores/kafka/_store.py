@@ -113,6 +113,14 @@ class _Journal:
         return any(event.is_terminal for event in self.events.values())
 
 
+def _gapless(events: Mapping[int, RunEvent]) -> int:
+    """The highest ``run_seq`` up to which ``events`` has every one from 1."""
+    seq = 0
+    while seq + 1 in events:
+        seq += 1
+    return seq
+
+
 def _copied(event: RunEvent) -> RunEvent:
     return dataclasses.replace(event, payload=copy.deepcopy(event.payload))
 
@@ -392,6 +400,36 @@ class KafkaEventLogStore(EventLogStore):
                 return journal.ordered()
         return self._read(name, run_id)
 
+    def held_through(self, name: str, run_id: str, outbox: Sequence[RunEvent]) -> int:
+        """The ``run_seq`` up to which the topic is known to hold the run's events with no
+        gap, given its ``outbox`` (every event of the live run from ``run_seq`` 1, as a
+        lifecycle store keeps them; a :class:`CompositeStore`'s first copy of a run asks).
+
+        Known from memory, or from the position the lifecycle keeps: it is kept once a copy
+        starting at ``run_seq`` 1 was acknowledged, so that event is there and this process
+        keeps the outbox's copy of it. Past that the run's partition is read from the run's
+        first offset only until every outbox event is found, or to the partition's end."""
+        run = (name, run_id)
+        wanted = outbox[-1].run_seq or 0
+        with self._read_lock:
+            journal = self._journals.get(run)
+            known = self._positions.get(run)
+        if journal is None:
+            if known is None and self._stored_position is not None:
+                known = self._stored_position(name, run_id)
+            if known is None:
+                return 0  # no copy counts yet (see _find)
+        with self._read_lock:
+            journal = self._journals.get(run)
+            if journal is None and known is not None:
+                journal = _Journal(*known, first=known[1])
+                journal.keep(outbox[0])
+            assert journal is not None
+            if not journal.holds_through(wanted):
+                self._read_on(journal, run, until=wanted)
+            self._remember(run, journal, ())
+            return _gapless(journal.events)
+
     def _read(self, name: str, run_id: str) -> list[RunEvent]:
         """The run's journal, folded by ``run_seq``: from memory when it has ended, else after
         reading its partition on from where this process last did."""
@@ -453,9 +491,10 @@ class KafkaEventLogStore(EventLogStore):
             raise StoreUnavailable(f"Kafka did not answer for {self.topic!r}: {exc}") from exc
         return int(low), int(high)
 
-    def _read_on(self, journal: _Journal, run: Run) -> None:
+    def _read_on(self, journal: _Journal, run: Run, *, until: int | None = None) -> None:
         """Read the journal's partition from ``journal.next_offset`` to its end now, keeping
-        the run's records."""
+        the run's records; with ``until``, no further than it takes to hold every event up to
+        that ``run_seq``."""
         _low, high = self._watermarks(journal.partition)
         if journal.next_offset >= high:
             return
@@ -463,6 +502,8 @@ class KafkaEventLogStore(EventLogStore):
         deadline = time.monotonic() + self.read_timeout
         try:
             while journal.next_offset < high:
+                if until is not None and journal.holds_through(until):
+                    return
                 if time.monotonic() > deadline:
                     raise StoreUnavailable(
                         f"Kafka did not hand back {self.topic!r}[{journal.partition}] up to "
