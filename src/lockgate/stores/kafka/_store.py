@@ -341,14 +341,12 @@ class KafkaEventLogStore(EventLogStore):
                 self._send(name, partition, key, event, delivery)
         except KafkaException as exc:
             raise StoreUnavailable(f"Kafka refused a journal record: {exc}") from exc
-        deadline = time.monotonic() + self.delivery_timeout + 5.0
-        while not delivery.done.is_set():
-            self._producer.poll(0.005)  # serves whichever caller's reports are ready
-            if time.monotonic() > deadline:
-                raise StoreUnavailable(
-                    f"Kafka did not acknowledge {delivery.left} journal record(s) of "
-                    f"{self.topic!r} within {self.delivery_timeout}s"
-                )
+        # The producer's own thread serves the reports (see _producer).
+        if not delivery.done.wait(self.delivery_timeout + 5.0):
+            raise StoreUnavailable(
+                f"Kafka did not acknowledge {delivery.left} journal record(s) of "
+                f"{self.topic!r} within {self.delivery_timeout}s"
+            )
         if delivery.errors:
             raise StoreUnavailable(
                 f"Kafka did not keep a journal record of {self.topic!r}: {delivery.errors[0]}"
