@@ -12,7 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 
-import kafka_broker  # noqa: E402
+import kafka_broker
 
 
 @contextmanager

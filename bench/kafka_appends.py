@@ -84,9 +84,7 @@ def store_appends_per_second(bootstrap: str, template: list[RunEvent]) -> float:
         except BaseException as exc:  # reported below
             failures.append(exc)
 
-    threads = [
-        threading.Thread(target=serve, args=(journals[i::THREADS],)) for i in range(THREADS)
-    ]
+    threads = [threading.Thread(target=serve, args=(journals[i::THREADS],)) for i in range(THREADS)]
     started = time.perf_counter()
     for thread in threads:
         thread.start()

@@ -104,8 +104,10 @@ def main() -> None:
                     f"{baseline:,.1f} runs/s; ratio {rate / baseline:.4f}"
                 )
                 alone = after
-            print(f"Valkey + Kafka against Valkey alone: median ratio "
-                  f"{statistics.median(ratios):.4f} of {REPEATS}")
+            print(
+                f"Valkey + Kafka against Valkey alone: median ratio "
+                f"{statistics.median(ratios):.4f} of {REPEATS}"
+            )
     finally:
         if server is not None:
             server.close()

@@ -155,3 +155,21 @@ def test_a_standalone_store_reads_the_topic_for_what_its_memory_lacks(
     assert reader.topic_reads > reads
     writer.close()
     reader.close()
+
+
+def test_a_first_read_copies_what_a_crash_left_only_in_the_outbox(composites: Make) -> None:
+    writer, reader = composites(), composites()
+    run = ("kreads_flow", "r-2")
+    writer.submit_run(*run, {"n": 1})
+    # A process writes through the lifecycle and dies before it copies to Kafka.
+    writer.lifecycle.request_cancel(*run, detail={"why": "crash test"})
+    journal = reader.load_run(*run)  # its first read: the topic lacks run_seq 2
+    assert [e.kind for e in journal] == [EventKind.RUN_INIT, EventKind.RUN_CANCEL]
+    assert _log(reader).topic_reads > 0
+    # The copy it made is in the topic: the topic alone (no outbox to copy) has it.
+    log = _log(reader)
+    alone = KafkaEventLogStore(
+        log.bootstrap_servers, topic_prefix=log.topic.removesuffix(".journal")
+    )
+    assert alone.load_run(*run) == journal
+    alone.close()
