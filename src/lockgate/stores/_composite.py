@@ -104,35 +104,65 @@ class CompositeStore(Store):
         if method is None:
             raise AttributeError(f"{type(self.events).__name__} has no read_events_from")
 
-        def read(name: str, run_id: str, *args: Any, **kwargs: Any) -> list[RunEvent]:
-            self._copy(name, run_id)
-            return method(name, run_id, *args, **kwargs)  # type: ignore[no-any-return]
+        def read(name: str, run_id: str, after_seq: int = 0) -> list[RunEvent]:
+            events = self._journal(name, run_id)
+            if events is not None:
+                return [event for event in events if (event.run_seq or 0) > after_seq]
+            return method(name, run_id, after_seq)  # type: ignore[no-any-return]
 
         return read
 
     # -- copying -------------------------------------------------------------------------------
 
-    def _copy(self, name: str, run_id: str | None) -> None:
+    def _copy(self, name: str, run_id: str | None) -> int | None:
         """Copy the run's events the log does not have yet; drop the outbox once its terminal
-        is copied.
+        is copied. Returns the ``run_seq`` of the outbox's last event when the outbox vouches
+        for the run (the log then holds every event of it up to there), or None when it
+        cannot (no outbox: the run ended and its outbox was dropped, or there is no such run).
 
         The ``run_seq`` this process last copied is remembered, so an operation costs one read
-        of the outbox, not a read of the log too. Another process may have copied further
-        since; the events it copied come again and the log keeps them once."""
+        of the outbox, not a read of the log too. That read starts one event early: the outbox
+        answering with the event last copied shows it still holds the run, where an empty
+        answer could also mean another process copied the terminal and dropped it. Another
+        process may have copied further since; the events it copied come again and the log
+        keeps them once."""
         if run_id is None:
-            return
+            return None
         run = (name, run_id)
         have = self._copied.get(run)
         if have is None:
+            return self._first_copy(name, run_id)
+        fresh = self._outbox.events_after(name, run_id, max(have - 1, 0))
+        if have and (not fresh or fresh[0].run_seq != have):
+            self._copied.pop(run, None)  # no outbox: the log alone knows the run now
+            return None
+        return self._copy_fresh(name, run_id, have, fresh)
+
+    def _first_copy(self, name: str, run_id: str) -> int | None:
+        """:meth:`_copy` of a run this process has not copied: what the log already holds is
+        asked of the log, given the outbox when the log can use it (``held_through``: a
+        Kafka log reads no further than the outbox's events), else by its last event."""
+        outbox = self._outbox.events_after(name, run_id, 0)
+        held = getattr(self.events, "held_through", None)
+        if outbox and outbox[0].run_seq == 1 and callable(held):
+            have: int = held(name, run_id, outbox)
+        else:
             last = self.events.get_last_event(name, run_id)
             if last is not None and last.is_terminal:
                 self._outbox.drop_outbox(name, run_id)
-                return
+                return None
             have = last.run_seq or 0 if last is not None else 0
-        fresh = self._outbox.events_after(name, run_id, have)
+        if not outbox:
+            return None
+        return self._copy_fresh(name, run_id, have, outbox)
+
+    def _copy_fresh(self, name: str, run_id: str, have: int, outbox: list[RunEvent]) -> int | None:
+        """Copy the outbox's events after ``have``; the outbox's last ``run_seq``."""
+        run = (name, run_id)
+        fresh = [event for event in outbox if (event.run_seq or 0) > have]
         if not fresh:
             self._copied[run] = have
-            return
+            return have or None
         self._log.append_copies(name, run_id, fresh)
         if fresh[-1].is_terminal:
             self._outbox.drop_outbox(name, run_id)
@@ -141,6 +171,19 @@ class CompositeStore(Store):
             if len(self._copied) >= COPIED_KEPT:
                 self._copied.clear()  # runs another process ended linger here; start afresh
             self._copied[run] = fresh[-1].run_seq or have
+        return fresh[-1].run_seq
+
+    def _journal(self, name: str, run_id: str) -> list[RunEvent] | None:
+        """The run's whole journal after a copy, when the event log can answer it from what
+        it holds given the outbox's word on the last event (``journal_through``, as
+        :class:`KafkaEventLogStore` does for runs this process holds); None when the log
+        must be asked as any store is."""
+        last = self._copy(name, run_id)
+        through = getattr(self.events, "journal_through", None)
+        if last is None or not callable(through):
+            return None
+        events: list[RunEvent] = through(name, run_id, last)
+        return events
 
     # -- the lifecycle role ----------------------------------------------------------------------
 
@@ -292,18 +335,28 @@ class CompositeStore(Store):
         return controls
 
     def load_run(self, name: str, run_id: str, *, max_events: int | None = None) -> list[RunEvent]:
-        self._copy(name, run_id)
-        return self.events.load_run(name, run_id, max_events=max_events)
+        events = self._journal(name, run_id)
+        if events is None:
+            return self.events.load_run(name, run_id, max_events=max_events)
+        return events[:max_events] if max_events is not None else events
 
     def replay_run(
         self, name: str, run_id: str, *, cursor: Any | None = None, count: int | None = None
     ) -> tuple[list[RunEvent], Any | None]:
-        self._copy(name, run_id)
-        return self.events.replay_run(name, run_id, cursor=cursor, count=count)
+        events = self._journal(name, run_id)
+        if events is None:
+            return self.events.replay_run(name, run_id, cursor=cursor, count=count)
+        after = int(cursor) if cursor is not None else 0
+        events = [event for event in events if (event.run_seq or 0) > after]
+        page = events[:count] if count is not None else events
+        more = count is not None and len(events) > count
+        return page, (page[-1].run_seq if more and page else None)
 
     def get_last_event(self, name: str, run_id: str) -> RunEvent | None:
-        self._copy(name, run_id)
-        return self.events.get_last_event(name, run_id)
+        events = self._journal(name, run_id)
+        if events is None:
+            return self.events.get_last_event(name, run_id)
+        return events[-1] if events else None
 
     # -- optional groups: the lifecycle backend's --------------------------------------------------
 

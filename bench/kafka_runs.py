@@ -1,0 +1,117 @@
+"""One-step runs per second on the Valkey + Kafka composite, against ValkeyStore alone.
+
+Starts a valkey-server on loopback (as ``valkey_runs.py`` does; ``LOCKGATE_BENCH_VALKEY_URL``
+for an existing one) and uses the Kafka broker of ``_broker.py``
+(``LOCKGATE_TEST_KAFKA_BOOTSTRAP``, else one started here). Then, from one run, with the same
+worker process (``_one_step.py``: ``max_concurrent_runs=32``), the same Valkey server and the
+same workflow:
+
+- ValkeyStore alone: RUNS one-step runs queued before the worker starts, timed from the first
+  run's end to the last's, so neither the submits nor the start-up count;
+- the composite (``open_store(url, journal="kafka://...")``: Valkey coordinates, the journals
+  go to a fresh topic): the same.
+
+The ValkeyStore figure is measured just before and just after each composite one, and the
+ratio is taken against their mean, REPEATS times; the median ratio is the figure.
+
+Not a test; record the output in docs/performance.md with the command:
+
+    .venv/bin/python bench/kafka_runs.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from lockgate import CompositeStore, Store, ValkeyStore, WorkflowClient, open_store
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE))
+
+from _broker import kafka_bootstrap  # noqa: E402
+from valkey_server import ValkeyServer  # noqa: E402
+
+RUNS = 2000
+REPEATS = 3
+JOURNAL_ENV = "LOCKGATE_JOURNAL_URL"
+
+
+async def submit_all(store: Store, count: int) -> None:
+    client = WorkflowClient(store)
+    for n in range(count):
+        await client.submit("bench_one_step", {"n": n})
+
+
+def completed(store: ValkeyStore) -> int:
+    """Runs that ended: one ZCARD of the namespace's index of ended runs."""
+    return int(store._cmd("ZCARD", store._key("ended")))
+
+
+def runs_per_second(url: str, journal: str | None) -> float:
+    """RUNS runs queued on ``url`` (journals in Kafka at ``journal`` when given) before one
+    worker process starts, timed from the first run's end to the last's."""
+    target = f"{url}?namespace=bench{uuid.uuid4().hex[:8]}"
+    store = open_store(target, journal=journal)
+    lifecycle = store.lifecycle if isinstance(store, CompositeStore) else store
+    assert isinstance(lifecycle, ValkeyStore)
+    asyncio.run(submit_all(store, RUNS))
+    env = {**os.environ, "PYTHONPATH": f"{HERE}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    env.pop(JOURNAL_ENV, None)
+    if journal is not None:
+        env[JOURNAL_ENV] = journal
+    proc = subprocess.Popen([sys.executable, str(HERE / "_one_step.py"), target, "normal"], env=env)
+    try:
+        deadline = time.perf_counter() + 300
+        while completed(lifecycle) == 0:
+            time.sleep(0.001)
+        started, first = time.perf_counter(), completed(lifecycle)
+        while (done := completed(lifecycle)) < RUNS:
+            if time.perf_counter() > deadline:
+                raise RuntimeError(f"only {done} of {RUNS} runs completed in 300 s")
+            time.sleep(0.01)
+        return (RUNS - first) / (time.perf_counter() - started)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        store.close()
+
+
+def main() -> None:
+    given = os.environ.get("LOCKGATE_BENCH_VALKEY_URL")
+    server = None if given else ValkeyServer().start()
+    url = given or (server.url if server else "")
+    try:
+        with kafka_bootstrap() as bootstrap:
+            ratios = []
+            alone = runs_per_second(url, None)
+            for _ in range(REPEATS):
+                journal = f"kafka://{bootstrap}?topic_prefix=bench{uuid.uuid4().hex[:8]}"
+                rate = runs_per_second(url, journal)
+                after = runs_per_second(url, None)
+                baseline = (alone + after) / 2
+                ratios.append(rate / baseline)
+                print(
+                    f"one-step runs, 1 worker process: {rate:,.1f} runs/s on Valkey + Kafka; "
+                    f"ValkeyStore alone {alone:,.1f} before and {after:,.1f} after, mean "
+                    f"{baseline:,.1f} runs/s; ratio {rate / baseline:.4f}"
+                )
+                alone = after
+            print(
+                f"Valkey + Kafka against Valkey alone: median ratio "
+                f"{statistics.median(ratios):.4f} of {REPEATS}"
+            )
+    finally:
+        if server is not None:
+            server.close()
+
+
+if __name__ == "__main__":
+    main()

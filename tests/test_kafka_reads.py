@@ -1,0 +1,175 @@
+"""Reads of a Kafka journal on the Valkey + Kafka composite: a worker answers the runs it holds
+from memory, with no request to the broker, and a run another process moved on (or ended) is
+read from the topic, never stale from memory."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from lockgate import EventKind, WorkflowClient, WorkflowContext, step, workflow
+from lockgate.journal._events import RunEvent
+from lockgate.stores import CompositeStore, KafkaEventLogStore, ValkeyLifecycleStore
+from lockgate.worker import WorkerOptions, WorkflowWorker
+from valkey_server import shared_url
+
+Make = Callable[[], CompositeStore]
+
+
+@pytest.fixture
+def composites(kafka_bootstrap: str) -> Iterator[Make]:
+    """Composites on one Valkey namespace and one topic, as separate processes would have."""
+    namespace, prefix = f"kr{uuid.uuid4().hex[:10]}", f"kr{uuid.uuid4().hex[:10]}"
+    made: list[CompositeStore] = []
+
+    def make() -> CompositeStore:
+        lifecycle = ValkeyLifecycleStore(shared_url(), namespace=namespace)
+        events = KafkaEventLogStore(
+            kafka_bootstrap, topic_prefix=prefix, shard_count=lifecycle.shard_count
+        )
+        made.append(CompositeStore(lifecycle=lifecycle, events=events))
+        return made[-1]
+
+    yield make
+    for store in made:
+        store.close()
+
+
+def _log(store: CompositeStore) -> KafkaEventLogStore:
+    assert isinstance(store.events, KafkaEventLogStore)
+    return store.events
+
+
+held = asyncio.Event()
+go_on = asyncio.Event()
+
+
+@step(name="kreads_add")
+async def add(n: int) -> int:
+    return n + 1
+
+
+@step(name="kreads_hold")
+async def hold(n: int) -> int:
+    held.set()
+    await go_on.wait()
+    return n
+
+
+@workflow(name="kreads_flow")
+async def flow(ctx: WorkflowContext, n: int) -> int:
+    n = await add(n)
+    n = await add(n)
+    n = await hold(n)
+    return await add(n)
+
+
+async def test_a_worker_reads_the_run_it_holds_from_memory_after_its_first_load(
+    composites: Make,
+) -> None:
+    held.clear()
+    go_on.clear()
+    submitter, served = composites(), composites()
+    handle = await WorkflowClient(submitter, poll_interval=0.01).submit("kreads_flow", {"n": 1})
+    run = ("kreads_flow", handle.run_id)
+    # The first load of a run submitted elsewhere: its outbox holds run:init alone, and the
+    # position its submitter kept shows that event acknowledged, so even this needs no read.
+    assert [e.kind for e in served.load_run(*run)] == [EventKind.RUN_INIT]
+    first_load = _log(served).topic_reads
+    worker = WorkflowWorker(
+        workflows=[flow], store=served, options=WorkerOptions(claim_poll_interval=0.01)
+    )
+    task = asyncio.create_task(worker.run())
+    try:
+        await asyncio.wait_for(held.wait(), 30)
+        # Mid-attempt, the run held: every kind of journal read answers from memory.
+        journal = await asyncio.to_thread(served.load_run, *run)
+        assert [e.run_seq for e in journal] == list(range(1, len(journal) + 1))
+        assert [e.kind for e in journal].count(EventKind.STEP_DONE) == 2
+        assert await asyncio.to_thread(served.get_last_event, *run) == journal[-1]
+        assert await asyncio.to_thread(served.read_events_from, *run, 2) == journal[2:]
+        page = await asyncio.to_thread(served.replay_run, *run, cursor=1, count=2)
+        assert page == (journal[1:3], 3)
+        assert _log(served).topic_reads == first_load
+        go_on.set()
+        assert await handle.result(timeout=30) == 4
+    finally:
+        worker.stop()
+        await task
+    ended = await asyncio.to_thread(served.load_run, *run)
+    assert ended[-1].kind == EventKind.RUN_COMPLETE
+    assert [e.run_seq for e in ended] == list(range(1, len(ended) + 1))
+    assert _log(served).topic_reads == first_load
+    # The topic holds what memory answered: another process reads the same journal.
+    assert composites().load_run(*run) == ended
+
+
+def test_a_run_another_process_ended_is_read_from_the_topic_not_memory(composites: Make) -> None:
+    mine, other = composites(), composites()
+    run = ("kreads_flow", "r-1")
+    mine.submit_run(*run, {"n": 1})
+    lease = "worker-a/1"
+    assert mine.claim_next_run("kreads_flow", lease) == "r-1"
+    step_done = RunEvent("step:done", {"call_index": 0, "result": 2}, "r-1")
+    mine.append_and_poll(*run, [step_done], fence=lease)
+    held_journal = mine.load_run(*run)
+    assert (held_journal[0].kind, held_journal[-1].kind) == (EventKind.RUN_INIT, "step:done")
+    reads = _log(mine).topic_reads
+    assert mine.load_run(*run) == held_journal  # held: from memory
+    assert _log(mine).topic_reads == reads
+    # Another process ends the run: it copies the terminal and drops the outbox. Its first
+    # copy of the run reads the topic, as the outbox holds more than run:init.
+    other.terminate_run(*run, reason="operator")
+    assert _log(other).topic_reads > 0
+    assert mine.lifecycle.events_after(*run, 0) == []  # type: ignore[attr-defined]
+    journal = mine.load_run(*run)
+    assert journal[: len(held_journal)] == held_journal
+    assert journal[-1].is_terminal
+    assert mine.get_last_event(*run) == journal[-1]
+    assert _log(mine).topic_reads > reads
+    assert mine.load_run(*run) == other.load_run(*run) == journal
+
+
+def test_a_standalone_store_reads_the_topic_for_what_its_memory_lacks(
+    kafka_bootstrap: str,
+) -> None:
+    prefix = f"ks{uuid.uuid4().hex[:10]}"
+    writer = KafkaEventLogStore(kafka_bootstrap, topic_prefix=prefix)
+    reader = KafkaEventLogStore(kafka_bootstrap, topic_prefix=prefix)
+    init = RunEvent("run:init", {"name": "wf", "params": {}, "gates": {}}, "r-1", run_seq=1)
+    steps = [RunEvent("step:done", {"call_index": i}, "r-1", run_seq=i + 2) for i in range(3)]
+    writer.append_copies("wf", "r-1", [init, *steps[:2]])
+    assert reader.load_run("wf", "r-1") == [init, *steps[:2]]
+    reads = reader.topic_reads
+    assert reader.journal_through("wf", "r-1", 3) == [init, *steps[:2]]
+    assert reader.topic_reads == reads  # it holds 1..3: memory answers
+    writer.append_copies("wf", "r-1", steps[2:])
+    assert reader.journal_through("wf", "r-1", 4) == [init, *steps]
+    assert reader.topic_reads > reads
+    # On its own, with no one to vouch for the last event, every read asks the broker.
+    reads = reader.topic_reads
+    assert reader.load_run("wf", "r-1") == [init, *steps]
+    assert reader.topic_reads > reads
+    writer.close()
+    reader.close()
+
+
+def test_a_first_read_copies_what_a_crash_left_only_in_the_outbox(composites: Make) -> None:
+    writer, reader = composites(), composites()
+    run = ("kreads_flow", "r-2")
+    writer.submit_run(*run, {"n": 1})
+    # A process writes through the lifecycle and dies before it copies to Kafka.
+    writer.lifecycle.request_cancel(*run, detail={"why": "crash test"})
+    journal = reader.load_run(*run)  # its first read: the topic lacks run_seq 2
+    assert [e.kind for e in journal] == [EventKind.RUN_INIT, EventKind.RUN_CANCEL]
+    assert _log(reader).topic_reads > 0
+    # The copy it made is in the topic: the topic alone (no outbox to copy) has it.
+    log = _log(reader)
+    alone = KafkaEventLogStore(
+        log.bootstrap_servers, topic_prefix=log.topic.removesuffix(".journal")
+    )
+    assert alone.load_run(*run) == journal
+    alone.close()
