@@ -24,6 +24,8 @@ from lockgate import (
     InlineWorkflowRunner,
     Limit,
     ManualClock,
+    RunEvent,
+    RunNotFoundError,
     RunStatus,
     WorkflowContext,
     reconstruct_state,
@@ -345,4 +347,35 @@ def test_a_rebuild_needs_a_valkey_and_kafka_composite(tmp_path: Any) -> None:
     store = CompositeStore(lifecycle=lifecycle, events=SQLiteStore(tmp_path / "j.db"))
     with pytest.raises(ConfigurationError, match="KafkaEventLogStore"):
         rebuild_lifecycle(store)
+    store.close()
+
+
+class FlushedAfterAppend(ValkeyLifecycleStore):
+    """Valkey losing its keys between an append and the composite's copy of it."""
+
+    def append_events(
+        self, name: str, run_id: str, events: list[Any], *, fence: str | None = None
+    ) -> None:
+        super().append_events(name, run_id, events, fence=fence)
+        lose_valkey(self)
+
+
+async def test_an_append_whose_events_vanish_before_the_copy_is_not_kept(
+    kafka_bootstrap: str, clock: ManualClock
+) -> None:
+    """An append Valkey took and lost before the composite copied it to Kafka raises, so no
+    worker goes on as if its step were kept; the journal holds nothing of it."""
+    lifecycle = FlushedAfterAppend(
+        shared_url(), namespace=f"rb{uuid.uuid4().hex[:10]}", clock=clock
+    )
+    events = KafkaEventLogStore(kafka_bootstrap, topic_prefix=f"rb{uuid.uuid4().hex[:10]}")
+    store = CompositeStore(lifecycle=lifecycle, events=events)
+    handle = await InlineWorkflowRunner(store=store, clock=clock).client.submit(
+        "rb_flow", {"tag": "gone"}
+    )
+    store.claim_run("rb_flow", handle.run_id, "lease")
+    done = RunEvent("step:done", {"call_index": 0, "step_id": "rb_one"}, handle.run_id)
+    with pytest.raises(RunNotFoundError):
+        store.append_events("rb_flow", handle.run_id, [done], fence="lease")
+    assert [e.kind for e in events.load_run("rb_flow", handle.run_id)] == ["run:init"]
     store.close()

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from lockgate._errors import ConfigurationError
+from lockgate._errors import ConfigurationError, RunNotFoundError
 from lockgate.journal._events import RunEvent
 from lockgate.stores._base import EventLogStore, Store
 from lockgate.stores._gates import WaitReason
@@ -112,13 +112,19 @@ class CompositeStore(Store):
 
     # -- copying -------------------------------------------------------------------------------
 
-    def _copy(self, name: str, run_id: str | None) -> None:
+    def _copy(self, name: str, run_id: str | None, *, wrote: bool = False) -> None:
         """Copy the run's events the log does not have yet; drop the outbox once its terminal
         is copied.
 
         The ``run_seq`` this process last copied is remembered, so an operation costs one read
         of the outbox, not a read of the log too. Another process may have copied further
-        since; the events it copied come again and the log keeps them once."""
+        since; the events it copied come again and the log keeps them once.
+
+        ``wrote``: the operation just appended events. Finding none to copy is then right only
+        while the lifecycle still holds the run (another process copied them first); if the
+        run is gone (Valkey lost its keys between the append and this copy), the events never
+        reached the log, and :class:`RunNotFoundError` says so instead of the append seeming
+        to have been kept."""
         if run_id is None:
             return
         run = (name, run_id)
@@ -131,6 +137,9 @@ class CompositeStore(Store):
             have = last.run_seq or 0 if last is not None else 0
         fresh = self._outbox.events_after(name, run_id, have)
         if not fresh:
+            if wrote and self.lifecycle.get_run(name, run_id) is None:
+                self._copied.pop(run, None)
+                raise RunNotFoundError(name, run_id)
             self._copied[run] = have
             return
         self._log.append_copies(name, run_id, fresh)
@@ -275,20 +284,20 @@ class CompositeStore(Store):
         self, name: str, run_id: str, events: list[RunEvent], *, fence: str | None = None
     ) -> None:
         self.lifecycle.append_events(name, run_id, events, fence=fence)
-        self._copy(name, run_id)
+        self._copy(name, run_id, wrote=bool(events))
 
     def append_and_poll(
         self, name: str, run_id: str, events: list[RunEvent], *, fence: str
     ) -> RunControls:
         controls = self.lifecycle.append_and_poll(name, run_id, events, fence=fence)
-        self._copy(name, run_id)
+        self._copy(name, run_id, wrote=bool(events))
         return controls
 
     def finish_if_quiet(
         self, name: str, run_id: str, events: list[RunEvent], *, fence: str
     ) -> RunControls | None:
         controls = self.lifecycle.finish_if_quiet(name, run_id, events, fence=fence)
-        self._copy(name, run_id)
+        self._copy(name, run_id, wrote=bool(events))
         return controls
 
     def load_run(self, name: str, run_id: str, *, max_events: int | None = None) -> list[RunEvent]:
@@ -326,7 +335,7 @@ class CompositeStore(Store):
         wait: WaitSpec,
     ) -> WaitOutcome:
         outcome = self.lifecycle.park_run(name, run_id, lease=lease, events=events, wait=wait)
-        self._copy(name, run_id)
+        self._copy(name, run_id, wrote=outcome == WaitOutcome.PARKED and bool(events))
         return outcome
 
     def get_sleeping_runs(self, before: float, limit: int = 100) -> list[tuple[str, str]]:
