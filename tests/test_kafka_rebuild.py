@@ -379,3 +379,30 @@ async def test_an_append_whose_events_vanish_before_the_copy_is_not_kept(
         store.append_events("rb_flow", handle.run_id, [done], fence="lease")
     assert [e.kind for e in events.load_run("rb_flow", handle.run_id)] == ["run:init"]
     store.close()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--store", "sqlite:///never-made.db", "--journal", "kafka://127.0.0.1:9"],
+        ["--store", "valkey://127.0.0.1:1/0"],
+        [],
+    ],
+)
+def test_store_rebuild_without_a_valkey_store_and_a_journal_exits_2_with_one_line(
+    argv: list[str],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Any,
+) -> None:
+    from lockgate.cli._main import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("LOCKGATE_JOURNAL_URL", raising=False)
+    monkeypatch.delenv("LOCKGATE_STORE_URL", raising=False)
+    assert main(["store", "rebuild", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    assert "store rebuild needs --journal" in err[0]
+    assert "valkey://" in err[0]
+    assert not (tmp_path / "never-made.db").exists()
