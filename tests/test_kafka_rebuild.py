@@ -111,10 +111,12 @@ def composite(clock: ManualClock, kafka_bootstrap: str) -> Iterator[CompositeSto
 
 def lose_valkey(lifecycle: ValkeyLifecycleStore) -> None:
     """Delete every key of the store's namespace, as a FLUSHALL does to it."""
-    doomed = [k for k in lifecycle._redis.scan_iter(match=f"lg:{{{lifecycle.namespace}}}:*")]
+    pattern = f"lg:{{{lifecycle.namespace}[:}}]*"  # the namespace's prefix and its shards'
+    doomed = list(lifecycle._redis.scan_iter(match=pattern))
     assert doomed
-    lifecycle._redis.delete(*doomed)
-    assert not list(lifecycle._redis.scan_iter(match=f"lg:{{{lifecycle.namespace}}}:*"))
+    for found in doomed:
+        lifecycle._redis.delete(found)
+    assert not list(lifecycle._redis.scan_iter(match=pattern))
 
 
 def fields_of(lifecycle: ValkeyLifecycleStore, name: str, run_id: str) -> dict[str, str]:
@@ -406,3 +408,49 @@ def test_store_rebuild_without_a_valkey_store_and_a_journal_exits_2_with_one_lin
     assert "store rebuild needs --journal" in err[0]
     assert "valkey://" in err[0]
     assert not (tmp_path / "never-made.db").exists()
+
+
+async def test_a_sharded_store_is_rebuilt_shard_by_shard(
+    kafka_bootstrap: str, clock: ManualClock
+) -> None:
+    """With shards, each run comes back in its partition's shard, found by reads from any
+    process, and its idempotency key in the namespace-wide slot."""
+    lifecycle = ValkeyLifecycleStore(
+        shared_url(), namespace=f"rb{uuid.uuid4().hex[:10]}", clock=clock, shard_count=3
+    )
+    events = KafkaEventLogStore(
+        kafka_bootstrap, topic_prefix=f"rb{uuid.uuid4().hex[:10]}", shard_count=3
+    )
+    store = CompositeStore(lifecycle=lifecycle, events=events)
+    runner = InlineWorkflowRunner(store=store, clock=clock, gate_timeout=None)
+    EXECUTED.clear()
+    plain = [await runner.client.submit("rb_flow", {"tag": f"s{i}"}) for i in range(6)]
+    gated = [await runner.client.submit("rb_gated", {"tag": f"h{i}", "org": "x"}) for i in range(2)]
+    keyed = await runner.client.submit("rb_flow", {"tag": "k"}, idempotency_key="once")
+    for handle in plain[:3]:
+        await runner.run("rb_flow", handle.run_id)
+    shards = {h.run_id: lifecycle.shard_of(h.name, h.run_id) for h in [*plain, *gated, keyed]}
+    assert len(set(shards.values())) > 1
+    lose_valkey(lifecycle)
+    report = rebuild_lifecycle(store)
+    assert report.restored_total == 9
+    assert report.idempotency_keys == 1
+    fresh = ValkeyLifecycleStore(
+        shared_url(), namespace=lifecycle.namespace, clock=clock, shard_count=3
+    )
+    for run_id, shard in shards.items():
+        assert (
+            fresh.shard_of("rb_gated" if run_id in {g.run_id for g in gated} else "rb_flow", run_id)
+            == shard
+        )
+    again = await runner.client.submit("rb_flow", {"tag": "k"}, idempotency_key="once")
+    assert again.run_id == keyed.run_id
+    for handle in [*plain, keyed]:
+        await runner.run("rb_flow", handle.run_id)
+    for handle in gated:
+        await runner.run("rb_gated", handle.run_id)
+    for handle in [*plain, *gated, keyed]:
+        assert store.get_run(handle.name, handle.run_id).status == RunStatus.COMPLETE
+    assert set(EXECUTED.values()) == {1}
+    fresh.close()
+    store.close()
