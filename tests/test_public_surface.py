@@ -148,3 +148,10 @@ def test_the_avro_schema_matches_run_event() -> None:
     schema = json.loads((Path(__file__).parents[1] / "schemas" / "run_event.avsc").read_text())
     avro_fields = [f["name"] for f in schema["fields"]]
     assert avro_fields == [f.name for f in dataclasses.fields(RunEvent)]
+
+
+def test_the_stores_package_exports_the_rebuild_from_the_journal() -> None:
+    import lockgate.stores
+
+    assert {"RebuildReport", "rebuild_lifecycle"} <= set(lockgate.stores.__all__)
+    assert lockgate.stores.rebuild_lifecycle.__module__ == "lockgate.stores.kafka._rebuild"

@@ -24,6 +24,7 @@ from lockgate.worker import WorkerOptions, WorkflowWorker
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--store", default=os.environ.get("LOCKGATE_TEST_STORE"))
+    parser.add_argument("--journal", default=os.environ.get("LOCKGATE_JOURNAL_URL"))
     parser.add_argument("--workflows", default="workflows")
     parser.add_argument("--worker-id")
     parser.add_argument("--lock-ttl", type=float, default=1.5)
@@ -57,6 +58,7 @@ def build(args: argparse.Namespace) -> WorkflowWorker:
         lock_ttl=args.lock_ttl,
         heartbeat_interval=args.heartbeat,
         synchronous=args.synchronous,
+        **({"journal": args.journal} if args.journal else {}),
     )
     module = importlib.import_module(args.workflows)
     return WorkflowWorker(

@@ -23,6 +23,7 @@ from lockgate.cli._params import (
     positive_int,
     seconds,
 )
+from lockgate.cli._rebuild import add_rebuild_parser
 from lockgate.client._client import WorkflowClient
 from lockgate.stores._base import Store
 from lockgate.stores._open import STORE_URL_ENV, open_store
@@ -253,6 +254,7 @@ def add_admin_parsers(group: Subparsers, common: list[argparse.ArgumentParser]) 
     p = sub.add_parser("backup", parents=common, help="copy the store to a new file")
     p.add_argument("dest", metavar="DEST", help="path of the copy; must not exist")
     p.set_defaults(run=store_backup)
+    add_rebuild_parser(sub, common)
 
     p = group.add_parser("demo", help="a durable workflow on SQLite with a worker, live")
     p.add_argument(

@@ -29,6 +29,7 @@ from lockgate.stores._types import (
     WaitSpec,
 )
 from lockgate.stores.kafka import KafkaEventLogStore
+from lockgate.stores.kafka._rebuild import RebuildReport, rebuild_lifecycle
 from lockgate.stores.memory import MemoryStore
 from lockgate.stores.sqlite import SQLiteStore
 from lockgate.stores.valkey import ValkeyLifecycleStore, ValkeyStore
@@ -48,6 +49,7 @@ __all__ = [
     "LifecycleStore",
     "MemoryStore",
     "PolicyStore",
+    "RebuildReport",
     "RunControls",
     "RunInfo",
     "SQLiteStore",
@@ -67,4 +69,5 @@ __all__ = [
     "WaitReason",
     "WaitSpec",
     "open_store",
+    "rebuild_lifecycle",
 ]

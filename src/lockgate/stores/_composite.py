@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from lockgate._errors import ConfigurationError
+from lockgate._errors import ConfigurationError, RunNotFoundError
 from lockgate.journal._events import RunEvent
 from lockgate.stores._base import EventLogStore, Store
 from lockgate.stores._gates import WaitReason
@@ -114,7 +114,7 @@ class CompositeStore(Store):
 
     # -- copying -------------------------------------------------------------------------------
 
-    def _copy(self, name: str, run_id: str | None) -> int | None:
+    def _copy(self, name: str, run_id: str | None, *, wrote: bool = False) -> int | None:
         """Copy the run's events the log does not have yet; drop the outbox once its terminal
         is copied. Returns the ``run_seq`` of the outbox's last event when the outbox vouches
         for the run (the log then holds every event of it up to there), or None when it
@@ -125,20 +125,33 @@ class CompositeStore(Store):
         answering with the event last copied shows it still holds the run, where an empty
         answer could also mean another process copied the terminal and dropped it. Another
         process may have copied further since; the events it copied come again and the log
-        keeps them once."""
+        keeps them once.
+
+        ``wrote``: the operation just appended events. Finding no outbox is then right only
+        while the lifecycle still holds the run (another process copied its terminal); if the
+        run is gone (Valkey lost its keys between the append and this copy), the events never
+        reached the log, and :class:`RunNotFoundError` says so instead of the append seeming
+        to have been kept."""
         if run_id is None:
             return None
         run = (name, run_id)
         have = self._copied.get(run)
         if have is None:
-            return self._first_copy(name, run_id)
+            return self._first_copy(name, run_id, wrote=wrote)
         fresh = self._outbox.events_after(name, run_id, max(have - 1, 0))
         if have and (not fresh or fresh[0].run_seq != have):
             self._copied.pop(run, None)  # no outbox: the log alone knows the run now
+            self._check_kept(name, run_id, wrote)
             return None
         return self._copy_fresh(name, run_id, have, fresh)
 
-    def _first_copy(self, name: str, run_id: str) -> int | None:
+    def _check_kept(self, name: str, run_id: str, wrote: bool) -> None:
+        """After an append found no outbox to copy: :class:`RunNotFoundError` when the
+        lifecycle no longer has the run either (see :meth:`_copy`)."""
+        if wrote and self.lifecycle.get_run(name, run_id) is None:
+            raise RunNotFoundError(name, run_id)
+
+    def _first_copy(self, name: str, run_id: str, *, wrote: bool = False) -> int | None:
         """:meth:`_copy` of a run this process has not copied: what the log already holds is
         asked of the log, given the outbox when the log can use it (``held_through``: a
         Kafka log reads no further than the outbox's events), else by its last event."""
@@ -153,6 +166,7 @@ class CompositeStore(Store):
                 return None
             have = last.run_seq or 0 if last is not None else 0
         if not outbox:
+            self._check_kept(name, run_id, wrote)
             return None
         return self._copy_fresh(name, run_id, have, outbox)
 
@@ -318,20 +332,20 @@ class CompositeStore(Store):
         self, name: str, run_id: str, events: list[RunEvent], *, fence: str | None = None
     ) -> None:
         self.lifecycle.append_events(name, run_id, events, fence=fence)
-        self._copy(name, run_id)
+        self._copy(name, run_id, wrote=bool(events))
 
     def append_and_poll(
         self, name: str, run_id: str, events: list[RunEvent], *, fence: str
     ) -> RunControls:
         controls = self.lifecycle.append_and_poll(name, run_id, events, fence=fence)
-        self._copy(name, run_id)
+        self._copy(name, run_id, wrote=bool(events))
         return controls
 
     def finish_if_quiet(
         self, name: str, run_id: str, events: list[RunEvent], *, fence: str
     ) -> RunControls | None:
         controls = self.lifecycle.finish_if_quiet(name, run_id, events, fence=fence)
-        self._copy(name, run_id)
+        self._copy(name, run_id, wrote=bool(events))
         return controls
 
     def load_run(self, name: str, run_id: str, *, max_events: int | None = None) -> list[RunEvent]:
@@ -379,7 +393,7 @@ class CompositeStore(Store):
         wait: WaitSpec,
     ) -> WaitOutcome:
         outcome = self.lifecycle.park_run(name, run_id, lease=lease, events=events, wait=wait)
-        self._copy(name, run_id)
+        self._copy(name, run_id, wrote=outcome == WaitOutcome.PARKED and bool(events))
         return outcome
 
     def get_sleeping_runs(self, before: float, limit: int = 100) -> list[tuple[str, str]]:

@@ -53,6 +53,25 @@ def run_fields(submit: Submit, bucket: str) -> list[Any]:
     return flat
 
 
+#: The ``run:init`` headers naming a run's idempotency key, its request's body hash and when
+#: the key's record expires (epoch seconds), where the journal keeps them.
+IDEMPOTENCY_KEY_HEADER = "lg-idempotency-key"
+IDEMPOTENCY_HASH_HEADER = "lg-idempotency-hash"
+IDEMPOTENCY_UNTIL_HEADER = "lg-idempotency-until"
+
+
+def idempotency_headers(
+    headers: dict[str, str] | None, key: str, body_hash: str, until: float
+) -> dict[str, str]:
+    """``headers`` with the run's idempotency record added."""
+    return {
+        **(headers or {}),
+        IDEMPOTENCY_KEY_HEADER: key,
+        IDEMPOTENCY_HASH_HEADER: body_hash,
+        IDEMPOTENCY_UNTIL_HEADER: repr(float(until)),
+    }
+
+
 def soonest_op(keys: Sequence[str], after: float) -> Op[float | None]:
     """The lowest score above ``after`` in the sorted sets ``keys`` (one round trip), or
     None: the next deadline of a timer or trigger index, over its shards."""
@@ -74,6 +93,11 @@ def _controls(cancel_at: Any, pause_at: Any, updates: Any) -> RunControls:
 
 class ValkeyLifecycle(ValkeyCore):
     """The lifecycle and event-log roles on Valkey."""
+
+    #: Whether a run's idempotency key goes into its ``run:init`` headers
+    #: (:func:`idempotency_headers`): set where the journal outlives Valkey, so that
+    #: ``lockgate store rebuild`` can keep the key again.
+    journal_idempotency: bool = False
 
     #: Events per reply when a journal is read (the store's ``replay_page_size``).
     replay_page_size: int = 1_000
@@ -130,6 +154,8 @@ class ValkeyLifecycle(ValkeyCore):
         now = yield from self._server_now_op()
         keep = repr(submit.keep_key_for(idempotency_ttl, now))
         key, body = idempotency_key or "", idempotency_body_hash or ""
+        if key and self.journal_idempotency:
+            headers = idempotency_headers(headers, key, body, now + float(keep))
         args = self._submit_args(submit, run_id, headers, now)
         if self.shard_count == 1:
             created = yield Script("submit", (submit.name, run_id, *args, key, body, keep, ""))

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from lockgate.journal._events import RunEvent
+from lockgate.stores.valkey._core import _text
+from lockgate.stores.valkey._keys import member
+from lockgate.stores.valkey._restore import JournaledRun, restore_args
 from lockgate.stores.valkey._store import ValkeyStore
 
 
@@ -14,7 +17,12 @@ class ValkeyLifecycleStore(ValkeyStore):
     too while it lives: an outbox the composite copies to its event log after each operation
     (:meth:`events_after`) and drops once the run's terminal is copied (:meth:`drop_outbox`).
     Valkey then holds only live runs' events. Takes the same options as :class:`ValkeyStore`.
+
+    A run's idempotency key is journaled in its ``run:init`` headers, so that a rebuild from
+    the journal (``lockgate store rebuild``) keeps it again.
     """
+
+    journal_idempotency = True
 
     def events_after(self, name: str, run_id: str, after_seq: int) -> list[RunEvent]:
         """The run's outbox events after ``run_seq`` ``after_seq``, oldest first (read a page
@@ -41,3 +49,21 @@ class ValkeyLifecycleStore(ValkeyStore):
             return None
         partition, _, offset = kept.partition(":")
         return int(partition), int(offset)
+
+    def restore_run(self, run: JournaledRun) -> bool:
+        """Write ``run`` back as its journal tells it (``lockgate store rebuild``), in one
+        script in its shard: True when restored, False when the run exists already (then
+        nothing is written). With shards, the run -> shard index learns it too."""
+        answer = _text(self._script("restore_run", *restore_args(run), shard=run.shard))
+        if self.shard_count > 1:
+            self._cmd("HSETNX", self._key("shardof"), member(run.name, run.run_id), run.shard)
+            self._remember(run.name, run.run_id, run.shard)
+        return answer == "restored"
+
+    def restore_idempotency(
+        self, name: str, key: str, run_id: str, body_hash: str, until: float
+    ) -> bool:
+        """Keep the idempotency record ``key`` -> ``run_id`` again until ``until``, unless a
+        live record holds the key or ``until`` has passed: whether it was kept."""
+        kept = self._script("restore_idem", name, key, run_id, body_hash, repr(float(until)))
+        return bool(int(kept))
