@@ -5,6 +5,7 @@ from __future__ import annotations
 from lockgate.journal._events import RunEvent
 from lockgate.stores.valkey._core import _text
 from lockgate.stores.valkey._keys import member
+from lockgate.stores.valkey._loop import Op, Script, command, operation
 from lockgate.stores.valkey._restore import JournaledRun, restore_args
 from lockgate.stores.valkey._store import ValkeyStore
 
@@ -24,26 +25,33 @@ class ValkeyLifecycleStore(ValkeyStore):
 
     journal_idempotency = True
 
-    def events_after(self, name: str, run_id: str, after_seq: int) -> list[RunEvent]:
+    @operation
+    def events_after(self, name: str, run_id: str, after_seq: int) -> Op[list[RunEvent]]:
         """The run's outbox events after ``run_seq`` ``after_seq``, oldest first (read a page
         at a time, as journals are)."""
-        return self._run(self._journal_op(name, run_id, after_seq))
+        return (yield from self._journal_op(name, run_id, after_seq))
 
-    def drop_outbox(self, name: str, run_id: str) -> None:
+    @operation
+    def drop_outbox(self, name: str, run_id: str) -> Op[None]:
         """Forget the events of a run whose terminal the event log now holds."""
-        self._cmd("DEL", self._run_key("e", name, run_id))
+        shard = yield from self._run_shard_op(name, run_id)
+        yield command("DEL", self._key("e", name, run_id, shard=shard))
 
-    def keep_journal_position(self, name: str, run_id: str, partition: int, offset: int) -> None:
+    @operation
+    def keep_journal_position(
+        self, name: str, run_id: str, partition: int, offset: int
+    ) -> Op[None]:
         """Remember where the run's journal starts in the event log (a Kafka partition and
         the offset of its first record), so that any process reads it from there; the lowest
         offset told stays. A run this store does not hold is left alone."""
-        shard = self._run_shard(name, run_id)
-        self._script("j_position", name, run_id, str(partition), str(offset), shard=shard)
+        shard = yield from self._run_shard_op(name, run_id)
+        yield Script("j_position", (name, run_id, str(partition), str(offset)), shard)
 
-    def journal_position(self, name: str, run_id: str) -> tuple[int, int] | None:
+    @operation
+    def journal_position(self, name: str, run_id: str) -> Op[tuple[int, int] | None]:
         """Where the run's journal starts in the event log, as kept by
         :meth:`keep_journal_position`; None when none was kept (or no such run)."""
-        fields = self._run(self._fields_op(name, run_id))
+        fields = yield from self._fields_op(name, run_id)
         kept = (fields or {}).get("journal_at")
         if not kept:
             return None
