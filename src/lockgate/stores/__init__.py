@@ -28,7 +28,13 @@ from lockgate.stores._types import (
     WaitOutcome,
     WaitSpec,
 )
-from lockgate.stores.kafka import KafkaEventLogStore
+from lockgate.stores.kafka import (
+    JournalRecord,
+    JournalReplay,
+    KafkaEventLogStore,
+    ReplaySummary,
+    replay_journal,
+)
 from lockgate.stores.memory import MemoryStore
 from lockgate.stores.sqlite import SQLiteStore
 from lockgate.stores.valkey import ValkeyLifecycleStore, ValkeyStore
@@ -44,10 +50,13 @@ __all__ = [
     "EventLogStore",
     "Gates",
     "IdempotencyStore",
+    "JournalRecord",
+    "JournalReplay",
     "KafkaEventLogStore",
     "LifecycleStore",
     "MemoryStore",
     "PolicyStore",
+    "ReplaySummary",
     "RunControls",
     "RunInfo",
     "SQLiteStore",
@@ -67,4 +76,5 @@ __all__ = [
     "WaitReason",
     "WaitSpec",
     "open_store",
+    "replay_journal",
 ]
