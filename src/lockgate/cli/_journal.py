@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import logging
 import os
 import sys
 import time
@@ -89,6 +90,9 @@ def replay(args: argparse.Namespace) -> int:
             f"--until-offset {args.until_offset} is before --from-offset {args.from_offset} "
             "(--until-offset is the end offset, exclusive)"
         )
+    # librdkafka's log lines (a refused connection, once per retry) would land on stderr
+    # through logging's last resort; the one error line says what went wrong.
+    logging.getLogger("lockgate.kafka").addHandler(logging.NullHandler())
     source = replay_journal(
         url,
         partition=args.partition,

@@ -3,7 +3,8 @@
 Folding, per run (workflow and run id): a ``run_seq`` already yielded is a duplicate (a
 producer retry, or a second copy of the run's outbox) and is dropped; an event stamped with an
 epoch below the highest one yielded for the run is stale and is dropped; nothing after the
-run's terminal event is yielded. That is :func:`~lockgate.journal._replay.reconstruct_state`'s
+run's terminal event (a higher ``run_seq``) is yielded; a late copy of an earlier one still is.
+That is :func:`~lockgate.journal._replay.reconstruct_state`'s
 rule, applied in topic order (the first copy of a ``run_seq`` stays, as a journal read keeps
 it). A run's records are all in one partition, so partitions fold independently.
 
@@ -142,16 +143,18 @@ class ReplaySummary:
 
 class _RunFold:
     """What folding one run needs: the ``run_seq`` yielded (``lo``..``hi``, and ``extra`` for
-    any seen outside that range), its highest epoch, its status, and whether it ended."""
+    any seen outside that range), its highest epoch, its status, and its terminal's
+    ``run_seq`` once it ended (0 before)."""
 
-    __slots__ = ("ended", "epoch", "extra", "hi", "lo", "prefix", "status")
+    __slots__ = ("ended", "epoch", "extra", "hi", "lo", "prefix", "status", "top")
 
     def __init__(self, seq: int) -> None:
         self.lo = self.hi = seq
+        self.top = 0  # the highest run_seq yielded
         self.extra: set[int] | None = None
         self.epoch = -1
         self.status = RunStatus.IN_PROGRESS.value
-        self.ended = False
+        self.ended = 0  # the terminal's run_seq, once yielded
         self.prefix: bytes | None = None  # the CLI's cached start of a JSON line
 
     def seen(self, seq: int) -> bool:
@@ -252,7 +255,7 @@ class Folder:
                     if run.lo <= seq <= run.hi or (run.extra is not None and seq in run.extra):
                         duplicates += 1
                         continue
-                    if run.ended:
+                    if run.ended and seq > run.ended:
                         after_terminal += 1
                         continue
                     if epoch is not None and epoch < run.epoch:
@@ -268,13 +271,13 @@ class Folder:
                     run.add(seq)
                 if epoch is not None:
                     run.epoch = epoch
-                status = _STATUS.get(kind)
-                if status is None:
-                    status = _status(kind, payload)
-                run.status = status
-                if kind in _TERMINAL_KINDS:
-                    run.ended = True
-                    self._ended.setdefault(partition, deque()).append((offset, key))
+                if not run.ended and seq >= run.top:  # the run's last event so far
+                    run.top = seq
+                    status = _STATUS.get(kind)
+                    run.status = status if status is not None else _status(kind, payload)
+                    if kind in _TERMINAL_KINDS:
+                        run.ended = seq
+                        self._ended.setdefault(partition, deque()).append((offset, key))
                 stamp = msg.timestamp()
                 kept.append(
                     (
