@@ -9,7 +9,8 @@ parsing messages::
     │   ├── InvalidNameError            a workflow name or id that breaks the naming rules
     │   ├── StoreFileError              a file that cannot serve as an SQLite store
     │   ├── StoreAuthenticationError    the store's server refused the URL's credentials
-    │   └── StoreProtocolError          what answers at the store's address speaks otherwise
+    │   ├── StoreProtocolError          what answers at the store's address speaks otherwise
+    │   └── JournalPositionError        a replay position the journal topic does not have
     ├── InvalidParamsError              submit params that do not fit the workflow body
     ├── PayloadTooLarge                 an event payload over max_event_payload_bytes
     ├── RunNotFoundError                no run with this name and id
@@ -34,6 +35,7 @@ parsing messages::
     ├── RunGatedError                   a concurrency or rate gate kept the run waiting too long
     ├── CapabilityMissing               a store asked for an optional group it lacks
     ├── StoreUnavailable                the store failed under an operation
+    │   └── JournalRecordUndecodable    a journal topic record that is not a lockgate event
     ├── StoreFileGone                   an SQLite store's path no longer names its file
     ├── JournalNeedsNewerRuntime        a journal with facts this runtime cannot read
     │   └── SchemaVersionMismatch       an event schema major newer than this runtime
@@ -103,6 +105,8 @@ class ErrorCode(enum.StrEnum):
     CONTINUATION_CHAIN = "continuation_chain"
     STORE_AUTHENTICATION = "store_authentication"
     STORE_PROTOCOL = "store_protocol"
+    JOURNAL_POSITION = "journal_position"
+    JOURNAL_RECORD_UNDECODABLE = "journal_record_undecodable"
 
 
 class LockgateError(Exception):
@@ -413,6 +417,49 @@ class JournalTopicUnsafe(ConfigurationError):
         self.topic = topic
         self.setting = setting
         self.value = value
+
+
+class JournalPositionError(ConfigurationError):
+    """A replay was asked to read from where the journal topic has nothing: the topic does not
+    exist, the partition is not one of its partitions, an offset is below the partition's low
+    watermark (its oldest record kept, past retention), or the end offset is before the start.
+    Nothing was read. ``topic`` is the topic; ``partition``, ``offset`` and ``low`` (the low
+    watermark) are set when the refusal is about them."""
+
+    code = ErrorCode.JOURNAL_POSITION
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        topic: str,
+        partition: int | None = None,
+        offset: int | None = None,
+        low: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.low = low
+
+
+class JournalRecordUndecodable(StoreUnavailable):
+    """A record of the journal topic is not a lockgate journal event: its value is not Avro
+    of ``run_event.avsc``, or its headers are missing or disagree with its value. ``topic``,
+    ``partition`` and ``offset`` name the record, ``reason`` says what is wrong with it."""
+
+    code = ErrorCode.JOURNAL_RECORD_UNDECODABLE
+
+    def __init__(self, topic: str, partition: int, offset: int, reason: str) -> None:
+        super().__init__(
+            f"the record at {topic!r} partition {partition} offset {offset} is not a lockgate "
+            f"journal event: {reason}"
+        )
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.reason = reason
 
 
 class StoreFileGone(LockgateError):

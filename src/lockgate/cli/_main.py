@@ -20,7 +20,7 @@ from typing import NoReturn
 
 from lockgate import __version__
 from lockgate._errors import LockgateError
-from lockgate.cli import _commands, _runs
+from lockgate.cli import _commands, _journal, _runs
 from lockgate.cli._exits import BROKEN_PIPE, INTERRUPTED, Failure, report
 from lockgate.cli._params import check_names
 from lockgate.stores._open import JOURNAL_URL_ENV, STORE_URL_ENV, open_store
@@ -53,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     _commands.add_run_parsers(group, [common])
     _runs.add_parsers(group, [common])
     _commands.add_admin_parsers(group, [common])
+    _journal.add_parsers(group)
     return parser
 
 
@@ -61,6 +62,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.run is None:
         code: int = args.demo(args)
         return code
+    if getattr(args, "opens_no_store", False):  # `journal replay` reads Kafka alone
+        return int(args.run(args))
     if getattr(args, "opens_store", False):  # `worker` waits for a store that does not answer
         return int(asyncio.run(args.run(args)))
     # Only a worker and `store init` create a store that does not exist yet (a URL can ask

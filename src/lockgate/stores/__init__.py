@@ -28,7 +28,13 @@ from lockgate.stores._types import (
     WaitOutcome,
     WaitSpec,
 )
-from lockgate.stores.kafka import KafkaEventLogStore
+from lockgate.stores.kafka import (
+    JournalRecord,
+    JournalReplay,
+    KafkaEventLogStore,
+    ReplaySummary,
+    replay_journal,
+)
 from lockgate.stores.kafka._rebuild import RebuildReport, rebuild_lifecycle
 from lockgate.stores.memory import MemoryStore
 from lockgate.stores.sqlite import SQLiteStore
@@ -45,11 +51,14 @@ __all__ = [
     "EventLogStore",
     "Gates",
     "IdempotencyStore",
+    "JournalRecord",
+    "JournalReplay",
     "KafkaEventLogStore",
     "LifecycleStore",
     "MemoryStore",
     "PolicyStore",
     "RebuildReport",
+    "ReplaySummary",
     "RunControls",
     "RunInfo",
     "SQLiteStore",
@@ -70,4 +79,5 @@ __all__ = [
     "WaitSpec",
     "open_store",
     "rebuild_lifecycle",
+    "replay_journal",
 ]

@@ -68,12 +68,8 @@ def decode(value: bytes, schema_version: str | None = None) -> RunEvent:
     header; this runtime's when not given). A value that is not one is
     :class:`StoreUnavailable` (the topic holds something lockgate did not write); one written
     with a newer major is :class:`SchemaVersionMismatch`, read by no guess."""
-    if schema_version is not None and _major(schema_version) != WIRE_MAJOR:
-        raise SchemaVersionMismatch(
-            f"a journal record was written with schema version {schema_version}; this lockgate "
-            f"reads version {WIRE_MAJOR}: upgrade lockgate to read it",
-            missing=[f"schema_version {schema_version}"],
-        )
+    if schema_version is not None:
+        check_schema_version(schema_version)
     try:
         record: Any = fastavro.schemaless_reader(io.BytesIO(value), schema(), None)
         payload = json.loads(record["payload"])
@@ -87,6 +83,18 @@ def decode(value: bytes, schema_version: str | None = None) -> RunEvent:
         run_seq=record["run_seq"],
         headers=dict(record["headers"]),
     )
+
+
+def check_schema_version(version: str) -> None:
+    """Refuse a record written with ``version`` (its ``lg-schema`` header) unless this runtime
+    reads it: :class:`SchemaVersionMismatch` for another major, :class:`StoreUnavailable` for
+    a header that is no version."""
+    if _major(version) != WIRE_MAJOR:
+        raise SchemaVersionMismatch(
+            f"a journal record was written with schema version {version}; this lockgate "
+            f"reads version {WIRE_MAJOR}: upgrade lockgate to read it",
+            missing=[f"schema_version {version}"],
+        )
 
 
 def _major(version: str) -> int:

@@ -35,7 +35,13 @@ from lockgate.journal._replay import ReplayState, reconstruct_state
 from lockgate.stores._composite import CompositeStore
 from lockgate.stores._records import PROGRESS_KINDS, WAIT_STATUS, Submit
 from lockgate.stores._types import WaitSpec
-from lockgate.stores.kafka._codec import RUN_ID_HEADER, WORKFLOW_HEADER, decode, header_map
+from lockgate.stores.kafka._codec import (
+    RUN_ID_HEADER,
+    SCHEMA_HEADER,
+    WORKFLOW_HEADER,
+    decode,
+    header_map,
+)
 from lockgate.stores.kafka._store import KafkaEventLogStore
 from lockgate.stores.valkey._lifecycle import (
     IDEMPOTENCY_HASH_HEADER,
@@ -131,7 +137,7 @@ def _record(log: KafkaEventLogStore, partition: int, msg: Any) -> _Record | None
     if workflow is None or run_id is None or value is None:
         return None  # not a lockgate record: nothing of a run
     try:
-        event = decode(value)
+        event = decode(value, headers.get(SCHEMA_HEADER))
     except StoreUnavailable as exc:
         raise StoreUnavailable(
             f"{log.topic!r}[{partition}] offset {msg.offset()} (run {run_id!r} of "

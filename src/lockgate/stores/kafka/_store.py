@@ -35,7 +35,8 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 try:
     import confluent_kafka
@@ -77,11 +78,14 @@ from lockgate.stores.kafka._codec import (
 from lockgate.stores.kafka._partition import gate_key, is_init, partition_for
 from lockgate.stores.kafka._producer import shared_producer
 
+if TYPE_CHECKING:
+    from lockgate.stores.kafka._replay import JournalReplay
+
 #: Runs whose journal one process keeps in memory, at most (the least recently used go).
 JOURNALS_KEPT = 10_000
 #: Runs whose partition and first offset one process remembers; past it the memory starts over.
 POSITIONS_KEPT = 100_000
-_TOPIC_PREFIX = re.compile(r"[A-Za-z0-9._-]{1,200}")
+TOPIC_PREFIX = re.compile(r"[A-Za-z0-9._-]{1,200}")
 #: The settings a journal topic is created with: a journal must outlive its run, so records are
 #: kept until an operator decides otherwise, and never compacted (compaction keeps one record
 #: per key, and the key is the gate key many events share).
@@ -192,7 +196,7 @@ class KafkaEventLogStore(EventLogStore):
                 "KafkaEventLogStore needs confluent-kafka and fastavro: "
                 "pip install 'lockgate[kafka]'"
             )
-        if not _TOPIC_PREFIX.fullmatch(topic_prefix):
+        if not TOPIC_PREFIX.fullmatch(topic_prefix):
             raise ConfigurationError(
                 f"topic_prefix must be 1-200 of A-Z a-z 0-9 . _ -: {topic_prefix!r}"
             )
@@ -211,6 +215,8 @@ class KafkaEventLogStore(EventLogStore):
             "logger": logging.getLogger("lockgate.kafka"),
             **(config or {}),
         }
+        #: The librdkafka settings every client of the store starts from (a replay's too).
+        self.client_config: Mapping[str, Any] = dict(common)
         admin = AdminClient(dict(common))
         self._ensure_topic(
             admin, replication_factor, {**JOURNAL_TOPIC_CONFIG, **(topic_config or {})}
@@ -603,6 +609,31 @@ class KafkaEventLogStore(EventLogStore):
             if len(self._positions) >= POSITIONS_KEPT:
                 self._positions.clear()
             self._positions[run] = (journal.partition, journal.first)
+
+    def replay(
+        self,
+        *,
+        partition: int | None = None,
+        from_offset: int | None = None,
+        from_time: datetime | float | None = None,
+        until_offset: int | None = None,
+        workflow: str | None = None,
+        run_id: str | None = None,
+    ) -> JournalReplay:
+        """Replay the journal topic: an iterator of folded :class:`JournalRecord` s across the
+        partitions read, up to each one's end offset (``until_offset``, exclusive, else its
+        high watermark now), with a :class:`ReplaySummary`. See :func:`replay_journal`."""
+        from lockgate.stores.kafka._replay import replay_journal
+
+        return replay_journal(
+            self,
+            partition=partition,
+            from_offset=from_offset,
+            from_time=from_time,
+            until_offset=until_offset,
+            workflow=workflow,
+            run_id=run_id,
+        )
 
     # -- the rest ------------------------------------------------------------------------------
 

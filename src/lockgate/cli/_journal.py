@@ -1,0 +1,249 @@
+"""``lockgate journal replay``: the Kafka journal topic read from offsets, folded, printed.
+
+The command opens no store: it reads the topic the ``--journal`` URL (or
+``LOCKGATE_JOURNAL_URL``) names through :class:`~lockgate.stores.kafka.JournalReplay`, prints
+one line per folded event (``--json``: one JSON object per line), then one summary line. It
+formats the fold's records itself rather than through :class:`JournalRecord`: a replay prints
+millions of lines, and the payload's JSON text goes out as the record holds it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import logging
+import os
+import sys
+import time
+from datetime import UTC, datetime
+from typing import IO, Any
+
+from lockgate.cli._exits import OK, Failure
+from lockgate.cli._params import Subparsers
+from lockgate.stores._open import JOURNAL_URL_ENV
+from lockgate.stores.kafka._fold import Folded, ReplaySummary
+from lockgate.stores.kafka._replay import JournalReplay, replay_journal
+
+#: Seconds between two progress lines on a terminal.
+PROGRESS_EVERY = 0.25
+#: Characters of a payload the text output shows.
+PAYLOAD_WIDTH = 96
+
+
+def add_parsers(group: Subparsers) -> None:
+    """``journal replay``."""
+    journal = group.add_parser("journal", help="the Kafka journal topic itself")
+    sub = journal.add_subparsers(dest="journal_command", metavar="COMMAND", required=True)
+    p = sub.add_parser(
+        "replay",
+        help="read the journal topic from an offset or a time, fold it, print each event",
+        description="Read {prefix}.journal from a position, fold it as a journal read does "
+        "(duplicates and stale epochs dropped), print each event, then a summary line.",
+    )
+    p.add_argument(
+        "--journal",
+        metavar="URL",
+        help=f"kafka://host:port[,host:port][?topic_prefix=...] (default: ${JOURNAL_URL_ENV})",
+    )
+    p.add_argument("--partition", type=int, metavar="N", help="only partition N (default: all)")
+    start = p.add_mutually_exclusive_group()
+    start.add_argument(
+        "--from-offset", type=int, metavar="N", help="start at offset N of each partition read"
+    )
+    start.add_argument(
+        "--from-time",
+        metavar="ISO8601",
+        help="start at the first record at or after this time (UTC when it has no zone)",
+    )
+    p.add_argument(
+        "--until-offset",
+        type=int,
+        metavar="N",
+        help="end offset, exclusive: stop before offset N (default: each partition's end now)",
+    )
+    p.add_argument("--workflow", dest="name", metavar="NAME", help="only this workflow's runs")
+    p.add_argument("--run", dest="run_id", metavar="RUN_ID", help="only this run")
+    p.add_argument("--json", action="store_true", help="one JSON object per line")
+    p.set_defaults(run=replay, opens_no_store=True)
+
+
+def replay(args: argparse.Namespace) -> int:
+    url = args.journal if args.journal is not None else os.environ.get(JOURNAL_URL_ENV)
+    if not url:
+        raise Failure(
+            f"no journal given: pass --journal kafka://host:port or set {JOURNAL_URL_ENV}"
+        )
+    for flag, value in (
+        ("--partition", args.partition),
+        ("--from-offset", args.from_offset),
+        ("--until-offset", args.until_offset),
+    ):
+        if value is not None and value < 0:
+            raise Failure(f"{flag} must be 0 or more, got {value}")
+    if (
+        args.from_offset is not None
+        and args.until_offset is not None
+        and args.until_offset < args.from_offset
+    ):
+        raise Failure(
+            f"--until-offset {args.until_offset} is before --from-offset {args.from_offset} "
+            "(--until-offset is the end offset, exclusive)"
+        )
+    # librdkafka's log lines (a refused connection, once per retry) would land on stderr
+    # through logging's last resort; the one error line says what went wrong.
+    logging.getLogger("lockgate.kafka").addHandler(logging.NullHandler())
+    source = replay_journal(
+        url,
+        partition=args.partition,
+        from_offset=args.from_offset,
+        from_time=_time(args.from_time) if args.from_time is not None else None,
+        until_offset=args.until_offset,
+        workflow=args.name,
+        run_id=args.run_id,
+    )
+    # The loop allocates millions of short-lived objects and frees each by its count: the
+    # cyclic collector, triggered by allocations, would only slow it down.
+    gc.disable()
+    try:
+        with source:
+            _print(source, args.json)
+    finally:
+        gc.enable()
+    return OK
+
+
+def _time(text: str) -> datetime:
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise Failure(
+            f"--from-time {text!r} is not an ISO 8601 time (e.g. 2026-01-31T09:30:00Z)"
+        ) from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
+
+
+def _print(source: JournalReplay, as_json: bool) -> None:
+    """Every folded event, then the summary, on stdout (written in big blocks); progress on
+    stderr when that is a terminal."""
+    out = sys.stdout.buffer
+    progress = _Progress(source.summary) if _is_terminal(sys.stderr) else None
+    line = _JsonLines() if as_json else _TextLines()
+    try:
+        for batch in source.folded():
+            out.write(b"".join(map(line, batch)))
+            if progress is not None:
+                progress.show()
+    finally:
+        if progress is not None:
+            progress.clear()
+    summary = source.summary
+    if as_json:
+        tail = json.dumps({"summary": summary.to_dict()}, separators=(",", ":"))
+    else:
+        tail = summary.line()
+    out.write(tail.encode() + b"\n")
+    out.flush()
+
+
+def _is_terminal(stream: IO[Any] | None) -> bool:
+    try:
+        return stream is not None and stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+class _JsonLines:
+    """One folded record as a JSON line, the payload's text copied in as the record holds it
+    (compact JSON, as every store writes it). A run's ``{"workflow":...,"run_id":...`` is made
+    once; a second's stamp text is reused by every record of that second."""
+
+    def __init__(self) -> None:
+        self._kinds: dict[bytes, bytes] = {}
+        self._second = -1
+        self._stamp = b""
+
+    def __call__(self, folded: Folded) -> bytes:
+        run, workflow, run_id, seq, kind, payload, partition, offset, stamp, epoch, _ = folded
+        prefix = run.prefix
+        if prefix is None:
+            prefix = run.prefix = b'{"workflow":%s,"run_id":%s,"run_seq":' % (
+                _json_text(workflow),
+                _json_text(run_id),
+            )
+        kind_text = self._kinds.get(kind)
+        if kind_text is None:
+            kind_text = self._kinds[kind] = _json_text(kind)
+        return (
+            b'%s%d,"kind":%s,"partition":%d,"offset":%d,"timestamp":%s,"epoch":%s,"payload":%s}\n'
+            % (
+                prefix,
+                seq,
+                kind_text,
+                partition,
+                offset,
+                self._stamp_text(stamp),
+                b"null" if epoch is None else b"%d" % epoch,
+                payload,
+            )
+        )
+
+    def _stamp_text(self, millis: int | None) -> bytes:
+        if millis is None:
+            return b"null"
+        second, rest = divmod(millis, 1000)
+        if second != self._second:
+            self._second = second
+            self._stamp = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%S").encode()
+        return b'"%s.%03dZ"' % (self._stamp, rest)
+
+
+def _json_text(raw: bytes) -> bytes:
+    return json.dumps(raw.decode(errors="replace")).encode()
+
+
+class _TextLines:
+    """One folded record as a line for people: where it is, whose it is, what it says."""
+
+    def __call__(self, folded: Folded) -> bytes:
+        _run, workflow, run_id, seq, kind, payload, partition, offset, _stamp, epoch, _ = folded
+        shown = payload if len(payload) <= PAYLOAD_WIDTH else payload[: PAYLOAD_WIDTH - 3] + b"..."
+        fence = b" epoch %d" % epoch if epoch is not None else b""
+        return b"%d/%d  %s  %s  #%d  %s%s  %s\n" % (
+            partition,
+            offset,
+            workflow,
+            run_id,
+            seq,
+            kind,
+            fence,
+            shown,
+        )
+
+
+class _Progress:
+    """``records read / total`` on stderr, at most every :data:`PROGRESS_EVERY` seconds, on
+    one line that is cleared at the end."""
+
+    def __init__(self, summary: ReplaySummary) -> None:
+        self.summary = summary
+        self.shown_at = 0.0
+        self.shown = False
+
+    def show(self) -> None:
+        now = time.monotonic()
+        if now - self.shown_at < PROGRESS_EVERY:
+            return
+        self.shown_at, self.shown = now, True
+        summary = self.summary
+        share = summary.records / summary.total if summary.total else 1.0
+        sys.stderr.write(
+            f"\r\x1b[Klockgate: replaying: {summary.records:,} / {summary.total:,} records "
+            f"({share:.0%}), {summary.events:,} events"
+        )
+        sys.stderr.flush()
+
+    def clear(self) -> None:
+        if self.shown:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()

@@ -1,0 +1,458 @@
+"""The fold of a journal replay: which records of the topic to keep, and what they showed.
+
+Folding, per run (workflow and run id): a ``run_seq`` already yielded is a duplicate (a
+producer retry, or a second copy of the run's outbox) and is dropped; an event stamped with an
+epoch below the highest one yielded for the run is stale and is dropped; nothing after the
+run's terminal event (a higher ``run_seq``) is yielded; a late copy of an earlier one still is.
+That is :func:`~lockgate.journal._replay.reconstruct_state`'s
+rule, applied in topic order (the first copy of a ``run_seq`` stays, as a journal read keeps
+it). A run's records are all in one partition, so partitions fold independently.
+
+Memory. A run being folded costs a few integers: the range of ``run_seq`` yielded (with a set
+only for numbers seen out of order), its highest epoch and status. Once a run's terminal is
+yielded it keeps only that, and is forgotten when its partition has moved ``forget_after``
+records (1,000,000 by default) past the terminal; a copy of its records arriving later than
+that would be yielded again, as a run seen anew. Runs that never end are kept for the whole
+replay.
+
+Speed. The workflow and run filters compare the record headers before the value is touched,
+and a duplicate is recognised by its ``lg-run-seq`` header, also before. The value's Avro is
+walked by hand (the schema is six fields): that checks its structure and that it names the run
+its headers name, and gives the kind and the payload's JSON text as bytes, parsed only when
+someone asks for them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from lockgate._errors import JournalRecordUndecodable
+from lockgate.journal._events import RunEvent, RunStatus, terminal_status
+from lockgate.stores.kafka._codec import (
+    RECORD_EPOCH_HEADER,
+    RUN_ID_HEADER,
+    RUN_SEQ_HEADER,
+    SCHEMA_HEADER,
+    WIRE_MAJOR,
+    WORKFLOW_HEADER,
+    check_schema_version,
+)
+
+#: The ``lg-schema`` header of the records this runtime writes, as the fast path compares it.
+_WIRE_VERSION = str(WIRE_MAJOR).encode()
+#: A run whose terminal was yielded is forgotten once its partition moved this far past it.
+FORGET_AFTER = 1_000_000
+#: Records asked of the consumer at a time.
+BATCH = 10_000
+
+#: The status a run is in after its last folded event, when that event says (a terminal, a
+#: wait); any other event leaves it pending (queued: its init, a requeue, a wake-up) or in
+#: progress (an attempt is writing).
+_WAIT_STATUS = {
+    "run:sleeping": RunStatus.SLEEPING,
+    "run:signal_waiting": RunStatus.SIGNAL_WAITING,
+    "run:paused": RunStatus.PAUSED,
+}
+_QUEUED_KINDS = frozenset(
+    {
+        "run:init",
+        "run:requeued",
+        "run:woken",
+        "run:wait_timed_out",
+        "run:signal_received",
+        "run:unpaused",
+    }
+)
+_TERMINAL_KINDS = frozenset({b"run:complete", b"run:error", b"run:continued"})
+
+
+def status_after(kind: str, payload: Callable[[], Mapping[str, Any]]) -> RunStatus:
+    """The status a run's journal shows once its last event is of ``kind`` (``payload``
+    gives that event's payload, read only for a ``run:error``). The journal alone cannot tell
+    a queued run from one claimed but not yet written to: both are ``pending``."""
+    if kind in ("run:complete", "run:error", "run:continued"):
+        return terminal_status(RunEvent(kind, dict(payload()), ""))
+    wait = _WAIT_STATUS.get(kind)
+    if wait is not None:
+        return wait
+    if kind in _QUEUED_KINDS:
+        return RunStatus.PENDING
+    return RunStatus.IN_PROGRESS
+
+
+@dataclass
+class ReplaySummary:
+    """What a replay read and folded, filled in as it goes.
+
+    ``events`` were yielded; ``records`` were read in all; ``duplicates`` (a ``run_seq``
+    already yielded), ``stale`` (an epoch below the run's highest) and ``after_terminal`` were
+    folded away; ``filtered`` were other runs' (the workflow or run filter). :attr:`runs`
+    counts the runs seen by the status their last folded event gives (see
+    :func:`status_after`)."""
+
+    records: int = 0
+    events: int = 0
+    duplicates: int = 0
+    stale: int = 0
+    after_terminal: int = 0
+    filtered: int = 0
+    total: int = 0  # records between the replay's start and end offsets, for progress
+    _live: dict[Any, _RunFold] = field(default_factory=dict, repr=False)
+    _forgotten: Counter[str] = field(default_factory=Counter, repr=False)
+
+    @property
+    def runs(self) -> dict[str, int]:
+        """Runs seen, by status (most first)."""
+        counts = Counter(self._forgotten)
+        for run in self._live.values():
+            counts[run.status] += 1
+        return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+
+    @property
+    def run_count(self) -> int:
+        return len(self._live) + sum(self._forgotten.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "events": self.events,
+            "runs": self.run_count,
+            "by_status": self.runs,
+            "records": self.records,
+            "duplicates": self.duplicates,
+            "stale": self.stale,
+            "after_terminal": self.after_terminal,
+            "filtered": self.filtered,
+        }
+
+    def line(self) -> str:
+        """One sentence: ``replayed 1234 events of 56 runs (folded 3 duplicates): 50
+        complete, 6 in_progress``."""
+        folded = [f"folded {self.duplicates} duplicate{'s' * (self.duplicates != 1)}"]
+        if self.stale:
+            folded.append(f"dropped {self.stale} stale")
+        if self.after_terminal:
+            folded.append(f"dropped {self.after_terminal} after a terminal")
+        if self.filtered:
+            folded.append(f"skipped {self.filtered} of other runs")
+        statuses = ", ".join(f"{count} {status}" for status, count in self.runs.items())
+        runs = self.run_count
+        return (
+            f"replayed {self.events} event{'s' * (self.events != 1)} of {runs} "
+            f"run{'s' * (runs != 1)} ({', '.join(folded)})" + (f": {statuses}" if statuses else "")
+        )
+
+
+class _RunFold:
+    """What folding one run needs: the ``run_seq`` yielded (``lo``..``hi``, and ``extra`` for
+    any seen outside that range), its highest epoch, its status, and its terminal's
+    ``run_seq`` once it ended (0 before)."""
+
+    __slots__ = ("ended", "epoch", "extra", "hi", "lo", "prefix", "status", "top")
+
+    def __init__(self, seq: int) -> None:
+        self.lo = self.hi = seq
+        self.top = 0  # the highest run_seq yielded
+        self.extra: set[int] | None = None
+        self.epoch = -1
+        self.status = RunStatus.IN_PROGRESS.value
+        self.ended = 0  # the terminal's run_seq, once yielded
+        self.prefix: bytes | None = None  # the CLI's cached start of a JSON line
+
+    def seen(self, seq: int) -> bool:
+        return self.lo <= seq <= self.hi or (self.extra is not None and seq in self.extra)
+
+    def add(self, seq: int) -> None:
+        if seq == self.hi + 1:
+            self.hi = seq
+        elif seq == self.lo - 1:
+            self.lo = seq
+        else:
+            if self.extra is None:
+                self.extra = set()
+            self.extra.add(seq)
+        extra = self.extra
+        while extra:  # absorb numbers that now touch the range
+            if self.hi + 1 in extra:
+                self.hi += 1
+                extra.discard(self.hi)
+            elif self.lo - 1 in extra:
+                self.lo -= 1
+                extra.discard(self.lo)
+            else:
+                break
+
+
+#: One folded record as the internal fold yields it: its run's fold, workflow and run id (as
+#: the headers' bytes), run_seq, kind and payload (bytes), partition, offset, timestamp in
+#: milliseconds (or None), epoch (or None) and the whole value.
+Folded = tuple[_RunFold, bytes, bytes, int, bytes, bytes, int, int, int | None, int | None, bytes]
+
+
+class Folder:
+    """The fold of a replay: fed Kafka messages, it yields the ones to keep (see the module
+    docstring) and keeps the :class:`ReplaySummary`."""
+
+    def __init__(
+        self,
+        topic: str,
+        *,
+        workflow: str | None = None,
+        run_id: str | None = None,
+        forget_after: int = FORGET_AFTER,
+    ) -> None:
+        self.topic = topic
+        self.summary = ReplaySummary()
+        self._workflow = workflow.encode() if workflow is not None else None
+        self._run_id = run_id.encode() if run_id is not None else None
+        self._forget_after = forget_after
+        self._ended: dict[int, deque[tuple[int, tuple[bytes, bytes]]]] = {}
+
+    def fold(self, batch: list[Any], stops: dict[int, int]) -> list[Folded]:
+        """The records of ``batch`` to keep, in order. ``stops`` holds each partition still
+        being read and its end offset; a partition reaching it is removed. (One loop with its
+        common cases inline: it runs once per record of the topic.)"""
+        summary, runs = self.summary, self.summary._live
+        want_wf, want_run, topic = self._workflow, self._run_id, self.topic
+        kept: list[Folded] = []
+        records = filtered = duplicates = after_terminal = stale = 0
+        try:
+            for msg in batch:
+                if msg.error() is not None:
+                    _raise_error(msg)
+                    continue
+                partition, offset = msg.partition(), msg.offset()
+                stop = stops.get(partition)
+                if stop is None or offset >= stop:
+                    continue  # past the end asked for (fetched with the last batch)
+                if offset + 1 >= stop:
+                    del stops[partition]
+                records += 1
+                headers = msg.headers()
+                # The store writes workflow, run id, run_seq, schema and maybe epoch, in order.
+                if (
+                    headers is not None
+                    and len(headers) in (4, 5)
+                    and headers[0][0] == WORKFLOW_HEADER
+                    and headers[1][0] == RUN_ID_HEADER
+                    and headers[2][0] == RUN_SEQ_HEADER
+                    and headers[3][1] == _WIRE_VERSION
+                    and (len(headers) == 4 or headers[4][0] == RECORD_EPOCH_HEADER)
+                ):
+                    workflow, run_id = headers[0][1], headers[1][1]
+                    try:
+                        seq = int(headers[2][1])
+                        epoch = int(headers[4][1]) if len(headers) == 5 else None
+                    except (TypeError, ValueError):
+                        workflow, run_id, seq, epoch = self._named(headers, partition, offset)
+                else:
+                    workflow, run_id, seq, epoch = self._named(headers, partition, offset)
+                if (want_wf is not None and workflow != want_wf) or (
+                    want_run is not None and run_id != want_run
+                ):
+                    filtered += 1
+                    continue
+                key = (workflow, run_id)
+                run = runs.get(key)
+                if run is not None:
+                    if run.lo <= seq <= run.hi or (run.extra is not None and seq in run.extra):
+                        duplicates += 1
+                        continue
+                    if run.ended and seq > run.ended:
+                        after_terminal += 1
+                        continue
+                    if epoch is not None and epoch < run.epoch:
+                        stale += 1
+                        continue
+                value = msg.value()
+                kind, payload = _walk(value, run_id, seq, topic, partition, offset)
+                if run is None:
+                    run = runs[key] = _RunFold(seq)
+                elif seq == run.hi + 1 and run.extra is None:
+                    run.hi = seq
+                else:
+                    run.add(seq)
+                if epoch is not None:
+                    run.epoch = epoch
+                if not run.ended and seq >= run.top:  # the run's last event so far
+                    run.top = seq
+                    status = _STATUS.get(kind)
+                    run.status = status if status is not None else _status(kind, payload)
+                    if kind in _TERMINAL_KINDS:
+                        run.ended = seq
+                        self._ended.setdefault(partition, deque()).append((offset, key))
+                stamp = msg.timestamp()
+                kept.append(
+                    (
+                        run,
+                        workflow,
+                        run_id,
+                        seq,
+                        kind,
+                        payload,
+                        partition,
+                        offset,
+                        stamp[1] if stamp[0] else None,
+                        epoch,
+                        value,
+                    )
+                )
+        finally:
+            summary.records += records
+            summary.filtered += filtered
+            summary.duplicates += duplicates
+            summary.after_terminal += after_terminal
+            summary.stale += stale
+            summary.events += len(kept)
+        self._forget(batch)
+        return kept
+
+    def _named(
+        self, headers: Any, partition: int, offset: int
+    ) -> tuple[bytes, bytes, int, int | None]:
+        """Workflow, run id, run_seq and epoch from headers in another order or layout (a
+        record some other tool wrote)."""
+        named = {k: v for k, v in headers or () if v is not None}
+        version = named.get(SCHEMA_HEADER)
+        if version is not None:
+            check_schema_version(version.decode(errors="replace"))
+        missing = [h for h in (WORKFLOW_HEADER, RUN_ID_HEADER, RUN_SEQ_HEADER) if h not in named]
+        if missing:
+            raise JournalRecordUndecodable(
+                self.topic, partition, offset, f"it has no {', '.join(missing)} header"
+            )
+        try:
+            raw_epoch = named.get(RECORD_EPOCH_HEADER)
+            epoch = int(raw_epoch) if raw_epoch is not None else None
+            return named[WORKFLOW_HEADER], named[RUN_ID_HEADER], int(named[RUN_SEQ_HEADER]), epoch
+        except ValueError as exc:
+            raise JournalRecordUndecodable(
+                self.topic, partition, offset, f"a header is not a number: {exc}"
+            ) from None
+
+    def _forget(self, batch: list[Any]) -> None:
+        """Drop the runs that ended more than ``forget_after`` records behind the last offset
+        this batch read of their partition."""
+        if not self._ended or not batch:
+            return
+        last: dict[int, int] = {}
+        for msg in reversed(batch):
+            if msg.error() is None:
+                last.setdefault(msg.partition(), msg.offset())
+            if len(last) == len(self._ended):
+                break
+        runs, forgotten = self.summary._live, self.summary._forgotten
+        for partition, ended in self._ended.items():
+            horizon = last.get(partition, -1) - self._forget_after
+            while ended and ended[0][0] < horizon:
+                _offset, key = ended.popleft()
+                run = runs.pop(key, None)
+                if run is not None:
+                    forgotten[run.status] += 1
+
+
+#: The status each kind of event leaves a run in, as the fold has met them (a ``run:error``'s
+#: depends on its payload and is never kept here).
+_STATUS: dict[bytes, str] = {}
+
+
+def _status(kind: bytes, payload: bytes) -> str:
+    text = kind.decode()
+    status = status_after(text, lambda: json.loads(payload)).value
+    if text != "run:error":
+        _STATUS[kind] = status
+    return status
+
+
+def _raise_error(msg: Any) -> None:
+    from confluent_kafka import KafkaError, KafkaException
+
+    if msg.error().code() == KafkaError._PARTITION_EOF:
+        return
+    raise KafkaException(msg.error())
+
+
+def _varint(value: bytes, at: int) -> tuple[int, int]:
+    """The zig-zag long at ``at`` and the position after it."""
+    shift = n = 0
+    while True:
+        byte = value[at]
+        at += 1
+        n |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return (n >> 1) ^ -(n & 1), at
+        shift += 7
+        if shift > 63:
+            raise ValueError("a long longer than 10 bytes")
+
+
+def _walk(
+    value: bytes | None, run_id: bytes, seq: int, topic: str, partition: int, offset: int
+) -> tuple[bytes, bytes]:
+    """Kind and payload (bytes) of an Avro ``RunEvent`` value, having walked all of it: it
+    must be whole, and name the run and ``run_seq`` its headers name. (Lengths below 64 are
+    one byte, read inline; longer ones go through :func:`_varint`.)"""
+    try:
+        if value is None:
+            raise ValueError("it has no value")
+        size = len(value)
+        byte = value[0]
+        length, kind_at = (byte >> 1, 1) if byte < 0x80 and not byte & 1 else _varint(value, 0)
+        kind_end = kind_at + length
+        byte = value[kind_end]
+        length, at = (
+            (byte >> 1, kind_end + 1) if byte < 0x80 and not byte & 1 else _varint(value, kind_end)
+        )
+        payload_at, payload_end = at, at + length
+        byte = value[payload_end]
+        length, at = (
+            (byte >> 1, payload_end + 1)
+            if byte < 0x80 and not byte & 1
+            else _varint(value, payload_end)
+        )
+        named_run = value[at : at + length]
+        at += length
+        byte = value[at]  # schema_version
+        length, at = (byte >> 1, at + 1) if byte < 0x80 and not byte & 1 else _varint(value, at)
+        at += length
+        if value[at] == 2:  # run_seq's union: the long branch
+            value_seq, at = _varint(value, at + 1)
+        elif value[at] == 0:
+            value_seq, at = None, at + 1
+        else:
+            raise ValueError(f"run_seq's union has no branch {value[at]}")
+        at = at + 1 if value[at] == 0 else _skip_map(value, at)
+        if at != size or length < 0 or kind_end <= kind_at or payload_end < payload_at:
+            raise ValueError("its fields do not fill it exactly")
+        kind = value[kind_at:kind_end]
+        kind.decode()
+    except (IndexError, ValueError) as exc:
+        raise JournalRecordUndecodable(topic, partition, offset, f"its value: {exc}") from None
+    if named_run != run_id or value_seq != seq:
+        raise JournalRecordUndecodable(
+            topic,
+            partition,
+            offset,
+            f"its headers name run {run_id.decode(errors='replace')!r} #{seq} but its value "
+            f"run {named_run.decode(errors='replace')!r} #{value_seq}",
+        )
+    return kind, value[payload_at:payload_end]
+
+
+def _skip_map(value: bytes, at: int) -> int:
+    """The position after an Avro map of strings starting at ``at``."""
+    while True:
+        count, at = _varint(value, at)
+        if count == 0:
+            return at
+        if count < 0:  # a block with its byte size
+            count = -count
+            _size, at = _varint(value, at)
+        for _ in range(2 * count):
+            length, at = _varint(value, at)
+            at += length
+            if length < 0 or at > len(value):
+                raise ValueError("a header runs past the value's end")
