@@ -10,7 +10,6 @@ from pathlib import Path
 import fastavro
 import pytest
 
-from lockgate import StoreUnavailable
 from lockgate.journal._events import EPOCH_HEADER, RunEvent
 from lockgate.stores._records import Submit
 from lockgate.stores.kafka import _codec
@@ -54,8 +53,9 @@ def test_the_value_is_plain_avro_any_reader_of_the_schema_reads() -> None:
     }
 
 
-def test_a_value_that_is_not_a_run_event_is_store_unavailable() -> None:
-    with pytest.raises(StoreUnavailable, match="not a lockgate RunEvent"):
+def test_a_value_that_is_not_a_run_event_is_refused() -> None:
+    # A reader turns it into JournalRecordInvalid, saying where (tests/test_kafka_faults.py).
+    with pytest.raises(_codec.NotARunEvent):
         _codec.decode(b"\x02")
 
 

@@ -133,7 +133,8 @@ def folded(records: list[Record]) -> dict[str, list[RunEvent]]:
         event = decode(record.value)
         run_id = record.headers[RUN_ID_HEADER]
         assert event.run_id == run_id, record
-        assert event.run_seq is not None and record.headers["lg-run-seq"] == str(event.run_seq)
+        assert event.run_seq is not None
+        assert record.headers["lg-run-seq"] == str(event.run_seq)
         homes[run_id].add(record.partition)
         first = runs[run_id].setdefault(event.run_seq, event)
         assert first == event, f"run {run_id}: two different events for run_seq {event.run_seq}"
@@ -339,7 +340,11 @@ def assert_nothing_acknowledged_lost(
     assert reran_after_ack(cluster) == [], cluster.tail()
     check_topic(cluster, store, STEPS, runs)  # run_seq 1..N for each run: no record lost
     for run_id in runs:
-        done = [e.payload["call_index"] for e in store.load_run(STEPS, run_id) if e.kind == EventKind.STEP_DONE]
+        done = [
+            e.payload["call_index"]
+            for e in store.load_run(STEPS, run_id)
+            if e.kind == EventKind.STEP_DONE
+        ]
         assert sorted(done) == [0, 1], (run_id, done)
 
 
@@ -359,6 +364,68 @@ def test_a_broker_killed_and_restarted_mid_load_loses_no_acknowledged_append(
         wait_for("all runs end", all_ended(store, STEPS, list(runs)), cluster, DEADLINE)
         assert all(proc.poll() is None for proc in cluster.procs), cluster.tail()
         assert_nothing_acknowledged_lost(cluster, store, runs)
+        store.close()
+    finally:
+        cluster.close()
+
+
+def test_a_broker_away_longer_than_an_append_waits_puts_runs_back_and_they_complete(
+    tmp_path: Path, own_broker: Any
+) -> None:
+    # Appends and reads give up after 2 s (not 30): an outage longer than that, and than a
+    # lease, is an outage the attempts cannot wait out.
+    cluster = broker_cluster(tmp_path, own_broker, "&delivery_timeout=2&read_timeout=2")
+    try:
+        store = cluster.store()
+        runs = submit_steps(store, 40, steps=2, pause=0.05)
+        for i in range(2):
+            cluster.start("--worker-id", f"w{i}", "--concurrency", "4", ready=False)
+        cluster.wait_ready()
+        wait_for("runs are under way", lambda: len(cluster.executions()) >= 10, cluster, DEADLINE)
+        own_broker.stop(kill=True)
+        logs = [cluster.tmp / f"worker-{i}.log" for i in range(2)]
+        wait_for(
+            "both workers found the journal away",
+            lambda: all(
+                "the worker waits for it" in log.read_text(errors="replace") for log in logs
+            ),
+            cluster,
+            DEADLINE,
+        )
+        during = len(cluster.executions())
+        # Away for many leases (1.5 s) more: runs must neither be claimed only to lapse nor
+        # be put back again and again meanwhile.
+        time.sleep(8.0)
+        own_broker.start()
+        wait_for("all runs end", all_ended(store, STEPS, list(runs)), cluster, DEADLINE)
+        assert len(cluster.executions()) > during  # the runs went on after the outage
+        assert all(proc.poll() is None for proc in cluster.procs), cluster.tail()
+        assert_nothing_acknowledged_lost(cluster, store, runs)
+        for log in logs:
+            text = log.read_text(errors="replace")
+            assert "answers again" in text, cluster.tail()
+        # The attempts the outage cut short put their runs back as store_unavailable; runs
+        # claimed while the journal was away were handed back uncounted, so no run came near
+        # its budget (max_store_requeues, 20) however long the outage.
+        spent = {
+            run_id: [
+                e.payload["reason"]
+                for e in store.load_run(STEPS, run_id)
+                if e.kind == EventKind.RUN_REQUEUED
+            ].count("store_unavailable")
+            for run_id in runs
+        }
+        assert sum(spent.values()) >= 1, cluster.tail()
+        assert max(spent.values()) <= 3, spent
+        # Valkey stayed up and no worker died: no lease lapsed (a claim that read the journal
+        # for longer than a lease would have), so nothing was requeued as owner_gone.
+        lapsed = [
+            run_id
+            for run_id in runs
+            for e in store.load_run(STEPS, run_id)
+            if e.kind == EventKind.RUN_REQUEUED and e.payload["reason"] == "owner_gone"
+        ]
+        assert lapsed == [], (lapsed, cluster.tail())
         store.close()
     finally:
         cluster.close()

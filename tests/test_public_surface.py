@@ -36,6 +36,7 @@ EXPECTED = {
     "InvalidNameError",
     "InvalidParamsError",
     "JournalNeedsNewerRuntime",
+    "JournalRecordInvalid",
     "JournalTopicMismatch",
     "KafkaEventLogStore",
     "LifecycleStore",

@@ -129,9 +129,7 @@ def submit_steps(store: Store, count: int, **params: Any) -> dict[str, int]:
     return runs
 
 
-def assert_all_completed_once(
-    store: Store, cluster: ValkeyCluster, runs: dict[str, int]
-) -> None:
+def assert_all_completed_once(store: Store, cluster: ValkeyCluster, runs: dict[str, int]) -> None:
     for run_id, n in runs.items():
         _, end = completed_once(store, STEPS, run_id)
         assert end.payload["result"] == n * 2

@@ -10,6 +10,7 @@ parsing messages::
     │   ├── StoreFileError              a file that cannot serve as an SQLite store
     │   ├── StoreAuthenticationError    the store's server refused the URL's credentials
     │   └── StoreProtocolError          what answers at the store's address speaks otherwise
+    │       └── JournalRecordInvalid    a journal topic record of a run that is no RunEvent
     ├── InvalidParamsError              submit params that do not fit the workflow body
     ├── PayloadTooLarge                 an event payload over max_event_payload_bytes
     ├── RunNotFoundError                no run with this name and id
@@ -151,6 +152,24 @@ class StoreProtocolError(ConfigurationError):
     server at all (an HTTP server on that port), or a plain server asked for TLS."""
 
     code = ErrorCode.STORE_PROTOCOL
+
+
+class JournalRecordInvalid(StoreProtocolError):
+    """A record of the Kafka journal topic carries a run's headers (``lg-workflow``,
+    ``lg-run-id``) but its value is not a lockgate ``RunEvent``: something other than lockgate
+    wrote it. The run's journal is not read past it, and nothing is written. ``topic``,
+    ``partition`` and ``offset`` say where it is."""
+
+    def __init__(self, topic: str, partition: int, offset: int, run: str, cause: object) -> None:
+        super().__init__(
+            f"the journal record {topic}[{partition}] at offset {offset} names run {run} but "
+            f"is not a lockgate RunEvent ({cause}): only lockgate may write records with its "
+            f"lg-* headers to {topic!r}; keep other producers off the topic (records without "
+            f"those headers are skipped)"
+        )
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
 
 
 class InvalidParamsError(LockgateError, ValueError):

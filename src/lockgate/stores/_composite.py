@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from lockgate._errors import ConfigurationError
+from lockgate._errors import ConfigurationError, StoreUnavailable
 from lockgate.journal._events import RunEvent
 from lockgate.stores._base import EventLogStore, Store
 from lockgate.stores._gates import WaitReason
@@ -81,6 +81,8 @@ class CompositeStore(Store):
         self.shard_count = getattr(lifecycle, "shard_count", 1)
         #: The last ``run_seq`` this process copied, per live run.
         self._copied: dict[tuple[str, str], int] = {}
+        #: The event log failed a copy or a claimed run's read, and has not answered since.
+        self._log_away = False
 
     def rebalance_shards(self, worker_id: str, ttl: float | None = None) -> list[int]:
         """The lifecycle backend's shard leases (see ``ValkeyStore.rebalance_shards``)."""
@@ -142,6 +144,15 @@ class CompositeStore(Store):
                 self._copied.clear()  # runs another process ended linger here; start afresh
             self._copied[run] = fresh[-1].run_seq or have
 
+    def _copy_soon(self, name: str, run_id: str) -> None:
+        """:meth:`_copy` after an operation that needs no acknowledged copy (a requeue): when
+        the log is away, the events wait in the outbox for the next operation or read of the
+        run to copy them, and the caller is not told the operation failed (it did not)."""
+        try:
+            self._copy(name, run_id)
+        except StoreUnavailable:
+            self._log_away = True
+
     # -- the lifecycle role ----------------------------------------------------------------------
 
     def create_run(
@@ -186,23 +197,48 @@ class CompositeStore(Store):
         prefer: Sequence[int] = (),
     ) -> Claims:
         """The lifecycle's batch claim, with its word on the next token; each run's journal
-        is read from the event log (which answers every journal read)."""
+        is read from the event log (which answers every journal read).
+
+        A run whose journal the log cannot give now (it is away) is handed back unrun and
+        uncounted, with every run claimed after it (the answer keeps the leases' order); when
+        that leaves none, :class:`StoreUnavailable`, so a worker backs off as in any outage
+        instead of claiming runs it can only requeue, each requeue spending their budget.
+        Once the log has failed, the next claim first asks it whether it answers again."""
+        if self._log_away:
+            # No run is claimed while the log is away: a claimed run's read could outlast its
+            # lease, which would then lapse and count against its budget.
+            getattr(self.events, "ping", lambda: None)()
+            self._log_away = False
         claimed = self.lifecycle.claim_next_runs_loaded(name, leases, worker_version, prefer=prefer)
-        return Claims(
-            (
-                ClaimedRun(run.run_id, self._claimed_events(name, run.run_id), run.controls)
-                for run in claimed
-            ),
-            getattr(claimed, "next_token_in", None),
-        )
+        runs: list[ClaimedRun] = []
+        for index, run in enumerate(claimed):
+            try:
+                events = self._claimed_events(name, run.run_id)
+            except StoreUnavailable:
+                self._log_away = True
+                for later, lease in zip(claimed[index:], leases[index:], strict=False):
+                    self._give_back(name, later.run_id, lease)
+                if not runs:
+                    raise
+                break
+            runs.append(ClaimedRun(run.run_id, events, run.controls))
+        return Claims(runs, getattr(claimed, "next_token_in", None))
 
     def _claimed_events(self, name: str, run_id: str) -> list[RunEvent] | None:
-        """A claimed run's journal, or None when it cannot be read now (the claim has
-        committed: the run is returned all the same, and its attempt loads the journal)."""
+        """A claimed run's journal, or None when it cannot be read now for another reason
+        than the log being away (the attempt then loads it, and says why it cannot)."""
         try:
             return self.load_run(name, run_id)
+        except StoreUnavailable:
+            raise
         except Exception:
             return None
+
+    def _give_back(self, name: str, run_id: str, lease: str) -> None:
+        if "hand_back" in self.lifecycle.capabilities():
+            self.lifecycle.hand_back_run(name, run_id, lease)
+        else:
+            self.lifecycle.release_run(name, run_id, lease)
 
     def claim_run(self, name: str, run_id: str, worker_id: str) -> None:
         try:
@@ -217,12 +253,12 @@ class CompositeStore(Store):
         self, name: str, run_id: str, worker_id: str | None = None, *, reason: str = "owner_gone"
     ) -> None:
         self.lifecycle.requeue_run(name, run_id, worker_id, reason=reason)
-        self._copy(name, run_id)
+        self._copy_soon(name, run_id)
 
     def recover_pending_runs(self, name: str, now: float | None = None) -> list[str]:
         recovered = self.lifecycle.recover_pending_runs(name, now)
         for run_id in recovered:
-            self._copy(name, run_id)
+            self._copy_soon(name, run_id)
         return recovered
 
     def explain_wait(self, name: str, run_id: str) -> WaitReason | None:

@@ -20,7 +20,6 @@ try:
 except ImportError:  # pragma: no cover - the extra is missing
     fastavro = None  # type: ignore[assignment]
 
-from lockgate._errors import StoreUnavailable
 from lockgate.journal._events import EPOCH_HEADER, RunEvent
 
 #: Record headers: the workflow, the run id, its ``run_seq``, the fencing epoch (when the event
@@ -59,14 +58,18 @@ def encode(event: RunEvent) -> bytes:
     return out.getvalue()
 
 
+class NotARunEvent(ValueError):
+    """A value that is not an Avro ``RunEvent`` (a reader says where it found it)."""
+
+
 def decode(value: bytes) -> RunEvent:
-    """The event an Avro value holds; a value that is not one is :class:`StoreUnavailable`
-    (the topic holds something lockgate did not write)."""
+    """The event an Avro value holds; :class:`NotARunEvent` when it holds none (the topic
+    holds something lockgate did not write)."""
     try:
         record: Any = fastavro.schemaless_reader(io.BytesIO(value), schema(), None)
         payload = json.loads(record["payload"])
     except (EOFError, ValueError, TypeError, KeyError, IndexError) as exc:
-        raise StoreUnavailable(f"a journal record is not a lockgate RunEvent: {exc}") from exc
+        raise NotARunEvent(f"{type(exc).__name__}: {exc}") from exc
     return RunEvent(
         kind=record["kind"],
         payload=payload,

@@ -51,6 +51,7 @@ except ImportError:  # pragma: no cover - the extra is missing
 from lockgate._errors import (
     ConfigurationError,
     EventAfterTerminal,
+    JournalRecordInvalid,
     JournalTopicMismatch,
     StoreUnavailable,
 )
@@ -59,6 +60,7 @@ from lockgate.stores._base import EventLogStore
 from lockgate.stores.kafka._codec import (
     RUN_ID_HEADER,
     WORKFLOW_HEADER,
+    NotARunEvent,
     codec_available,
     decode,
     encode,
@@ -471,8 +473,12 @@ class KafkaEventLogStore(EventLogStore):
         if journal.first is None:
             journal.first = msg.offset()
         value = msg.value()
-        if value is not None:
-            journal.keep(decode(value))
+        try:
+            if value is not None:
+                journal.keep(decode(value))
+        except NotARunEvent as exc:
+            where = (msg.topic() or "", msg.partition() or 0, msg.offset() or 0)
+            raise JournalRecordInvalid(*where, f"{run[1]!r} of {run[0]!r}", exc) from exc
 
     def _remember(self, run: Run, journal: _Journal, events: Sequence[RunEvent]) -> None:
         """Keep the run's journal (most recently used last) and its position."""
