@@ -372,8 +372,8 @@ def test_a_record_that_does_not_decode_is_a_typed_error_with_nothing_written(
     writer = deployment.store()
     (run_id,) = run_all(writer, "kf_signalled", [{"amount": 1}])  # waits for its signal
     partition = writer.lifecycle.shard_of("kf_signalled", run_id)  # type: ignore[attr-defined]
-    writer.close()
-    # Garbage with the run's headers, after its first record, in its partition.
+    # Garbage with the run's headers, after its first record, in its partition; the writer
+    # holds the run's journal in memory from before, a reader comes fresh.
     junk = Producer({"bootstrap.servers": deployment.bootstrap})
     junk.produce(
         deployment.topic,
@@ -385,17 +385,20 @@ def test_a_record_that_does_not_decode_is_a_typed_error_with_nothing_written(
     before = high_watermarks(deployment.bootstrap, deployment.topic, deployment.shards)
     kept = valkey_snapshot(deployment.namespace)
     reader = deployment.store()
-    with pytest.raises(JournalRecordInvalid) as refused:
-        reader.load_run("kf_signalled", run_id)
-    error = refused.value
-    assert error.code == ErrorCode.STORE_PROTOCOL
-    assert (error.topic, error.partition, error.offset) == (
-        deployment.topic,
-        partition,
-        before[partition] - 1,
-    )
-    assert f"{deployment.topic}[{partition}] at offset {error.offset} names run" in str(error)
-    assert "keep other producers off the topic" in str(error)
+    for store in (reader, writer, writer):  # the writer twice: it must not skip the record
+        with pytest.raises(JournalRecordInvalid) as refused:
+            store.load_run("kf_signalled", run_id)
+        error = refused.value
+        assert error.code == ErrorCode.STORE_PROTOCOL
+        assert (error.topic, error.partition, error.offset) == (
+            deployment.topic,
+            partition,
+            before[partition] - 1,
+        )
+        message = str(error)
+        assert f"{deployment.topic}[{partition}] at offset {error.offset} names run" in message
+        assert "keep other producers off the topic" in message
+    writer.close()
     reader.close()
     assert high_watermarks(deployment.bootstrap, deployment.topic, deployment.shards) == before
     assert valkey_snapshot(deployment.namespace) == kept

@@ -179,8 +179,13 @@ def test_three_workers_finish_300_runs_across_10_keys_with_a_limit_of_three(
 ) -> None:
     store = cluster.store()
     record = cluster.tmp / "bodies.txt"
+    # A lease of 6 s, not 1.5: every body is to run once, so no lease may lapse, even on a
+    # machine whose cores are all busy (a lapsed lease rightly lets another worker run it).
+    lease = ["--lock-ttl", "6", "--heartbeat", "1"]
     workers = [
-        cluster.start("--worker-id", f"w{i}", "--concurrency", "20", "--poll", "0.005", ready=False)
+        cluster.start(
+            "--worker-id", f"w{i}", "--concurrency", "20", "--poll", "0.005", *lease, ready=False
+        )
         for i in range(3)
     ]
     cluster.wait_ready()
