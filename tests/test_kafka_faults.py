@@ -402,3 +402,33 @@ def test_a_record_that_does_not_decode_is_a_typed_error_with_nothing_written(
     reader.close()
     assert high_watermarks(deployment.bootstrap, deployment.topic, deployment.shards) == before
     assert valkey_snapshot(deployment.namespace) == kept
+
+
+def test_a_requeue_the_lifecycle_made_is_not_reported_failed_when_its_copy_is(
+    deployment: Deployment,
+) -> None:
+    """A requeue (an attempt cut short by a journal outage puts its run back) lands in Valkey
+    even when its event cannot be copied yet: the caller is told it landed, and the event
+    waits in the outbox for the next operation of the run to copy it."""
+    from lockgate.stores import KafkaEventLogStore
+
+    lifecycle = ValkeyLifecycleStore(shared_url(), namespace=deployment.namespace)
+    # Records for a partition the topic lacks: Kafka cannot keep them, as when it is away.
+    log = KafkaEventLogStore(
+        deployment.bootstrap,
+        topic_prefix=deployment.prefix,
+        locate=lambda *_: 5,
+        delivery_timeout=2,
+    )
+    store = CompositeStore(lifecycle=lifecycle, events=log)
+    lifecycle.submit_run("kf_requeued", "r1", {})
+    assert lifecycle.claim_next_run("kf_requeued", "lease-1") == "r1"
+    store.requeue_run("kf_requeued", "r1", "lease-1", reason="store_unavailable")
+    assert store.get_run("kf_requeued", "r1").status == RunStatus.PENDING  # type: ignore[union-attr]
+    assert [e.kind for e in lifecycle.events_after("kf_requeued", "r1", 0)] == [
+        "run:init",
+        "run:requeued",
+    ]
+    with pytest.raises(StoreUnavailable):  # a journal read still says the log is away
+        store.load_run("kf_requeued", "r1")
+    store.close()

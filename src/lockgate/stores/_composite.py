@@ -199,46 +199,38 @@ class CompositeStore(Store):
         """The lifecycle's batch claim, with its word on the next token; each run's journal
         is read from the event log (which answers every journal read).
 
-        A run whose journal the log cannot give now (it is away) is handed back unrun and
-        uncounted, with every run claimed after it (the answer keeps the leases' order); when
-        that leaves none, :class:`StoreUnavailable`, so a worker backs off as in any outage
-        instead of claiming runs it can only requeue, each requeue spending their budget.
-        Once the log has failed, the next claim first asks it whether it answers again."""
+        Once the log has failed a claimed run's read or a copy, the next claim first asks it
+        whether it answers again (:class:`StoreUnavailable` when not, with nothing claimed):
+        a worker then backs off as in any outage, instead of claiming runs whose attempts can
+        only put them back, each time spending their budget, or whose reads could outlast
+        their leases."""
         if self._log_away:
-            # No run is claimed while the log is away: a claimed run's read could outlast its
-            # lease, which would then lapse and count against its budget.
             getattr(self.events, "ping", lambda: None)()
             self._log_away = False
         claimed = self.lifecycle.claim_next_runs_loaded(name, leases, worker_version, prefer=prefer)
-        runs: list[ClaimedRun] = []
-        for index, run in enumerate(claimed):
-            try:
-                events = self._claimed_events(name, run.run_id)
-            except StoreUnavailable:
-                self._log_away = True
-                for later, lease in zip(claimed[index:], leases[index:], strict=False):
-                    self._give_back(name, later.run_id, lease)
-                if not runs:
-                    raise
-                break
-            runs.append(ClaimedRun(run.run_id, events, run.controls))
-        return Claims(runs, getattr(claimed, "next_token_in", None))
+        return Claims(
+            (
+                ClaimedRun(run.run_id, self._claimed_events(name, run.run_id), run.controls)
+                for run in claimed
+            ),
+            getattr(claimed, "next_token_in", None),
+        )
 
     def _claimed_events(self, name: str, run_id: str) -> list[RunEvent] | None:
-        """A claimed run's journal, or None when it cannot be read now for another reason
-        than the log being away (the attempt then loads it, and says why it cannot)."""
+        """A claimed run's journal, or None when it cannot be read now (the claim has
+        committed: the run is returned all the same, and its attempt loads the journal).
+        Once the log failed, the claim's other runs are not read either: each read could
+        wait out the log's timeout while the run's lease, with no attempt to renew it yet,
+        runs down."""
+        if self._log_away:
+            return None
         try:
             return self.load_run(name, run_id)
         except StoreUnavailable:
-            raise
+            self._log_away = True
+            return None
         except Exception:
             return None
-
-    def _give_back(self, name: str, run_id: str, lease: str) -> None:
-        if "hand_back" in self.lifecycle.capabilities():
-            self.lifecycle.hand_back_run(name, run_id, lease)
-        else:
-            self.lifecycle.release_run(name, run_id, lease)
 
     def claim_run(self, name: str, run_id: str, worker_id: str) -> None:
         try:
