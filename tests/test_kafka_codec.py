@@ -10,7 +10,7 @@ from pathlib import Path
 import fastavro
 import pytest
 
-from lockgate import SchemaVersionMismatch, StoreUnavailable
+from lockgate import SchemaVersionMismatch
 from lockgate.journal._events import EPOCH_HEADER, RunEvent
 from lockgate.stores._records import Submit
 from lockgate.stores.kafka import _codec
@@ -54,8 +54,9 @@ def test_the_value_is_plain_avro_any_reader_of_the_schema_reads() -> None:
     }
 
 
-def test_a_value_that_is_not_a_run_event_is_store_unavailable() -> None:
-    with pytest.raises(StoreUnavailable, match="not a lockgate RunEvent"):
+def test_a_value_that_is_not_a_run_event_is_refused() -> None:
+    # A reader turns it into JournalRecordUndecodable, saying where (tests/test_kafka_faults.py).
+    with pytest.raises(_codec.NotARunEvent):
         _codec.decode(b"\x02")
 
 
@@ -117,5 +118,5 @@ def test_a_record_of_a_newer_schema_major_is_refused_not_guessed() -> None:
     with pytest.raises(SchemaVersionMismatch, match=r"schema version 2\.0") as refused:
         _codec.decode(value, "2.0")
     assert refused.value.missing == ("schema_version 2.0",)
-    with pytest.raises(StoreUnavailable, match="not a schema version"):
+    with pytest.raises(_codec.NotARunEvent, match="not a schema version"):
         _codec.decode(value, "v-one")

@@ -34,6 +34,7 @@ from lockgate import (
     ManualClock,
     RunEvent,
     SchemaVersionMismatch,
+    StoreProtocolError,
     StoreUnavailable,
     WorkflowContext,
     replay_journal,
@@ -365,7 +366,7 @@ def test_a_record_that_does_not_decode_is_a_typed_error_naming_it(kafka_bootstra
         list(replay)
     assert (failed.value.partition, failed.value.offset) == (0, 1)
     assert failed.value.code == "journal_record_undecodable"
-    assert isinstance(failed.value, StoreUnavailable)
+    assert isinstance(failed.value, StoreProtocolError)  # not an outage
     assert f"{prefix}.journal" in str(failed.value)
     with replay_journal(url, until_offset=1) as replay:  # the records before it replay
         assert [r.event for r in replay] == good[:1]

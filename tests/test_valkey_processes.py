@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from lockgate import EventKind
-from lockgate.stores import ValkeyStore
+from lockgate.stores import Store, ValkeyStore
 from test_flow_processes import completed_once, max_overlap, recorded_bodies
 from test_worker_processes import DEADLINE, HEARTBEAT, LOCK_TTL, Cluster, wait_for
 from valkey_server import ValkeyServer, shared_url
@@ -58,7 +58,7 @@ def cluster(tmp_path: Path) -> Iterator[ValkeyCluster]:
     running.close()
 
 
-def all_ended(store: ValkeyStore, name: str, runs: Iterator[str] | list[str]) -> Callable[[], bool]:
+def all_ended(store: Store, name: str, runs: Iterator[str] | list[str]) -> Callable[[], bool]:
     pending = set(runs)
 
     def check() -> bool:
@@ -119,7 +119,7 @@ def test_four_workers_finish_2000_runs_across_50_keys_with_a_limit_of_three(
 STEPS = "proc_steps"  # tests/procs/workflows.py: records each step effect, then sleeps
 
 
-def submit_steps(store: ValkeyStore, count: int, **params: Any) -> dict[str, int]:
+def submit_steps(store: Store, count: int, **params: Any) -> dict[str, int]:
     runs = {}
     for n in range(count):
         run_id = store.submit_run(
@@ -129,9 +129,7 @@ def submit_steps(store: ValkeyStore, count: int, **params: Any) -> dict[str, int
     return runs
 
 
-def assert_all_completed_once(
-    store: ValkeyStore, cluster: ValkeyCluster, runs: dict[str, int]
-) -> None:
+def assert_all_completed_once(store: Store, cluster: ValkeyCluster, runs: dict[str, int]) -> None:
     for run_id, n in runs.items():
         _, end = completed_once(store, STEPS, run_id)
         assert end.payload["result"] == n * 2

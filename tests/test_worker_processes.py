@@ -61,6 +61,8 @@ class Cluster:
     tmp: Path
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     logs: list[IO[bytes]] = field(default_factory=list)
+    #: Added to every worker's environment (a journal URL, for one).
+    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def db(self) -> Path:
@@ -86,6 +88,7 @@ class Cluster:
         """Start a worker process; with ``ready``, return once it is ready (or, armed with a
         ``failpoint``, once it is ready or has died at it)."""
         env = {k: v for k, v in os.environ.items() if k != FAILPOINTS_ENV}
+        env.update(self.env)
         env.update(LOCKGATE_TEST_STORE=self.target, LOCKGATE_TEST_RECORD=str(self.record))
         if failpoint is not None:
             env[FAILPOINTS_ENV] = failpoint

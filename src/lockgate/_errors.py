@@ -10,7 +10,10 @@ parsing messages::
     │   ├── StoreFileError              a file that cannot serve as an SQLite store
     │   ├── StoreAuthenticationError    the store's server refused the URL's credentials
     │   ├── StoreProtocolError          what answers at the store's address speaks otherwise
-    │   └── JournalPositionError        a replay position the journal topic does not have
+    │   │   └── JournalRecordUndecodable  a journal topic record of a run that is no RunEvent
+    │   ├── JournalPositionError        a replay position the journal topic does not have
+    │   ├── JournalTopicMismatch        a journal topic with another partition count
+    │   └── JournalTopicUnsafe          a journal topic that would delete records runs need
     ├── InvalidParamsError              submit params that do not fit the workflow body
     ├── PayloadTooLarge                 an event payload over max_event_payload_bytes
     ├── RunNotFoundError                no run with this name and id
@@ -35,7 +38,6 @@ parsing messages::
     ├── RunGatedError                   a concurrency or rate gate kept the run waiting too long
     ├── CapabilityMissing               a store asked for an optional group it lacks
     ├── StoreUnavailable                the store failed under an operation
-    │   └── JournalRecordUndecodable    a journal topic record that is not a lockgate event
     ├── StoreFileGone                   an SQLite store's path no longer names its file
     ├── JournalNeedsNewerRuntime        a journal with facts this runtime cannot read
     │   └── SchemaVersionMismatch       an event schema major newer than this runtime
@@ -444,17 +446,22 @@ class JournalPositionError(ConfigurationError):
         self.low = low
 
 
-class JournalRecordUndecodable(StoreUnavailable):
-    """A record of the journal topic is not a lockgate journal event: its value is not Avro
-    of ``run_event.avsc``, or its headers are missing or disagree with its value. ``topic``,
-    ``partition`` and ``offset`` name the record, ``reason`` says what is wrong with it."""
+class JournalRecordUndecodable(StoreProtocolError):
+    """A record of the Kafka journal topic carries a run's headers (``lg-workflow``,
+    ``lg-run-id``) but is not a lockgate journal event: its value is not Avro of
+    ``run_event.avsc``, or its headers are missing or disagree with its value. Something other
+    than lockgate wrote it. Not an outage (waiting does not mend it): the run's journal is not
+    read past it, and nothing is written. ``topic``, ``partition`` and ``offset`` name the
+    record, ``reason`` says what is wrong with it."""
 
     code = ErrorCode.JOURNAL_RECORD_UNDECODABLE
 
     def __init__(self, topic: str, partition: int, offset: int, reason: str) -> None:
         super().__init__(
             f"the record at {topic!r} partition {partition} offset {offset} is not a lockgate "
-            f"journal event: {reason}"
+            f"journal event ({reason}): only lockgate may write records with its lg-* headers "
+            f"to {topic!r}; keep other producers off the topic (records without them are "
+            f"skipped)"
         )
         self.topic = topic
         self.partition = partition

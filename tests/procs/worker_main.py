@@ -1,7 +1,8 @@
 """A worker process for tests: ``python tests/procs/worker_main.py --store PATH [options]``.
 
 Builds the store ``--store`` names (an SQLite file as a path or an ``sqlite:///`` URL, or a
-``valkey://``/``redis://`` URL, namespace in its query) and a WorkflowWorker
+``valkey://``/``redis://`` URL, namespace in its query; ``--journal`` a Kafka journal URL for
+it, ``LOCKGATE_JOURNAL_URL`` by default) and a WorkflowWorker
 serving ``WORKFLOWS`` of the module ``--workflows`` names (``workflows``, beside this file, by
 default), then serves until SIGTERM or SIGINT. Logs go to stderr.
 """
@@ -44,9 +45,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def open_test_store(url: str, **options: Any) -> Store:
     """A store from a test's ``--store``: an SQLite path or URL, or a Valkey URL."""
+    journal = options.pop("journal", None)
     if url.startswith(("valkey://", "redis://")):
         options.pop("synchronous", None)
-        return open_store(url, **options)
+        return open_store(url, journal=journal, **options)
     if url.startswith("sqlite:"):
         return SQLiteStore.from_url(url, **options)
     return SQLiteStore(url, **options)
@@ -58,7 +60,7 @@ def build(args: argparse.Namespace) -> WorkflowWorker:
         lock_ttl=args.lock_ttl,
         heartbeat_interval=args.heartbeat,
         synchronous=args.synchronous,
-        **({"journal": args.journal} if args.journal else {}),
+        journal=args.journal,
     )
     module = importlib.import_module(args.workflows)
     return WorkflowWorker(

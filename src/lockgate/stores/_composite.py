@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from lockgate._errors import ConfigurationError, RunNotFoundError
+from lockgate._errors import ConfigurationError, RunNotFoundError, StoreUnavailable
 from lockgate.journal._events import RunEvent
 from lockgate.stores._base import EventLogStore, Store
 from lockgate.stores._gates import WaitReason
@@ -81,6 +81,8 @@ class CompositeStore(Store):
         self.shard_count = getattr(lifecycle, "shard_count", 1)
         #: The last ``run_seq`` this process copied, per live run.
         self._copied: dict[tuple[str, str], int] = {}
+        #: The event log failed a copy or a claimed run's read, and has not answered since.
+        self._log_away = False
 
     def rebalance_shards(self, worker_id: str, ttl: float | None = None) -> list[int]:
         """The lifecycle backend's shard leases (see ``ValkeyStore.rebalance_shards``)."""
@@ -199,6 +201,15 @@ class CompositeStore(Store):
         events: list[RunEvent] = through(name, run_id, last)
         return events
 
+    def _copy_soon(self, name: str, run_id: str) -> None:
+        """:meth:`_copy` after an operation that needs no acknowledged copy (a requeue): when
+        the log is away, the events wait in the outbox for the next operation or read of the
+        run to copy them, and the caller is not told the operation failed (it did not)."""
+        try:
+            self._copy(name, run_id)
+        except StoreUnavailable:
+            self._log_away = True
+
     # -- the lifecycle role ----------------------------------------------------------------------
 
     def create_run(
@@ -243,7 +254,16 @@ class CompositeStore(Store):
         prefer: Sequence[int] = (),
     ) -> Claims:
         """The lifecycle's batch claim, with its word on the next token; each run's journal
-        is read from the event log (which answers every journal read)."""
+        is read from the event log (which answers every journal read).
+
+        Once the log has failed a claimed run's read or a copy, the next claim first asks it
+        whether it answers again (:class:`StoreUnavailable` when not, with nothing claimed):
+        a worker then backs off as in any outage, instead of claiming runs whose attempts can
+        only put them back, each time spending their budget, or whose reads could outlast
+        their leases."""
+        if self._log_away:
+            getattr(self.events, "ping", lambda: None)()
+            self._log_away = False
         claimed = self.lifecycle.claim_next_runs_loaded(name, leases, worker_version, prefer=prefer)
         return Claims(
             (
@@ -255,9 +275,17 @@ class CompositeStore(Store):
 
     def _claimed_events(self, name: str, run_id: str) -> list[RunEvent] | None:
         """A claimed run's journal, or None when it cannot be read now (the claim has
-        committed: the run is returned all the same, and its attempt loads the journal)."""
+        committed: the run is returned all the same, and its attempt loads the journal).
+        Once the log failed, the claim's other runs are not read either: each read could
+        wait out the log's timeout while the run's lease, with no attempt to renew it yet,
+        runs down."""
+        if self._log_away:
+            return None
         try:
             return self.load_run(name, run_id)
+        except StoreUnavailable:
+            self._log_away = True
+            return None
         except Exception:
             return None
 
@@ -274,12 +302,12 @@ class CompositeStore(Store):
         self, name: str, run_id: str, worker_id: str | None = None, *, reason: str = "owner_gone"
     ) -> None:
         self.lifecycle.requeue_run(name, run_id, worker_id, reason=reason)
-        self._copy(name, run_id)
+        self._copy_soon(name, run_id)
 
     def recover_pending_runs(self, name: str, now: float | None = None) -> list[str]:
         recovered = self.lifecycle.recover_pending_runs(name, now)
         for run_id in recovered:
-            self._copy(name, run_id)
+            self._copy_soon(name, run_id)
         return recovered
 
     def explain_wait(self, name: str, run_id: str) -> WaitReason | None:

@@ -20,7 +20,7 @@ try:
 except ImportError:  # pragma: no cover - the extra is missing
     fastavro = None  # type: ignore[assignment]
 
-from lockgate._errors import SchemaVersionMismatch, StoreUnavailable
+from lockgate._errors import SchemaVersionMismatch
 from lockgate.journal._events import EPOCH_HEADER, RunEvent
 
 #: Record headers: the workflow, the run id, its ``run_seq``, the fencing epoch (when the event
@@ -63,18 +63,22 @@ def encode(event: RunEvent) -> bytes:
     return out.getvalue()
 
 
+class NotARunEvent(ValueError):
+    """A value that is not an Avro ``RunEvent`` (a reader says where it found it)."""
+
+
 def decode(value: bytes, schema_version: str | None = None) -> RunEvent:
     """The event an Avro value holds, written with ``schema_version`` (its ``lg-schema``
-    header; this runtime's when not given). A value that is not one is
-    :class:`StoreUnavailable` (the topic holds something lockgate did not write); one written
-    with a newer major is :class:`SchemaVersionMismatch`, read by no guess."""
+    header; this runtime's when not given). :class:`NotARunEvent` when it holds none (the
+    topic holds something lockgate did not write); :class:`SchemaVersionMismatch` when it was
+    written with a newer major, read by no guess."""
     if schema_version is not None:
         check_schema_version(schema_version)
     try:
         record: Any = fastavro.schemaless_reader(io.BytesIO(value), schema(), None)
         payload = json.loads(record["payload"])
     except (EOFError, ValueError, TypeError, KeyError, IndexError) as exc:
-        raise StoreUnavailable(f"a journal record is not a lockgate RunEvent: {exc}") from exc
+        raise NotARunEvent(f"{type(exc).__name__}: {exc}") from exc
     return RunEvent(
         kind=record["kind"],
         payload=payload,
@@ -87,8 +91,8 @@ def decode(value: bytes, schema_version: str | None = None) -> RunEvent:
 
 def check_schema_version(version: str) -> None:
     """Refuse a record written with ``version`` (its ``lg-schema`` header) unless this runtime
-    reads it: :class:`SchemaVersionMismatch` for another major, :class:`StoreUnavailable` for
-    a header that is no version."""
+    reads it: :class:`SchemaVersionMismatch` for another major, :class:`NotARunEvent` for a
+    header that is no version."""
     if _major(version) != WIRE_MAJOR:
         raise SchemaVersionMismatch(
             f"a journal record was written with schema version {version}; this lockgate "
@@ -101,8 +105,8 @@ def _major(version: str) -> int:
     try:
         return int(version.split(".", 1)[0])
     except ValueError:
-        raise StoreUnavailable(
-            f"a journal record's {SCHEMA_HEADER} header is not a schema version: {version!r}"
+        raise NotARunEvent(
+            f"its {SCHEMA_HEADER} header is not a schema version: {version!r}"
         ) from None
 
 

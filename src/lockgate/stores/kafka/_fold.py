@@ -39,6 +39,7 @@ from lockgate.stores.kafka._codec import (
     SCHEMA_HEADER,
     WIRE_MAJOR,
     WORKFLOW_HEADER,
+    NotARunEvent,
     check_schema_version,
 )
 
@@ -318,7 +319,10 @@ class Folder:
         named = {k: v for k, v in headers or () if v is not None}
         version = named.get(SCHEMA_HEADER)
         if version is not None:
-            check_schema_version(version.decode(errors="replace"))
+            try:
+                check_schema_version(version.decode(errors="replace"))
+            except NotARunEvent as exc:
+                raise JournalRecordUndecodable(self.topic, partition, offset, str(exc)) from None
         missing = [h for h in (WORKFLOW_HEADER, RUN_ID_HEADER, RUN_SEQ_HEADER) if h not in named]
         if missing:
             raise JournalRecordUndecodable(

@@ -23,7 +23,12 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from lockgate._errors import ConfigurationError, LockgateError, StoreUnavailable
+from lockgate._errors import (
+    ConfigurationError,
+    JournalRecordUndecodable,
+    LockgateError,
+    StoreUnavailable,
+)
 from lockgate.journal._events import (
     EPOCH_HEADER,
     EventKind,
@@ -39,6 +44,7 @@ from lockgate.stores.kafka._codec import (
     RUN_ID_HEADER,
     SCHEMA_HEADER,
     WORKFLOW_HEADER,
+    NotARunEvent,
     decode,
     header_map,
 )
@@ -138,11 +144,8 @@ def _record(log: KafkaEventLogStore, partition: int, msg: Any) -> _Record | None
         return None  # not a lockgate record: nothing of a run
     try:
         event = decode(value, headers.get(SCHEMA_HEADER))
-    except StoreUnavailable as exc:
-        raise StoreUnavailable(
-            f"{log.topic!r}[{partition}] offset {msg.offset()} (run {run_id!r} of "
-            f"{workflow!r}): {exc}"
-        ) from exc
+    except NotARunEvent as exc:
+        raise JournalRecordUndecodable(log.topic, partition, msg.offset() or 0, str(exc)) from exc
     kind, stamp = msg.timestamp()
     return _Record(
         partition, msg.offset() or 0, stamp / 1000 if kind else None, *(workflow, run_id), event

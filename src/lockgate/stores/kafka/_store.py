@@ -59,6 +59,7 @@ except ImportError:  # pragma: no cover - the extra is missing
 from lockgate._errors import (
     ConfigurationError,
     EventAfterTerminal,
+    JournalRecordUndecodable,
     JournalTopicMismatch,
     JournalTopicUnsafe,
     StoreUnavailable,
@@ -69,6 +70,7 @@ from lockgate.stores.kafka._codec import (
     RUN_ID_HEADER,
     SCHEMA_HEADER,
     WORKFLOW_HEADER,
+    NotARunEvent,
     codec_available,
     decode,
     encode,
@@ -587,15 +589,20 @@ class KafkaEventLogStore(EventLogStore):
             if err.code() == KafkaError._PARTITION_EOF:
                 return
             raise KafkaException(err)
-        journal.next_offset = max(journal.next_offset, (msg.offset() or 0) + 1)
         headers = header_map(msg.headers())
-        if (headers.get(WORKFLOW_HEADER), headers.get(RUN_ID_HEADER)) != run:
-            return
-        if journal.first is None:
-            journal.first = msg.offset()
-        value = msg.value()
-        if value is not None:
-            journal.keep(decode(value, headers.get(SCHEMA_HEADER)))
+        if (headers.get(WORKFLOW_HEADER), headers.get(RUN_ID_HEADER)) == run:
+            value = msg.value()
+            try:
+                event = decode(value, headers.get(SCHEMA_HEADER)) if value is not None else None
+            except NotARunEvent as exc:
+                # Before the offset moves past it: every later read stops at it again.
+                where = (msg.topic() or "", msg.partition() or 0, msg.offset() or 0)
+                raise JournalRecordUndecodable(*where, str(exc)) from exc
+            if journal.first is None:
+                journal.first = msg.offset()
+            if event is not None:
+                journal.keep(event)
+        journal.next_offset = max(journal.next_offset, (msg.offset() or 0) + 1)
 
     def _remember(self, run: Run, journal: _Journal, events: Sequence[RunEvent]) -> None:
         """Keep the run's journal (most recently used last) and its position."""
