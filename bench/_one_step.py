@@ -9,6 +9,7 @@ its terminal in one write.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 
 from lockgate import SQLiteStore, Store, WorkflowContext, open_store, step, workflow
@@ -32,7 +33,7 @@ async def serve(path: str, synchronous: str, buffered: bool) -> None:
         else SQLiteStore(path, synchronous=synchronous)  # type: ignore[arg-type]
     )
     options = WorkerOptions(
-        max_concurrent_runs=32,
+        max_concurrent_runs=int(os.environ.get("LOCKGATE_BENCH_CONCURRENCY", "32")),
         claim_poll_interval=0.002,
         timer_poll_interval_s=1.0,
         orphan_scan_interval=30.0,

@@ -40,7 +40,7 @@ from _broker import kafka_bootstrap  # noqa: E402
 from valkey_server import ValkeyServer  # noqa: E402
 
 RUNS = 2000
-REPEATS = 3
+REPEATS = int(os.environ.get("LOCKGATE_BENCH_REPEATS", "3"))
 JOURNAL_ENV = "LOCKGATE_JOURNAL_URL"
 
 

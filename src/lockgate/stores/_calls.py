@@ -32,10 +32,22 @@ async def call_store(
     """Call ``method`` of ``store``: natively on the event loop when the store has a coroutine
     for it (:meth:`~LifecycleStore.coroutine_for`), else on a store thread when the store may
     block on I/O (``blocking_io``), else inline; so the event loop is never held up."""
-    native = store.coroutine_for(method)
+    return await _call(store, method, *args, **kwargs)
+
+
+async def call_owned(method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """:func:`call_store` for a bound method of any store, lifecycle or event log (a
+    :class:`CompositeStore` calls its backends' methods so): natively when its store has a
+    coroutine for it, else on a store thread when its store may block, else inline."""
+    return await _call(getattr(method, "__self__", None), method, *args, **kwargs)
+
+
+async def _call(store: Any, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    coroutine_for = getattr(store, "coroutine_for", None)
+    native = coroutine_for(method) if coroutine_for is not None else None
     if native is not None:
         return await native(*args, **kwargs)
-    if store.blocking_io:
+    if getattr(store, "blocking_io", True):
         call = functools.partial(contextvars.copy_context().run, method, *args, **kwargs)
         return await asyncio.get_running_loop().run_in_executor(_executor(), call)
     return method(*args, **kwargs)

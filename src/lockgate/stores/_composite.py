@@ -10,12 +10,21 @@ operation or read of that run. Once a run's terminal has been copied, its outbox
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from lockgate._errors import ConfigurationError, RunNotFoundError, StoreUnavailable
 from lockgate.journal._events import RunEvent
 from lockgate.stores._base import EventLogStore, Store
+from lockgate.stores._composed import (
+    Call,
+    Op,
+    Together,
+    composed,
+    composed_op,
+    drive,
+    drive_natively,
+)
 from lockgate.stores._gates import WaitReason
 from lockgate.stores._records import Submit
 from lockgate.stores._triggers import TriggerPolicy
@@ -79,6 +88,11 @@ class CompositeStore(Store):
         self.lock_ttl = getattr(lifecycle, "lock_ttl", 30.0)
         self.max_replay_entries = getattr(lifecycle, "max_replay_entries", None)
         self.shard_count = getattr(lifecycle, "shard_count", 1)
+        #: Whether the lifecycle runs its calls on the event loop: then so do composed methods.
+        coroutine_for = getattr(lifecycle, "coroutine_for", None)
+        self._natively = callable(coroutine_for) and (
+            coroutine_for(lifecycle.append_and_poll) is not None
+        )
         #: The last ``run_seq`` this process copied, per live run.
         self._copied: dict[tuple[str, str], int] = {}
         #: The event log failed a copy or a claimed run's read, and has not answered since.
@@ -98,6 +112,16 @@ class CompositeStore(Store):
     def capabilities(self) -> frozenset[str]:
         return self.lifecycle.capabilities()
 
+    def coroutine_for(self, method: Callable[..., Any]) -> Callable[..., Awaitable[Any]] | None:
+        """``method``'s operation run on the event loop (``stores/_composed.py``), when it is
+        one of this store's composed methods and the lifecycle backend runs its own calls
+        there too (as :class:`ValkeyLifecycleStore` does); else None, and the runtime calls
+        ``method`` on a store thread."""
+        op = composed_op(method) if getattr(method, "__self__", None) is self else None
+        if op is None or not self._natively:
+            return None
+        return lambda *args, **kwargs: drive_natively(op(self, *args, **kwargs))
+
     @property
     def read_events_from(self) -> Callable[..., list[RunEvent]]:
         """The event log's suffix read, after a copy, when the log has one; AttributeError
@@ -107,7 +131,7 @@ class CompositeStore(Store):
             raise AttributeError(f"{type(self.events).__name__} has no read_events_from")
 
         def read(name: str, run_id: str, after_seq: int = 0) -> list[RunEvent]:
-            events = self._journal(name, run_id)
+            events = drive(self._journal_op(name, run_id))
             if events is not None:
                 return [event for event in events if (event.run_seq or 0) > after_seq]
             return method(name, run_id, after_seq)  # type: ignore[no-any-return]
@@ -134,54 +158,60 @@ class CompositeStore(Store):
         run is gone (Valkey lost its keys between the append and this copy), the events never
         reached the log, and :class:`RunNotFoundError` says so instead of the append seeming
         to have been kept."""
+        return drive(self._copy_op(name, run_id, wrote=wrote))
+
+    def _copy_op(self, name: str, run_id: str | None, *, wrote: bool = False) -> Op[int | None]:
+        """:meth:`_copy` as an operation."""
         if run_id is None:
             return None
         run = (name, run_id)
         have = self._copied.get(run)
         if have is None:
-            return self._first_copy(name, run_id, wrote=wrote)
-        fresh = self._outbox.events_after(name, run_id, max(have - 1, 0))
+            return (yield from self._first_copy_op(name, run_id, wrote=wrote))
+        fresh = yield Call(self._outbox.events_after, (name, run_id, max(have - 1, 0)))
         if have and (not fresh or fresh[0].run_seq != have):
             self._copied.pop(run, None)  # no outbox: the log alone knows the run now
-            self._check_kept(name, run_id, wrote)
+            yield from self._check_kept_op(name, run_id, wrote)
             return None
-        return self._copy_fresh(name, run_id, have, fresh)
+        return (yield from self._copy_fresh_op(name, run_id, have, fresh))
 
-    def _check_kept(self, name: str, run_id: str, wrote: bool) -> None:
+    def _check_kept_op(self, name: str, run_id: str, wrote: bool) -> Op[None]:
         """After an append found no outbox to copy: :class:`RunNotFoundError` when the
         lifecycle no longer has the run either (see :meth:`_copy`)."""
-        if wrote and self.lifecycle.get_run(name, run_id) is None:
+        if wrote and (yield Call(self.lifecycle.get_run, (name, run_id))) is None:
             raise RunNotFoundError(name, run_id)
 
-    def _first_copy(self, name: str, run_id: str, *, wrote: bool = False) -> int | None:
+    def _first_copy_op(self, name: str, run_id: str, *, wrote: bool = False) -> Op[int | None]:
         """:meth:`_copy` of a run this process has not copied: what the log already holds is
         asked of the log, given the outbox when the log can use it (``held_through``: a
         Kafka log reads no further than the outbox's events), else by its last event."""
-        outbox = self._outbox.events_after(name, run_id, 0)
+        outbox = yield Call(self._outbox.events_after, (name, run_id, 0))
         held = getattr(self.events, "held_through", None)
         if outbox and outbox[0].run_seq == 1 and callable(held):
-            have: int = held(name, run_id, outbox)
+            have: int = yield Call(held, (name, run_id, outbox))
         else:
-            last = self.events.get_last_event(name, run_id)
+            last = yield Call(self.events.get_last_event, (name, run_id))
             if last is not None and last.is_terminal:
-                self._outbox.drop_outbox(name, run_id)
+                yield Call(self._outbox.drop_outbox, (name, run_id))
                 return None
             have = last.run_seq or 0 if last is not None else 0
         if not outbox:
-            self._check_kept(name, run_id, wrote)
+            yield from self._check_kept_op(name, run_id, wrote)
             return None
-        return self._copy_fresh(name, run_id, have, outbox)
+        return (yield from self._copy_fresh_op(name, run_id, have, outbox))
 
-    def _copy_fresh(self, name: str, run_id: str, have: int, outbox: list[RunEvent]) -> int | None:
+    def _copy_fresh_op(
+        self, name: str, run_id: str, have: int, outbox: list[RunEvent]
+    ) -> Op[int | None]:
         """Copy the outbox's events after ``have``; the outbox's last ``run_seq``."""
         run = (name, run_id)
         fresh = [event for event in outbox if (event.run_seq or 0) > have]
         if not fresh:
             self._copied[run] = have
             return have or None
-        self._log.append_copies(name, run_id, fresh)
+        yield Call(self._log.append_copies, (name, run_id, fresh))
         if fresh[-1].is_terminal:
-            self._outbox.drop_outbox(name, run_id)
+            yield Call(self._outbox.drop_outbox, (name, run_id))
             self._copied.pop(run, None)
         else:
             if len(self._copied) >= COPIED_KEPT:
@@ -189,29 +219,30 @@ class CompositeStore(Store):
             self._copied[run] = fresh[-1].run_seq or have
         return fresh[-1].run_seq
 
-    def _journal(self, name: str, run_id: str) -> list[RunEvent] | None:
+    def _journal_op(self, name: str, run_id: str) -> Op[list[RunEvent] | None]:
         """The run's whole journal after a copy, when the event log can answer it from what
         it holds given the outbox's word on the last event (``journal_through``, as
         :class:`KafkaEventLogStore` does for runs this process holds); None when the log
         must be asked as any store is."""
-        last = self._copy(name, run_id)
+        last = yield from self._copy_op(name, run_id)
         through = getattr(self.events, "journal_through", None)
         if last is None or not callable(through):
             return None
-        events: list[RunEvent] = through(name, run_id, last)
+        events: list[RunEvent] = yield Call(through, (name, run_id, last))
         return events
 
-    def _copy_soon(self, name: str, run_id: str) -> None:
+    def _copy_soon_op(self, name: str, run_id: str) -> Op[None]:
         """:meth:`_copy` after an operation that needs no acknowledged copy (a requeue): when
         the log is away, the events wait in the outbox for the next operation or read of the
         run to copy them, and the caller is not told the operation failed (it did not)."""
         try:
-            self._copy(name, run_id)
+            yield from self._copy_op(name, run_id)
         except StoreUnavailable:
             self._log_away = True
 
     # -- the lifecycle role ----------------------------------------------------------------------
 
+    @composed
     def create_run(
         self,
         submit: Submit,
@@ -221,18 +252,18 @@ class CompositeStore(Store):
         idempotency_key: str | None = None,
         idempotency_body_hash: str | None = None,
         idempotency_ttl: int = 86_400,
-    ) -> str:
-        created = self.lifecycle.create_run(
-            submit,
-            run_id,
-            headers=headers,
-            idempotency_key=idempotency_key,
-            idempotency_body_hash=idempotency_body_hash,
-            idempotency_ttl=idempotency_ttl,
-        )
-        self._copy(submit.name, created)
+    ) -> Op[str]:
+        options = {
+            "headers": headers,
+            "idempotency_key": idempotency_key,
+            "idempotency_body_hash": idempotency_body_hash,
+            "idempotency_ttl": idempotency_ttl,
+        }
+        created: str = yield Call(self.lifecycle.create_run, (submit, run_id), options)
+        yield from self._copy_op(submit.name, created)
         return created
 
+    @composed
     def claim_next_run(
         self,
         name: str,
@@ -240,11 +271,14 @@ class CompositeStore(Store):
         worker_version: str | None = None,
         *,
         prefer: Sequence[int] = (),
-    ) -> str | None:
-        claimed = self.lifecycle.claim_next_run(name, worker_id, worker_version, prefer=prefer)
-        self._copy(name, claimed)
+    ) -> Op[str | None]:
+        claimed: str | None = yield Call(
+            self.lifecycle.claim_next_run, (name, worker_id, worker_version), {"prefer": prefer}
+        )
+        yield from self._copy_op(name, claimed)
         return claimed
 
+    @composed
     def claim_next_runs_loaded(
         self,
         name: str,
@@ -252,7 +286,7 @@ class CompositeStore(Store):
         worker_version: str | None = None,
         *,
         prefer: Sequence[int] = (),
-    ) -> Claims:
+    ) -> Op[Claims]:
         """The lifecycle's batch claim, with its word on the next token; each run's journal
         is read from the event log (which answers every journal read).
 
@@ -261,19 +295,25 @@ class CompositeStore(Store):
         a worker then backs off as in any outage, instead of claiming runs whose attempts can
         only put them back, each time spending their budget, or whose reads could outlast
         their leases."""
-        if self._log_away:
-            getattr(self.events, "ping", lambda: None)()
-            self._log_away = False
-        claimed = self.lifecycle.claim_next_runs_loaded(name, leases, worker_version, prefer=prefer)
-        return Claims(
-            (
-                ClaimedRun(run.run_id, self._claimed_events(name, run.run_id), run.controls)
-                for run in claimed
-            ),
-            getattr(claimed, "next_token_in", None),
+        ping = getattr(self.events, "ping", None)
+        if self._log_away and callable(ping):
+            yield Call(ping)
+        self._log_away = False
+        claimed = yield Call(
+            self.lifecycle.claim_next_runs_loaded,
+            (name, leases, worker_version),
+            {"prefer": prefer},
         )
+        taken = list(claimed)
+        # Read side by side: on the loop, the reads of a batch share Valkey's pipeline.
+        journals = yield Together(tuple(self._claimed_events_op(name, r.run_id) for r in taken))
+        runs = [
+            ClaimedRun(run.run_id, events, run.controls)
+            for run, events in zip(taken, journals, strict=True)
+        ]
+        return Claims(runs, getattr(claimed, "next_token_in", None))
 
-    def _claimed_events(self, name: str, run_id: str) -> list[RunEvent] | None:
+    def _claimed_events_op(self, name: str, run_id: str) -> Op[list[RunEvent] | None]:
         """A claimed run's journal, or None when it cannot be read now (the claim has
         committed: the run is returned all the same, and its attempt loads the journal).
         Once the log failed, the claim's other runs are not read either: each read could
@@ -282,32 +322,37 @@ class CompositeStore(Store):
         if self._log_away:
             return None
         try:
-            return self.load_run(name, run_id)
+            return (yield from self._load_op(name, run_id, None))
         except StoreUnavailable:
             self._log_away = True
             return None
         except Exception:
             return None
 
-    def claim_run(self, name: str, run_id: str, worker_id: str) -> None:
+    @composed
+    def claim_run(self, name: str, run_id: str, worker_id: str) -> Op[None]:
         try:
-            self.lifecycle.claim_run(name, run_id, worker_id)
+            yield Call(self.lifecycle.claim_run, (name, run_id, worker_id))
         finally:
-            self._copy(name, run_id)  # a lapsed lease taken over journals run:requeued
+            # A lapsed lease taken over journals run:requeued.
+            yield from self._copy_op(name, run_id)
 
-    def release_run(self, name: str, run_id: str, worker_id: str | None = None) -> None:
-        self.lifecycle.release_run(name, run_id, worker_id)
+    @composed
+    def release_run(self, name: str, run_id: str, worker_id: str | None = None) -> Op[None]:
+        yield Call(self.lifecycle.release_run, (name, run_id, worker_id))
 
+    @composed
     def requeue_run(
         self, name: str, run_id: str, worker_id: str | None = None, *, reason: str = "owner_gone"
-    ) -> None:
-        self.lifecycle.requeue_run(name, run_id, worker_id, reason=reason)
-        self._copy_soon(name, run_id)
+    ) -> Op[None]:
+        yield Call(self.lifecycle.requeue_run, (name, run_id, worker_id), {"reason": reason})
+        yield from self._copy_soon_op(name, run_id)
 
-    def recover_pending_runs(self, name: str, now: float | None = None) -> list[str]:
-        recovered = self.lifecycle.recover_pending_runs(name, now)
+    @composed
+    def recover_pending_runs(self, name: str, now: float | None = None) -> Op[list[str]]:
+        recovered: list[str] = yield Call(self.lifecycle.recover_pending_runs, (name, now))
         for run_id in recovered:
-            self._copy_soon(name, run_id)
+            yield from self._copy_soon_op(name, run_id)
         return recovered
 
     def explain_wait(self, name: str, run_id: str) -> WaitReason | None:
@@ -316,8 +361,14 @@ class CompositeStore(Store):
     def get_pending_count(self, name: str) -> int:
         return self.lifecycle.get_pending_count(name)
 
-    def heartbeat(self, name: str, run_id: str, worker_id: str) -> tuple[str | None, str | None]:
-        return self.lifecycle.heartbeat(name, run_id, worker_id)
+    @composed
+    def heartbeat(
+        self, name: str, run_id: str, worker_id: str
+    ) -> Op[tuple[str | None, str | None]]:
+        answer: tuple[str | None, str | None] = yield Call(
+            self.lifecycle.heartbeat, (name, run_id, worker_id)
+        )
+        return answer
 
     def lock_holder(self, name: str, run_id: str) -> str | None:
         return self.lifecycle.lock_holder(name, run_id)
@@ -329,14 +380,22 @@ class CompositeStore(Store):
         self._copy(name, run_id)
         return at
 
-    def get_run_controls(self, name: str, run_id: str) -> tuple[str | None, str | None]:
-        return self.lifecycle.get_run_controls(name, run_id)
+    @composed
+    def get_run_controls(self, name: str, run_id: str) -> Op[tuple[str | None, str | None]]:
+        answer: tuple[str | None, str | None] = yield Call(
+            self.lifecycle.get_run_controls, (name, run_id)
+        )
+        return answer
 
-    def poll_run(self, name: str, run_id: str) -> RunControls:
-        return self.lifecycle.poll_run(name, run_id)
+    @composed
+    def poll_run(self, name: str, run_id: str) -> Op[RunControls]:
+        answer: RunControls = yield Call(self.lifecycle.poll_run, (name, run_id))
+        return answer
 
-    def get_run(self, name: str, run_id: str) -> RunInfo | None:
-        return self.lifecycle.get_run(name, run_id)
+    @composed
+    def get_run(self, name: str, run_id: str) -> Op[RunInfo | None]:
+        answer: RunInfo | None = yield Call(self.lifecycle.get_run, (name, run_id))
+        return answer
 
     def list_runs(
         self, name: str, *, limit: int = 50, cursor: str | None = None, owner: str | None = None
@@ -356,48 +415,70 @@ class CompositeStore(Store):
 
     # -- the event-log role ----------------------------------------------------------------------
 
+    @composed
     def append_events(
         self, name: str, run_id: str, events: list[RunEvent], *, fence: str | None = None
-    ) -> None:
-        self.lifecycle.append_events(name, run_id, events, fence=fence)
-        self._copy(name, run_id, wrote=bool(events))
+    ) -> Op[None]:
+        yield Call(self.lifecycle.append_events, (name, run_id, events), {"fence": fence})
+        yield from self._copy_op(name, run_id, wrote=bool(events))
 
+    @composed
     def append_and_poll(
         self, name: str, run_id: str, events: list[RunEvent], *, fence: str
-    ) -> RunControls:
-        controls = self.lifecycle.append_and_poll(name, run_id, events, fence=fence)
-        self._copy(name, run_id, wrote=bool(events))
+    ) -> Op[RunControls]:
+        controls: RunControls = yield Call(
+            self.lifecycle.append_and_poll, (name, run_id, events), {"fence": fence}
+        )
+        yield from self._copy_op(name, run_id, wrote=bool(events))
         return controls
 
+    @composed
     def finish_if_quiet(
         self, name: str, run_id: str, events: list[RunEvent], *, fence: str
-    ) -> RunControls | None:
-        controls = self.lifecycle.finish_if_quiet(name, run_id, events, fence=fence)
-        self._copy(name, run_id, wrote=bool(events))
+    ) -> Op[RunControls | None]:
+        controls: RunControls | None = yield Call(
+            self.lifecycle.finish_if_quiet, (name, run_id, events), {"fence": fence}
+        )
+        yield from self._copy_op(name, run_id, wrote=bool(events))
         return controls
 
-    def load_run(self, name: str, run_id: str, *, max_events: int | None = None) -> list[RunEvent]:
-        events = self._journal(name, run_id)
+    @composed
+    def load_run(
+        self, name: str, run_id: str, *, max_events: int | None = None
+    ) -> Op[list[RunEvent]]:
+        return (yield from self._load_op(name, run_id, max_events))
+
+    def _load_op(self, name: str, run_id: str, max_events: int | None) -> Op[list[RunEvent]]:
+        events = yield from self._journal_op(name, run_id)
         if events is None:
-            return self.events.load_run(name, run_id, max_events=max_events)
+            read: list[RunEvent] = yield Call(
+                self.events.load_run, (name, run_id), {"max_events": max_events}
+            )
+            return read
         return events[:max_events] if max_events is not None else events
 
+    @composed
     def replay_run(
         self, name: str, run_id: str, *, cursor: Any | None = None, count: int | None = None
-    ) -> tuple[list[RunEvent], Any | None]:
-        events = self._journal(name, run_id)
+    ) -> Op[tuple[list[RunEvent], Any | None]]:
+        events = yield from self._journal_op(name, run_id)
         if events is None:
-            return self.events.replay_run(name, run_id, cursor=cursor, count=count)
+            page: tuple[list[RunEvent], Any | None] = yield Call(
+                self.events.replay_run, (name, run_id), {"cursor": cursor, "count": count}
+            )
+            return page
         after = int(cursor) if cursor is not None else 0
         events = [event for event in events if (event.run_seq or 0) > after]
-        page = events[:count] if count is not None else events
+        first = events[:count] if count is not None else events
         more = count is not None and len(events) > count
-        return page, (page[-1].run_seq if more and page else None)
+        return first, (first[-1].run_seq if more and first else None)
 
-    def get_last_event(self, name: str, run_id: str) -> RunEvent | None:
-        events = self._journal(name, run_id)
+    @composed
+    def get_last_event(self, name: str, run_id: str) -> Op[RunEvent | None]:
+        events = yield from self._journal_op(name, run_id)
         if events is None:
-            return self.events.get_last_event(name, run_id)
+            last: RunEvent | None = yield Call(self.events.get_last_event, (name, run_id))
+            return last
         return events[-1] if events else None
 
     # -- optional groups: the lifecycle backend's --------------------------------------------------
@@ -411,6 +492,7 @@ class CompositeStore(Store):
     def get_idempotency_body_hash(self, name: str, key: str) -> str | None:
         return self.lifecycle.get_idempotency_body_hash(name, key)
 
+    @composed
     def park_run(
         self,
         name: str,
@@ -419,9 +501,14 @@ class CompositeStore(Store):
         lease: str,
         events: list[RunEvent],
         wait: WaitSpec,
-    ) -> WaitOutcome:
-        outcome = self.lifecycle.park_run(name, run_id, lease=lease, events=events, wait=wait)
-        self._copy(name, run_id, wrote=outcome == WaitOutcome.PARKED and bool(events))
+    ) -> Op[WaitOutcome]:
+        outcome: WaitOutcome = yield Call(
+            self.lifecycle.park_run,
+            (name, run_id),
+            {"lease": lease, "events": events, "wait": wait},
+        )
+        wrote = outcome == WaitOutcome.PARKED and bool(events)
+        yield from self._copy_op(name, run_id, wrote=wrote)
         return outcome
 
     def get_sleeping_runs(self, before: float, limit: int = 100) -> list[tuple[str, str]]:
@@ -465,11 +552,21 @@ class CompositeStore(Store):
         self._copy(name, run_id)
         return result
 
-    def peek_signal(self, name: str, run_id: str, signal_name: str) -> dict[str, Any] | None:
-        return self.lifecycle.peek_signal(name, run_id, signal_name)
+    @composed
+    def peek_signal(self, name: str, run_id: str, signal_name: str) -> Op[dict[str, Any] | None]:
+        answer: dict[str, Any] | None = yield Call(
+            self.lifecycle.peek_signal, (name, run_id, signal_name)
+        )
+        return answer
 
-    def pop_signal_match(self, name: str, run_id: str, signal_name: str, signal_id: str) -> bool:
-        return self.lifecycle.pop_signal_match(name, run_id, signal_name, signal_id)
+    @composed
+    def pop_signal_match(
+        self, name: str, run_id: str, signal_name: str, signal_id: str
+    ) -> Op[bool]:
+        answer: bool = yield Call(
+            self.lifecycle.pop_signal_match, (name, run_id, signal_name, signal_id)
+        )
+        return answer
 
     def deliver_update(
         self,
@@ -486,8 +583,12 @@ class CompositeStore(Store):
         self._copy(name, run_id)
         return result
 
-    def peek_pending_updates(self, name: str, run_id: str) -> list[dict[str, Any]]:
-        return self.lifecycle.peek_pending_updates(name, run_id)
+    @composed
+    def peek_pending_updates(self, name: str, run_id: str) -> Op[list[dict[str, Any]]]:
+        answer: list[dict[str, Any]] = yield Call(
+            self.lifecycle.peek_pending_updates, (name, run_id)
+        )
+        return answer
 
     def settle_update(
         self,
@@ -532,8 +633,9 @@ class CompositeStore(Store):
         self._copy(name, run_id)
         return outcome
 
-    def hand_back_run(self, name: str, run_id: str, worker_id: str | None = None) -> None:
-        self.lifecycle.hand_back_run(name, run_id, worker_id)
+    @composed
+    def hand_back_run(self, name: str, run_id: str, worker_id: str | None = None) -> Op[None]:
+        yield Call(self.lifecycle.hand_back_run, (name, run_id, worker_id))
 
     def hand_on_run(
         self, name: str, run_id: str, lease: str, successor_id: str, **stamp: Any

@@ -25,6 +25,8 @@ lifecycle bound, from the partition's start.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import copy
 import dataclasses
 import logging
@@ -33,7 +35,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -66,6 +68,7 @@ from lockgate._errors import (
 )
 from lockgate.journal._events import RunEvent
 from lockgate.stores._base import EventLogStore
+from lockgate.stores._calls import call_owned
 from lockgate.stores.kafka._codec import (
     RUN_ID_HEADER,
     SCHEMA_HEADER,
@@ -123,6 +126,18 @@ class _Journal:
         own."""
         return [_copied(self.events[seq]) for seq in sorted(self.events)]
 
+    def fork(self) -> _Journal:
+        """A copy to read into outside the memory lock (see ``_adopt``)."""
+        return _Journal(self.partition, self.next_offset, self.key, self.first, dict(self.events))
+
+    def merge(self, other: _Journal) -> None:
+        """Take in what ``other`` (a fork of this journal, read on) found."""
+        for event in other.events.values():
+            self.keep(event)
+        self.next_offset = max(self.next_offset, other.next_offset)
+        if self.first is None:
+            self.first = other.first
+
     def holds_through(self, last_seq: int) -> bool:
         """Every event from ``run_seq`` 1 up to at least ``last_seq`` is kept, none missing."""
         top = max(self.events, default=0)
@@ -147,15 +162,18 @@ def _copied(event: RunEvent) -> RunEvent:
 
 
 class _Delivery:
-    """The delivery reports of one append's records."""
+    """The delivery reports of one append's records, served on the producer's own thread: a
+    thread waits on ``done``; a coroutine awaits ``settled``, resolved on its loop."""
 
-    def __init__(self, count: int) -> None:
+    def __init__(self, count: int, loop: asyncio.AbstractEventLoop | None = None) -> None:
         self.left = count
         self.offsets: list[int] = []
         self.errors: list[KafkaError] = []
         self.done = threading.Event()
+        self._loop = loop
+        self.settled: asyncio.Future[None] | None = loop.create_future() if loop else None
         if count == 0:
-            self.done.set()
+            self._finish()
 
     def report(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
@@ -164,7 +182,22 @@ class _Delivery:
             self.offsets.append(msg.offset() or 0)
         self.left -= 1
         if self.left <= 0:
-            self.done.set()
+            self._finish()
+
+    def _finish(self) -> None:
+        self.done.set()
+        if self._loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody awaits it
+                self._loop.call_soon_threadsafe(self._settle)
+
+    def _settle(self) -> None:
+        if self.settled is not None and not self.settled.done():
+            self.settled.set_result(None)
+
+
+def _expire(settled: asyncio.Future[None], error: Callable[[], StoreUnavailable]) -> None:
+    if not settled.done():
+        settled.set_exception(error())
 
 
 class KafkaEventLogStore(EventLogStore):
@@ -234,7 +267,12 @@ class KafkaEventLogStore(EventLogStore):
                 "fetch.wait.max.ms": 20,
             }
         )
+        #: Held while the consumer reads (for as long as a read takes).
         self._read_lock = threading.Lock()
+        #: Held only while the journals and positions kept in memory are looked at or changed,
+        #: never across a request to the broker, so an event-loop caller waits on it no longer
+        #: than that.
+        self._memory = threading.Lock()
         #: Requests this store made to the broker for a partition's offsets, which every read
         #: of the topic starts with: what a test or a benchmark counts to see reads answered
         #: from memory.
@@ -325,6 +363,20 @@ class KafkaEventLogStore(EventLogStore):
         if callable(stored) and callable(keep):
             self._stored_position, self._keep_position = stored, keep
 
+    def coroutine_for(self, method: Callable[..., Any]) -> Callable[..., Awaitable[Any]] | None:
+        """What ``append_copies``, ``held_through`` and ``journal_through`` do, on the running
+        event loop (see ``LifecycleStore.coroutine_for``): an append awaits its delivery
+        reports there, and the other two answer from memory there, leaving only reads of the
+        topic to a store thread. None for every other method."""
+        if getattr(method, "__self__", None) is not self:
+            return None
+        native: dict[str, Callable[..., Awaitable[Any]]] = {
+            "append_copies": self._append_copies_natively,
+            "held_through": self._held_through_natively,
+            "journal_through": self._journal_through_natively,
+        }
+        return native.get(method.__name__)
+
     # -- writing -------------------------------------------------------------------------------
 
     def append_copies(self, name: str, run_id: str, events: Sequence[RunEvent]) -> None:
@@ -333,15 +385,62 @@ class KafkaEventLogStore(EventLogStore):
         folded away on read. :class:`StoreUnavailable` when any is not acknowledged."""
         if not events:
             return
-        run = (name, run_id)
-        journal = self._journals.get(run)
-        partition = journal.partition if journal is not None else self._partition_of(run, events)
-        key = self._key_of(journal, events, run_id)
-        offsets = self._produce(name, partition, key, events)
+        run, partition, key = self._aim(name, run_id, events)
+        delivery = _Delivery(len(events))
+        for event in events:
+            while not self._send(name, partition, key, event, delivery):
+                self._producer.poll(0.05)  # the local queue is full: let it drain
+        # The producer's own thread serves the reports (see _producer).
+        if not delivery.done.wait(self.delivery_timeout + 5.0):
+            raise self._unacknowledged(delivery)
+        offsets = self._acknowledged(delivery)
         if events[0].run_seq == 1 and self._keep_position is not None:
             # Where any process finds the run's records from: the lowest such offset stays.
             self._keep_position(name, run_id, partition, min(offsets))
-        with self._read_lock:
+        self._kept(run, partition, events, offsets)
+
+    async def _append_copies_natively(
+        self, name: str, run_id: str, events: Sequence[RunEvent]
+    ) -> None:
+        """:meth:`append_copies` on the running event loop: the records are handed to the
+        producer and their delivery reports awaited, holding no thread, so the appends of
+        every run in flight share the producer's batches however many there are."""
+        if not events:
+            return
+        run, partition, key = self._aim(name, run_id, events)
+        delivery = _Delivery(len(events), asyncio.get_running_loop())
+        for event in events:
+            while not self._send(name, partition, key, event, delivery):  # noqa: ASYNC110
+                await asyncio.sleep(0.01)  # the local queue is full: it drains on its own
+        settled = delivery.settled
+        assert settled is not None
+        # librdkafka reports every record by delivery.timeout.ms; the guard is for a producer
+        # that stopped serving reports. A timer, not wait_for: no task per append.
+        guard = asyncio.get_running_loop().call_later(
+            self.delivery_timeout + 5.0, _expire, settled, lambda: self._unacknowledged(delivery)
+        )
+        try:
+            await settled
+        finally:
+            guard.cancel()
+        offsets = self._acknowledged(delivery)
+        if events[0].run_seq == 1 and self._keep_position is not None:
+            await call_owned(self._keep_position, name, run_id, partition, min(offsets))
+        self._kept(run, partition, events, offsets)
+
+    def _aim(self, name: str, run_id: str, events: Sequence[RunEvent]) -> tuple[Run, int, str]:
+        """The run, and the partition and record key its copies go to."""
+        run = (name, run_id)
+        with self._memory:
+            journal = self._journals.get(run)
+        partition = journal.partition if journal is not None else self._partition_of(run, events)
+        return run, partition, self._key_of(journal, events, run_id)
+
+    def _kept(
+        self, run: Run, partition: int, events: Sequence[RunEvent], offsets: Sequence[int]
+    ) -> None:
+        """Kafka acknowledged ``events`` at ``offsets``: this process holds them now."""
+        with self._memory:
             journal = self._journals.get(run)
             if journal is not None:
                 for event in events:
@@ -389,23 +488,14 @@ class KafkaEventLogStore(EventLogStore):
         init = next((e for e in events if is_init(e)), None)
         return gate_key(init) if init is not None else run_id
 
-    def _produce(
-        self, name: str, partition: int, key: str, events: Sequence[RunEvent]
-    ) -> list[int]:
-        """Produce the records and wait for just their delivery reports (other callers'
-        records share the batches); their offsets."""
-        delivery = _Delivery(len(events))
-        try:
-            for event in events:
-                self._send(name, partition, key, event, delivery)
-        except KafkaException as exc:
-            raise StoreUnavailable(f"Kafka refused a journal record: {exc}") from exc
-        # The producer's own thread serves the reports (see _producer).
-        if not delivery.done.wait(self.delivery_timeout + 5.0):
-            raise StoreUnavailable(
-                f"Kafka did not acknowledge {delivery.left} journal record(s) of "
-                f"{self.topic!r} within {self.delivery_timeout}s"
-            )
+    def _unacknowledged(self, delivery: _Delivery) -> StoreUnavailable:
+        return StoreUnavailable(
+            f"Kafka did not acknowledge {delivery.left} journal record(s) of {self.topic!r} "
+            f"within {self.delivery_timeout}s"
+        )
+
+    def _acknowledged(self, delivery: _Delivery) -> list[int]:
+        """The offsets of a delivery Kafka kept, or :class:`StoreUnavailable`."""
         if delivery.errors:
             raise StoreUnavailable(
                 f"Kafka did not keep a journal record of {self.topic!r}: {delivery.errors[0]}"
@@ -414,20 +504,22 @@ class KafkaEventLogStore(EventLogStore):
 
     def _send(
         self, name: str, partition: int, key: str, event: RunEvent, delivery: _Delivery
-    ) -> None:
-        while True:
-            try:
-                self._producer.produce(
-                    self.topic,
-                    value=encode(event),
-                    key=key.encode(),
-                    partition=partition,
-                    headers=record_headers(name, event),
-                    on_delivery=delivery.report,
-                )
-                return
-            except BufferError:
-                self._producer.poll(0.05)  # the local queue is full: let it drain
+    ) -> bool:
+        """Hand one record to the producer; False when its local queue is full."""
+        try:
+            self._producer.produce(
+                self.topic,
+                value=encode(event),
+                key=key.encode(),
+                partition=partition,
+                headers=record_headers(name, event),
+                on_delivery=delivery.report,
+            )
+        except BufferError:
+            return False
+        except KafkaException as exc:
+            raise StoreUnavailable(f"Kafka refused a journal record: {exc}") from exc
+        return True
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -449,13 +541,25 @@ class KafkaEventLogStore(EventLogStore):
         just after copying it): from memory, with no request to the broker, when this process
         holds every event of the run from ``run_seq`` 1 up to there (the runs it holds, whose
         events it copied itself); else read as :meth:`load_run` reads."""
-        run = (name, run_id)
-        with self._read_lock:
+        held = self._journal_in_memory((name, run_id), last_seq)
+        return held if held is not None else self._read(name, run_id)
+
+    async def _journal_through_natively(
+        self, name: str, run_id: str, last_seq: int
+    ) -> list[RunEvent]:
+        held = self._journal_in_memory((name, run_id), last_seq)
+        if held is not None:
+            return held
+        read: list[RunEvent] = await call_owned(self._read, name, run_id)
+        return read
+
+    def _journal_in_memory(self, run: Run, last_seq: int) -> list[RunEvent] | None:
+        with self._memory:
             journal = self._journals.get(run)
-            if journal is not None and journal.holds_through(last_seq):
-                self._journals.move_to_end(run)
-                return journal.ordered()
-        return self._read(name, run_id)
+            if journal is None or not journal.holds_through(last_seq):
+                return None
+            self._journals.move_to_end(run)
+            return journal.ordered()
 
     def held_through(self, name: str, run_id: str, outbox: Sequence[RunEvent]) -> int:
         """The ``run_seq`` up to which the topic is known to hold the run's events with no
@@ -467,39 +571,96 @@ class KafkaEventLogStore(EventLogStore):
         keeps the outbox's copy of it. Past that the run's partition is read from the run's
         first offset only until every outbox event is found, or to the partition's end."""
         run = (name, run_id)
-        wanted = outbox[-1].run_seq or 0
-        with self._read_lock:
+        stored = None
+        if self._stored_position is not None and self._knows_nothing_of(run):
+            stored = self._stored_position(name, run_id)
+        held = self._held_without_reading(run, outbox, stored)
+        return held if held is not None else self._held_by_reading(run, outbox, stored)
+
+    async def _held_through_natively(
+        self, name: str, run_id: str, outbox: Sequence[RunEvent]
+    ) -> int:
+        run = (name, run_id)
+        stored = None
+        if self._stored_position is not None and self._knows_nothing_of(run):
+            stored = await call_owned(self._stored_position, name, run_id)
+        held = self._held_without_reading(run, outbox, stored)
+        if held is not None:
+            return held
+        found: int = await call_owned(self._held_by_reading, run, outbox, stored)
+        return found
+
+    def _knows_nothing_of(self, run: Run) -> bool:
+        with self._memory:
+            return run not in self._journals and run not in self._positions
+
+    def _held_without_reading(
+        self, run: Run, outbox: Sequence[RunEvent], stored: tuple[int, int] | None
+    ) -> int | None:
+        """:meth:`held_through` from memory and ``stored`` (the lifecycle's position of a
+        run this process knows nothing of), or None when the topic must be read."""
+        with self._memory:
             journal = self._journals.get(run)
-            known = self._positions.get(run)
-        if journal is None:
-            if known is None and self._stored_position is not None:
-                known = self._stored_position(name, run_id)
-            if known is None:
-                return 0  # no copy counts yet (see _find)
-        with self._read_lock:
-            journal = self._journals.get(run)
-            if journal is None and known is not None:
+            if journal is None:
+                known = self._positions.get(run) or stored
+                if known is None:
+                    return 0  # no copy counts yet (see _find)
                 journal = _Journal(*known, first=known[1])
                 journal.keep(outbox[0])
-            assert journal is not None
-            if not journal.holds_through(wanted):
-                self._read_on(journal, run, until=wanted)
+            if not journal.holds_through(outbox[-1].run_seq or 0):
+                return None
             self._remember(run, journal, ())
             return _gapless(journal.events)
 
+    def _held_by_reading(
+        self, run: Run, outbox: Sequence[RunEvent], stored: tuple[int, int] | None
+    ) -> int:
+        """:meth:`held_through` by reading the run's partition, no further than it takes."""
+        with self._memory:
+            journal = self._journals.get(run)
+            known = self._positions.get(run) or stored
+            if journal is not None:
+                fork = journal.fork()
+            elif known is not None:
+                fork = _Journal(*known, first=known[1])
+                fork.keep(outbox[0])
+            else:
+                return 0
+        with self._read_lock:
+            self._read_on(fork, run, until=outbox[-1].run_seq or 0)
+        with self._memory:
+            return _gapless(self._adopt(run, fork, always=True).events)
+
     def _read(self, name: str, run_id: str) -> list[RunEvent]:
         """The run's journal, folded by ``run_seq``: from memory when it has ended, else after
-        reading its partition on from where this process last did."""
+        reading its partition on from where this process last did (into a copy, merged back:
+        the memory lock is never held across a request to the broker)."""
         run = (name, run_id)
-        with self._read_lock:
+        with self._memory:
             journal = self._journals.get(run)
-            if journal is None:
-                journal = self._find(run)
-            elif not journal.ended:
-                self._read_on(journal, run)
-            if journal.events:
-                self._remember(run, journal, ())
-            return journal.ordered()
+            if journal is not None and journal.ended:
+                self._journals.move_to_end(run)
+                return journal.ordered()
+            fork = journal.fork() if journal is not None else None
+        with self._read_lock:
+            if fork is None:
+                fork = self._find(run)
+            else:
+                self._read_on(fork, run)
+        with self._memory:
+            return self._adopt(run, fork, always=False).ordered()
+
+    def _adopt(self, run: Run, fork: _Journal, *, always: bool) -> _Journal:
+        """Merge a journal read outside the memory lock into the one kept (other copies may
+        have landed meanwhile), keeping it when it has events (or ``always``)."""
+        journal = self._journals.get(run)
+        if journal is None:
+            journal = fork
+        else:
+            journal.merge(fork)
+        if always or journal.events:
+            self._remember(run, journal, ())
+        return journal
 
     def _find(self, run: Run) -> _Journal:
         """A run this process holds no journal of: its partition read from the run's first
