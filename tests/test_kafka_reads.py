@@ -173,3 +173,41 @@ def test_a_first_read_copies_what_a_crash_left_only_in_the_outbox(composites: Ma
     )
     assert alone.load_run(*run) == journal
     alone.close()
+
+
+def test_a_run_another_process_copied_first_is_read_from_its_lowest_first_offset(
+    composites: Make,
+) -> None:
+    """The submitter's copy of run:init lands after a worker's copies of the run's start: the
+    submitter reads the run on from the lowest first offset the lifecycle keeps, not from its
+    own copy, so the worker's events before it are not skipped."""
+    submitter, worker = composites(), composites()
+    init = RunEvent("run:init", {"name": "kreads_flow", "params": {"n": 1}}, "r-race", run_seq=1)
+    pending = RunEvent("step:pending", {"call_index": 0}, "r-race", run_seq=2)
+    done = RunEvent("step:done", {"call_index": 0, "result": 2}, "r-race", run_seq=3)
+    submitter.lifecycle.submit_run("kreads_flow", "r-race", {"n": 1})  # no copy yet
+    worker.events.append_copies("kreads_flow", "r-race", [init, pending])  # lands first
+    submitter.events.append_copies("kreads_flow", "r-race", [init])
+    worker.events.append_copies("kreads_flow", "r-race", [done])
+    journal = submitter.events.load_run("kreads_flow", "r-race")
+    assert [e.run_seq for e in journal] == [1, 2, 3]
+
+
+def test_a_journal_read_with_a_gap_reads_again_from_the_lowest_first_offset(
+    composites: Make,
+) -> None:
+    """A journal this process anchored past an event another copier put earlier (a position
+    kept only after this process's read began) is read again from the kept position."""
+    first, second = composites(), composites()
+    log = _log(first)
+    events = [
+        RunEvent("run:init", {"name": "kreads_flow", "params": {}}, "r-gap", run_seq=1),
+        RunEvent("step:pending", {"call_index": 0}, "r-gap", run_seq=2),
+        RunEvent("step:done", {"call_index": 0, "result": 1}, "r-gap", run_seq=3),
+    ]
+    first.lifecycle.submit_run("kreads_flow", "r-gap", {})
+    second.events.append_copies("kreads_flow", "r-gap", events[:2])
+    log._keep_position = None  # this copy does not learn the kept position: anchored on itself
+    log.append_copies("kreads_flow", "r-gap", events[:1])
+    second.events.append_copies("kreads_flow", "r-gap", events[2:])
+    assert [e.run_seq for e in log.load_run("kreads_flow", "r-gap")] == [1, 2, 3]

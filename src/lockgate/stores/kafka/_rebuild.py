@@ -100,6 +100,7 @@ def _read_topic(log: KafkaEventLogStore, progress: Progress | None = None) -> It
             consumer.assign([TopicPartition(log.topic, partition, low)])
             try:
                 at, deadline = low, time.monotonic() + log.read_timeout
+                consumed = False  # see KafkaEventLogStore._read_on: a stale position skips
                 while at < high:
                     batch = consumer.consume(num_messages=min(500, high - at), timeout=0.1)
                     for msg in batch:
@@ -117,12 +118,14 @@ def _read_topic(log: KafkaEventLogStore, progress: Progress | None = None) -> It
                         if record is not None:
                             yield record
                     if batch:
+                        consumed = True
                         deadline = time.monotonic() + log.read_timeout
                         if progress is not None:
                             progress(read, total)
-                    else:  # offsets skipped (control records) show as the position
-                        position = consumer.position([TopicPartition(log.topic, partition)])
-                        at = max(at, position[0].offset)
+                    else:
+                        if consumed:  # offsets skipped (control records) show as the position
+                            position = consumer.position([TopicPartition(log.topic, partition)])
+                            at = max(at, min(position[0].offset, high))
                         if time.monotonic() > deadline:
                             raise StoreUnavailable(
                                 f"Kafka did not hand back {log.topic!r}[{partition}] up to "

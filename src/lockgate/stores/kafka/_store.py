@@ -281,7 +281,7 @@ class KafkaEventLogStore(EventLogStore):
         self._positions: dict[Run, tuple[int, int]] = {}
         #: Where a lifecycle store keeps each run's position (see ``bind_lifecycle``).
         self._stored_position: Callable[[str, str], tuple[int, int] | None] | None = None
-        self._keep_position: Callable[[str, str, int, int], None] | None = None
+        self._keep_position: Callable[[str, str, int, int], tuple[int, int] | None] | None = None
 
     def __repr__(self) -> str:
         return f"KafkaEventLogStore({self.bootstrap_servers!r}, topic={self.topic!r})"
@@ -394,10 +394,11 @@ class KafkaEventLogStore(EventLogStore):
         if not delivery.done.wait(self.delivery_timeout + 5.0):
             raise self._unacknowledged(delivery)
         offsets = self._acknowledged(delivery)
+        kept = None
         if events[0].run_seq == 1 and self._keep_position is not None:
             # Where any process finds the run's records from: the lowest such offset stays.
-            self._keep_position(name, run_id, partition, min(offsets))
-        self._kept(run, partition, events, offsets)
+            kept = self._keep_position(name, run_id, partition, min(offsets))
+        self._kept(run, partition, events, offsets, kept)
 
     async def _append_copies_natively(
         self, name: str, run_id: str, events: Sequence[RunEvent]
@@ -424,9 +425,10 @@ class KafkaEventLogStore(EventLogStore):
         finally:
             guard.cancel()
         offsets = self._acknowledged(delivery)
+        kept = None
         if events[0].run_seq == 1 and self._keep_position is not None:
-            await call_owned(self._keep_position, name, run_id, partition, min(offsets))
-        self._kept(run, partition, events, offsets)
+            kept = await call_owned(self._keep_position, name, run_id, partition, min(offsets))
+        self._kept(run, partition, events, offsets, kept)
 
     def _aim(self, name: str, run_id: str, events: Sequence[RunEvent]) -> tuple[Run, int, str]:
         """The run, and the partition and record key its copies go to."""
@@ -437,18 +439,26 @@ class KafkaEventLogStore(EventLogStore):
         return run, partition, self._key_of(journal, events, run_id)
 
     def _kept(
-        self, run: Run, partition: int, events: Sequence[RunEvent], offsets: Sequence[int]
+        self,
+        run: Run,
+        partition: int,
+        events: Sequence[RunEvent],
+        offsets: Sequence[int],
+        kept: tuple[int, int] | None,
     ) -> None:
-        """Kafka acknowledged ``events`` at ``offsets``: this process holds them now."""
+        """Kafka acknowledged ``events`` at ``offsets``: this process holds them now.
+        ``kept`` is the position the lifecycle keeps for the run (its lowest first offset)
+        when this batch started the run's journal."""
         with self._memory:
             journal = self._journals.get(run)
             if journal is not None:
                 for event in events:
                     journal.keep(event)
             elif events[0].run_seq == 1:
-                # This batch starts the run's journal: reading on from its first record finds
-                # every copy of the run, whoever made it.
-                start = min(offsets)
+                # This batch starts the run's journal, but another process may have copied
+                # its start (and events after it) first, at lower offsets: reading on starts
+                # from the lowest first offset the lifecycle keeps, never from this copy's.
+                start = min(offsets) if kept is None else min(min(offsets), kept[1])
                 self._remember(run, _Journal(partition, start, first=start), events)
 
     def append_events(
@@ -647,8 +657,22 @@ class KafkaEventLogStore(EventLogStore):
                 fork = self._find(run)
             else:
                 self._read_on(fork, run)
+                if _gapless(fork.events) < max(fork.events, default=0):
+                    self._read_from_kept(fork, run)
         with self._memory:
             return self._adopt(run, fork, always=False).ordered()
+
+    def _read_from_kept(self, journal: _Journal, run: Run) -> None:
+        """A journal read on from where this process started it has a gap: an event of the
+        run was copied at a lower offset (another process's copy landed first). Read it again
+        from the lowest first offset the lifecycle keeps."""
+        kept = self._stored_position(*run) if self._stored_position is not None else None
+        if kept is None or journal.first is None or kept[1] >= journal.first:
+            return
+        earlier = _Journal(kept[0], kept[1], first=kept[1])
+        self._read_on(earlier, run)
+        journal.merge(earlier)
+        journal.first = kept[1]
 
     def _adopt(self, run: Run, fork: _Journal, *, always: bool) -> _Journal:
         """Merge a journal read outside the memory lock into the one kept (other copies may
@@ -718,6 +742,7 @@ class KafkaEventLogStore(EventLogStore):
             return
         self._consumer.assign([TopicPartition(self.topic, journal.partition, journal.next_offset)])
         deadline = time.monotonic() + self.read_timeout
+        consumed = False  # a record of this assignment came: the position is this read's now
         try:
             while journal.next_offset < high:
                 if until is not None and journal.holds_through(until):
@@ -732,12 +757,17 @@ class KafkaEventLogStore(EventLogStore):
                 wanted = min(500, high - journal.next_offset)
                 batch = self._consumer.consume(num_messages=wanted, timeout=0.05)
                 for msg in batch:
+                    consumed = True
                     self._take(msg, journal, run)
-                if not batch:  # offsets skipped (control records) show as the position
+                if not batch and consumed:
+                    # Offsets with no record (control records) show as the position. Before a
+                    # record of this assignment came, the position may still be where the
+                    # shared consumer's last read of the partition ended: trusting it then
+                    # would skip this read's records.
                     position = self._consumer.position(
                         [TopicPartition(self.topic, journal.partition)]
                     )
-                    journal.next_offset = max(journal.next_offset, position[0].offset)
+                    journal.next_offset = max(journal.next_offset, min(position[0].offset, high))
         except KafkaException as exc:
             raise StoreUnavailable(f"Kafka failed a journal read: {exc}") from exc
         finally:

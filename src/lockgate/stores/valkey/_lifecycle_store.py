@@ -40,12 +40,19 @@ class ValkeyLifecycleStore(ValkeyStore):
     @operation
     def keep_journal_position(
         self, name: str, run_id: str, partition: int, offset: int
-    ) -> Op[None]:
+    ) -> Op[tuple[int, int] | None]:
         """Remember where the run's journal starts in the event log (a Kafka partition and
         the offset of its first record), so that any process reads it from there; the lowest
-        offset told stays. A run this store does not hold is left alone."""
+        offset told stays, and is returned. A run this store does not hold is left alone
+        (None)."""
         shard = yield from self._run_shard_op(name, run_id)
-        yield Script("j_position", (name, run_id, str(partition), str(offset)), shard)
+        kept = _text(
+            (yield Script("j_position", (name, run_id, str(partition), str(offset)), shard))
+        )
+        if not kept:
+            return None
+        at, _, lowest = kept.partition(":")
+        return int(at), int(lowest)
 
     @operation
     def journal_position(self, name: str, run_id: str) -> Op[tuple[int, int] | None]:
