@@ -48,6 +48,8 @@ _WIRE_VERSION = str(WIRE_MAJOR).encode()
 FORGET_AFTER = 1_000_000
 #: Records asked of the consumer at a time.
 BATCH = 10_000
+#: The most run_seq-and-headers encodings a fold remembers as walked (see ``Folder.fold``).
+_TAILS = 65_536
 
 #: The status a run is in after its last folded event, when that event says (a terminal, a
 #: wait); any other event leaves it pending (queued: its init, a requeue, a wake-up) or in
@@ -151,9 +153,9 @@ class _RunFold:
     any seen outside that range), its highest epoch, its status, and its terminal's
     ``run_seq`` once it ended (0 before)."""
 
-    __slots__ = ("ended", "epoch", "extra", "hi", "lo", "prefix", "status", "top")
+    __slots__ = ("ended", "epoch", "extra", "hi", "lo", "prefix", "status", "tail", "top")
 
-    def __init__(self, seq: int) -> None:
+    def __init__(self, seq: int, run_id: bytes) -> None:
         self.lo = self.hi = seq
         self.top = 0  # the highest run_seq yielded
         self.extra: set[int] | None = None
@@ -161,6 +163,9 @@ class _RunFold:
         self.status = RunStatus.IN_PROGRESS.value
         self.ended = 0  # the terminal's run_seq, once yielded
         self.prefix: bytes | None = None  # the CLI's cached start of a JSON line
+        # What follows the payload in a value the store wrote for this run: the run id, the
+        # schema version "1" and run_seq's union branch (the fold's fast path compares it).
+        self.tail = _avro_string(run_id) + b"\x021\x02"
 
     def seen(self, seq: int) -> bool:
         return self.lo <= seq <= self.hi or (self.extra is not None and seq in self.extra)
@@ -210,6 +215,10 @@ class Folder:
         self._run_id = run_id.encode() if run_id is not None else None
         self._forget_after = forget_after
         self._ended: dict[int, deque[tuple[int, tuple[bytes, bytes]]]] = {}
+        # run_seq and headers-map encodings walked whole, each with the run_seq it encodes:
+        # they repeat across runs (the same numbers, the same epochs), so most values need
+        # no walk past their payload. Bounded: past _TAILS, the rest are walked.
+        self._tails: dict[bytes, int] = {}
 
     def fold(self, batch: list[Any], stops: dict[int, int]) -> list[Folded]:
         """The records of ``batch`` to keep, in order. ``stops`` holds each partition still
@@ -217,6 +226,7 @@ class Folder:
         common cases inline: it runs once per record of the topic.)"""
         summary, runs = self.summary, self.summary._live
         want_wf, want_run, topic = self._workflow, self._run_id, self.topic
+        tails = self._tails
         kept: list[Folded] = []
         records = filtered = duplicates = after_terminal = stale = 0
         try:
@@ -268,9 +278,40 @@ class Folder:
                         stale += 1
                         continue
                 value = msg.value()
-                kind, payload = _walk(value, run_id, seq, topic, partition, offset)
+                # The fast path: a value laid out as this run's earlier ones were (see
+                # _walk for the whole grammar): one length byte for the kind, one or two for
+                # the payload, then the run's tail, then run_seq and the headers map in a
+                # layout already walked (``tails``), naming this record's run_seq, of a kind
+                # already met. Anything else, a bad value too, takes the whole walk.
+                try:
+                    byte = value[0]
+                    kind_end = (byte >> 1) + 1
+                    length = value[kind_end]
+                    at = kind_end + 1
+                    if length & 0x80:
+                        length = (length & 0x7F) | (value[at] << 7)
+                        at += 1
+                    end = at + (length >> 1)
+                    fast = (
+                        run is not None
+                        and not byte & 0x81
+                        and not length & 1
+                        and value[at - 1] < 0x80
+                        and value.startswith(run.tail, end)
+                        and tails.get(value[end + len(run.tail) :]) == seq
+                    )
+                except (IndexError, TypeError):
+                    fast = False
+                if fast:
+                    kind = value[1:kind_end]
+                    fast = kind in _STATUS
+                if fast:
+                    payload = value[at:end]
+                else:
+                    kind, payload, end = _walk(value, run_id, seq, topic, partition, offset)
+                    fast = False
                 if run is None:
-                    run = runs[key] = _RunFold(seq)
+                    run = runs[key] = _RunFold(seq, run_id)
                 elif seq == run.hi + 1 and run.extra is None:
                     run.hi = seq
                 else:
@@ -284,6 +325,8 @@ class Folder:
                     if kind in _TERMINAL_KINDS:
                         run.ended = seq
                         self._ended.setdefault(partition, deque()).append((offset, key))
+                if not fast and len(tails) < _TAILS and value.startswith(run.tail, end):
+                    tails[value[end + len(run.tail) :]] = seq
                 stamp = msg.timestamp()
                 kept.append(
                     (
@@ -391,8 +434,9 @@ def _varint(value: bytes, at: int) -> tuple[int, int]:
 
 def _walk(
     value: bytes | None, run_id: bytes, seq: int, topic: str, partition: int, offset: int
-) -> tuple[bytes, bytes]:
-    """Kind and payload (bytes) of an Avro ``RunEvent`` value, having walked all of it: it
+) -> tuple[bytes, bytes, int]:
+    """Kind, payload (bytes) and where the payload ends in an Avro ``RunEvent`` value, having
+    walked all of it: it
     must be whole, and name the run and ``run_seq`` its headers name. (Lengths below 64 are
     one byte, read inline; longer ones go through :func:`_varint`.)"""
     try:
@@ -439,7 +483,17 @@ def _walk(
             f"its headers name run {run_id.decode(errors='replace')!r} #{seq} but its value "
             f"run {named_run.decode(errors='replace')!r} #{value_seq}",
         )
-    return kind, value[payload_at:payload_end]
+    return kind, value[payload_at:payload_end], payload_end
+
+
+def _avro_string(text: bytes) -> bytes:
+    """``text`` as Avro writes a string: its zig-zag length, then its bytes."""
+    n, out = len(text) << 1, bytearray()
+    while n >= 0x80:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out) + text
 
 
 def _skip_map(value: bytes, at: int) -> int:
