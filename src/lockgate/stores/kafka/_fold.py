@@ -46,8 +46,11 @@ from lockgate.stores.kafka._codec import (
 _WIRE_VERSION = str(WIRE_MAJOR).encode()
 #: A run whose terminal was yielded is forgotten once its partition moved this far past it.
 FORGET_AFTER = 1_000_000
-#: Records asked of the consumer at a time.
-BATCH = 10_000
+#: Records asked of the consumer at a time. Small enough that a batch's messages are still
+#: in the CPU's caches when the fold and the output walk them: measured on a 1,000,000-event
+#: topic, 10,000 cost about 7 µs of CPU a record and 250 to 1,000 about 4.5 (the fetching
+#: ahead is the consumer's, ``queued.min.messages``, whatever this is).
+BATCH = 1_000
 #: The most run_seq-and-headers encodings a fold remembers as walked (see ``Folder.fold``).
 _TAILS = 65_536
 
@@ -242,20 +245,28 @@ class Folder:
                     del stops[partition]
                 records += 1
                 headers = msg.headers()
-                # The store writes workflow, run id, run_seq, schema and maybe epoch, in order.
+                # The store writes workflow, run id, run_seq, schema and the epoch (when the
+                # write was fenced), in that order; anything else is read by name.
+                count = len(headers) if headers is not None else 0
+                if count == 5:
+                    (wf_h, workflow), (run_h, run_id), (seq_h, raw_seq), (_, version), (
+                        epoch_h,
+                        raw_epoch,
+                    ) = headers
+                elif count == 4:
+                    (wf_h, workflow), (run_h, run_id), (seq_h, raw_seq), (_, version) = headers
+                    epoch_h, raw_epoch = RECORD_EPOCH_HEADER, None
                 if (
-                    headers is not None
-                    and len(headers) in (4, 5)
-                    and headers[0][0] == WORKFLOW_HEADER
-                    and headers[1][0] == RUN_ID_HEADER
-                    and headers[2][0] == RUN_SEQ_HEADER
-                    and headers[3][1] == _WIRE_VERSION
-                    and (len(headers) == 4 or headers[4][0] == RECORD_EPOCH_HEADER)
+                    count in (4, 5)
+                    and wf_h == WORKFLOW_HEADER
+                    and run_h == RUN_ID_HEADER
+                    and seq_h == RUN_SEQ_HEADER
+                    and version == _WIRE_VERSION
+                    and epoch_h == RECORD_EPOCH_HEADER
                 ):
-                    workflow, run_id = headers[0][1], headers[1][1]
                     try:
-                        seq = int(headers[2][1])
-                        epoch = int(headers[4][1]) if len(headers) == 5 else None
+                        seq = int(raw_seq)
+                        epoch = int(raw_epoch) if raw_epoch is not None else None
                     except (TypeError, ValueError):
                         workflow, run_id, seq, epoch = self._named(headers, partition, offset)
                 else:
@@ -304,12 +315,13 @@ class Folder:
                     fast = False
                 if fast:
                     kind = value[1:kind_end]
-                    fast = kind in _STATUS
+                    status = _STATUS.get(kind)
+                    fast = status is not None
                 if fast:
                     payload = value[at:end]
                 else:
                     kind, payload, end = _walk(value, run_id, seq, topic, partition, offset)
-                    fast = False
+                    status = _STATUS.get(kind)
                 if run is None:
                     run = runs[key] = _RunFold(seq, run_id)
                 elif seq == run.hi + 1 and run.extra is None:
@@ -320,7 +332,6 @@ class Folder:
                     run.epoch = epoch
                 if not run.ended and seq >= run.top:  # the run's last event so far
                     run.top = seq
-                    status = _STATUS.get(kind)
                     run.status = status if status is not None else _status(kind, payload)
                     if kind in _TERMINAL_KINDS:
                         run.ended = seq
@@ -381,15 +392,16 @@ class Folder:
         this batch read of their partition."""
         if not self._ended or not batch:
             return
-        last: dict[int, int] = {}
-        for msg in reversed(batch):
-            if msg.error() is None:
-                last.setdefault(msg.partition(), msg.offset())
-            if len(last) == len(self._ended):
-                break
+        from confluent_kafka import Message
+
+        # Each partition's last offset in the batch, in C: a later pair overwrites an earlier.
+        # (A batch often holds one or two partitions, so walking it back until every partition
+        # with ended runs is found would walk all of it, in Python.)
+        last = dict(zip(map(Message.partition, batch), map(Message.offset, batch), strict=True))
         runs, forgotten = self.summary._live, self.summary._forgotten
         for partition, ended in self._ended.items():
-            horizon = last.get(partition, -1) - self._forget_after
+            read = last.get(partition)
+            horizon = (read if read is not None else -1) - self._forget_after
             while ended and ended[0][0] < horizon:
                 _offset, key = ended.popleft()
                 run = runs.pop(key, None)
