@@ -47,7 +47,7 @@ _WIRE_VERSION = str(WIRE_MAJOR).encode()
 #: A run whose terminal was yielded is forgotten once its partition moved this far past it.
 FORGET_AFTER = 1_000_000
 #: Records asked of the consumer at a time. Small enough that a batch's messages are still
-#: in the CPU's caches when the fold and the output walk them: measured on a 1,000,000-event
+#: in the CPU's caches when the fold and the output walk them: measured on a 500,000-event
 #: topic, 10,000 cost about 7 µs of CPU a record and 250 to 1,000 about 4.5 (the fetching
 #: ahead is the consumer's, ``queued.min.messages``, whatever this is).
 BATCH = 1_000
@@ -156,10 +156,13 @@ class _RunFold:
     any seen outside that range), its highest epoch, its status, and its terminal's
     ``run_seq`` once it ended (0 before)."""
 
-    __slots__ = ("ended", "epoch", "extra", "hi", "lo", "prefix", "status", "tail", "top")
+    __slots__ = ("ended", "epoch", "extra", "hi", "lo", "next", "prefix", "status", "tail", "top")
 
     def __init__(self, seq: int, run_id: bytes) -> None:
         self.lo = self.hi = seq
+        # The run_seq that is neither yielded nor after the terminal for sure (``hi + 1``;
+        # None once the run ended): the fold's one comparison for a run's next record.
+        self.next: int | None = seq + 1
         self.top = 0  # the highest run_seq yielded
         self.extra: set[int] | None = None
         self.epoch = -1
@@ -192,6 +195,7 @@ class _RunFold:
                 extra.discard(self.lo)
             else:
                 break
+        self.next = self.hi + 1 if not self.ended else None
 
 
 #: One folded record as the internal fold yields it: its run's fold, workflow and run id (as
@@ -227,31 +231,49 @@ class Folder:
         """The records of ``batch`` to keep, in order. ``stops`` holds each partition still
         being read and its end offset; a partition reaching it is removed. (One loop with its
         common cases inline: it runs once per record of the topic.)"""
+        from confluent_kafka import Message
+
         summary, runs = self.summary, self.summary._live
         want_wf, want_run, topic = self._workflow, self._run_id, self.topic
         tails = self._tails
         kept: list[Folded] = []
-        records = filtered = duplicates = after_terminal = stale = 0
+        filtered = duplicates = after_terminal = stale = 0
+        # Per batch, in C: each partition's last offset in it, and whether any message is an
+        # error. Only a batch that holds an error or reaches a partition's end offset (or
+        # holds one no longer read) needs the checks per message.
+        last: dict[Any, Any] = dict(
+            zip(map(Message.partition, batch), map(Message.offset, batch), strict=True)
+        )
+        ends = any(map(Message.error, batch)) or any(
+            offset + 1 >= stops.get(partition, -1) for partition, offset in last.items()
+        )
+        records = len(batch)
         try:
             for msg in batch:
-                if msg.error() is not None:
-                    _raise_error(msg)
-                    continue
                 partition, offset = msg.partition(), msg.offset()
-                stop = stops.get(partition)
-                if stop is None or offset >= stop:
-                    continue  # past the end asked for (fetched with the last batch)
-                if offset + 1 >= stop:
-                    del stops[partition]
-                records += 1
+                if ends:
+                    stop = stops.get(partition)
+                    if msg.error() is not None or stop is None or offset >= stop:
+                        records -= 1
+                        if msg.error() is not None:
+                            _raise_error(msg)
+                        continue  # an end-of-partition event, or past the end asked for
+                    if offset + 1 >= stop:
+                        del stops[partition]
                 headers = msg.headers()
                 # The store writes workflow, run id, run_seq, schema and the epoch (when the
                 # write was fenced), in that order; anything else is read by name.
                 count = len(headers) if headers is not None else 0
                 if count == 5:
-                    (wf_h, workflow), (run_h, run_id), (seq_h, raw_seq), (_, version), (
-                        epoch_h,
-                        raw_epoch,
+                    (
+                        (wf_h, workflow),
+                        (run_h, run_id),
+                        (seq_h, raw_seq),
+                        (_, version),
+                        (
+                            epoch_h,
+                            raw_epoch,
+                        ),
                     ) = headers
                 elif count == 4:
                     (wf_h, workflow), (run_h, run_id), (seq_h, raw_seq), (_, version) = headers
@@ -279,12 +301,13 @@ class Folder:
                 key = (workflow, run_id)
                 run = runs.get(key)
                 if run is not None:
-                    if run.lo <= seq <= run.hi or (run.extra is not None and seq in run.extra):
-                        duplicates += 1
-                        continue
-                    if run.ended and seq > run.ended:
-                        after_terminal += 1
-                        continue
+                    if seq != run.next:  # not the live run's next record: which is it?
+                        if run.lo <= seq <= run.hi or (run.extra is not None and seq in run.extra):
+                            duplicates += 1
+                            continue
+                        if run.ended and seq > run.ended:
+                            after_terminal += 1
+                            continue
                     if epoch is not None and epoch < run.epoch:
                         stale += 1
                         continue
@@ -324,8 +347,8 @@ class Folder:
                     status = _STATUS.get(kind)
                 if run is None:
                     run = runs[key] = _RunFold(seq, run_id)
-                elif seq == run.hi + 1 and run.extra is None:
-                    run.hi = seq
+                elif seq == run.next and run.extra is None:
+                    run.hi, run.next = seq, seq + 1
                 else:
                     run.add(seq)
                 if epoch is not None:
@@ -334,7 +357,7 @@ class Folder:
                     run.top = seq
                     run.status = status if status is not None else _status(kind, payload)
                     if kind in _TERMINAL_KINDS:
-                        run.ended = seq
+                        run.ended, run.next = seq, None
                         self._ended.setdefault(partition, deque()).append((offset, key))
                 if not fast and len(tails) < _TAILS and value.startswith(run.tail, end):
                     tails[value[end + len(run.tail) :]] = seq
@@ -361,7 +384,7 @@ class Folder:
             summary.after_terminal += after_terminal
             summary.stale += stale
             summary.events += len(kept)
-        self._forget(batch)
+        self._forget(last)
         return kept
 
     def _named(
@@ -387,17 +410,11 @@ class Folder:
                 self.topic, partition, offset, f"a header is not a number: {exc}"
             ) from None
 
-    def _forget(self, batch: list[Any]) -> None:
-        """Drop the runs that ended more than ``forget_after`` records behind the last offset
-        this batch read of their partition."""
-        if not self._ended or not batch:
+    def _forget(self, last: dict[Any, Any]) -> None:
+        """Drop the runs that ended more than ``forget_after`` records behind the ``last``
+        offset a batch read of their partition."""
+        if not self._ended:
             return
-        from confluent_kafka import Message
-
-        # Each partition's last offset in the batch, in C: a later pair overwrites an earlier.
-        # (A batch often holds one or two partitions, so walking it back until every partition
-        # with ended runs is found would walk all of it, in Python.)
-        last = dict(zip(map(Message.partition, batch), map(Message.offset, batch), strict=True))
         runs, forgotten = self.summary._live, self.summary._forgotten
         for partition, ended in self._ended.items():
             read = last.get(partition)
