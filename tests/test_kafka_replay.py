@@ -31,6 +31,7 @@ from lockgate import (
     JournalPositionError,
     JournalRecord,
     JournalRecordUndecodable,
+    JournalReplay,
     ManualClock,
     RunEvent,
     SchemaVersionMismatch,
@@ -274,6 +275,27 @@ def test_records_produced_twice_fold_once(kafka_bootstrap: str) -> None:
         assert [r.event for r in replay] == journal
     assert replay.summary.duplicates == len(journal)
     assert replay.summary.runs == {"complete": 1}
+
+
+def test_ended_runs_are_forgotten_past_forget_after_and_still_counted(
+    kafka_bootstrap: str,
+) -> None:
+    prefix = _fresh_topic(kafka_bootstrap, partitions=2)
+    journals = [_journal(f"r-f{i}", 2) for i in range(6)]
+    for i, journal in enumerate(journals):
+        _produce(kafka_bootstrap, prefix, [("wf", e) for e in journal], partition=i % 2)
+    open_run = _journal("r-open", 1)[:-1]  # never ends: kept for the whole replay
+    _produce(kafka_bootstrap, prefix, [("wf", e) for e in open_run], partition=1)
+    with JournalReplay(
+        kafka_bootstrap, f"{prefix}.journal", read_timeout=5, forget_after=0
+    ) as replay:
+        got = list(replay)
+    assert len(got) == sum(map(len, journals)) + len(open_run)
+    # A run that ended before its partition's last offset read is gone, and still counted:
+    # partition 0 ends with r-f4's terminal, partition 1 with the open run's records.
+    assert {run_id.decode() for _wf, run_id in replay.summary._live} == {"r-f4", "r-open"}
+    assert replay.summary.runs == {"complete": 6, "in_progress": 1}
+    assert replay.summary.run_count == 7
 
 
 def test_stale_epochs_and_events_after_a_terminal_are_dropped(kafka_bootstrap: str) -> None:

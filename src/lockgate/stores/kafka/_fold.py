@@ -156,7 +156,19 @@ class _RunFold:
     any seen outside that range), its highest epoch, its status, and its terminal's
     ``run_seq`` once it ended (0 before)."""
 
-    __slots__ = ("ended", "epoch", "extra", "hi", "lo", "next", "prefix", "status", "tail", "top")
+    __slots__ = (
+        "ended",
+        "epoch",
+        "extra",
+        "hi",
+        "lo",
+        "names",
+        "next",
+        "prefix",
+        "status",
+        "tail",
+        "top",
+    )
 
     def __init__(self, seq: int, run_id: bytes) -> None:
         self.lo = self.hi = seq
@@ -169,6 +181,7 @@ class _RunFold:
         self.status = RunStatus.IN_PROGRESS.value
         self.ended = 0  # the terminal's run_seq, once yielded
         self.prefix: bytes | None = None  # the CLI's cached start of a JSON line
+        self.names: tuple[str, str] | None = None  # workflow and run id text, for records
         # What follows the payload in a value the store wrote for this run: the run id, the
         # schema version "1" and run_seq's union branch (the fold's fast path compares it).
         self.tail = _avro_string(run_id) + b"\x021\x02"
