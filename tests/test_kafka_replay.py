@@ -393,6 +393,32 @@ def test_a_record_that_does_not_decode_is_a_typed_error_naming_it(kafka_bootstra
         assert [r.event for r in replay] == good[:1]
 
 
+@pytest.mark.parametrize("lie", ["run_seq", "run_id", "truncated"])
+def test_a_value_that_disagrees_with_its_headers_mid_run_is_refused(
+    kafka_bootstrap: str, lie: str
+) -> None:
+    # Several good records of the run first, so the fold has met its layout (the fast path).
+    prefix = _fresh_topic(kafka_bootstrap)
+    good = _journal("r-lie", 4)
+    _produce(kafka_bootstrap, prefix, [("wf", e) for e in good[:-1]])
+    end = good[-1]
+    if lie == "run_seq":
+        value = encode(RunEvent(end.kind, end.payload, end.run_id, run_seq=3, headers=end.headers))
+    elif lie == "run_id":
+        value = encode(
+            RunEvent(end.kind, end.payload, "r-lix", run_seq=end.run_seq, headers=end.headers)
+        )
+    else:
+        value = encode(end)[:-1]
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer.produce(f"{prefix}.journal", value, partition=0, headers=record_headers("wf", end))
+    assert producer.flush(30) == 0
+    url = f"kafka://{kafka_bootstrap}?topic_prefix={prefix}"
+    with replay_journal(url) as replay, pytest.raises(JournalRecordUndecodable) as failed:
+        list(replay)
+    assert (failed.value.partition, failed.value.offset) == (0, len(good) - 1)
+
+
 def test_a_record_of_a_newer_schema_major_is_refused_by_replay_and_by_reads(
     kafka_bootstrap: str,
 ) -> None:
