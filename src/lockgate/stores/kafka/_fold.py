@@ -19,7 +19,11 @@ Speed. The workflow and run filters compare the record headers before the value 
 and a duplicate is recognised by its ``lg-run-seq`` header, also before. The value's Avro is
 walked by hand (the schema is six fields): that checks its structure and that it names the run
 its headers name, and gives the kind and the payload's JSON text as bytes, parsed only when
-someone asks for them.
+someone asks for them. A run's first record is walked whole; its later ones, when laid out as
+the store writes them, are checked by comparing what follows the payload with the run's own
+encoding and with run_seq-and-headers encodings already walked (see ``Folder.fold``). The
+headers are still read for every record: run ids are unique per workflow only, and the
+workflow is only in the headers.
 """
 
 from __future__ import annotations
