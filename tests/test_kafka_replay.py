@@ -31,6 +31,7 @@ from lockgate import (
     JournalPositionError,
     JournalRecord,
     JournalRecordUndecodable,
+    JournalReplay,
     ManualClock,
     RunEvent,
     SchemaVersionMismatch,
@@ -277,6 +278,27 @@ def test_records_produced_twice_fold_once(kafka_bootstrap: str) -> None:
     assert replay.summary.runs == {"complete": 1}
 
 
+def test_ended_runs_are_forgotten_past_forget_after_and_still_counted(
+    kafka_bootstrap: str,
+) -> None:
+    prefix = _fresh_topic(kafka_bootstrap, partitions=2)
+    journals = [_journal(f"r-f{i}", 2) for i in range(6)]
+    for i, journal in enumerate(journals):
+        _produce(kafka_bootstrap, prefix, [("wf", e) for e in journal], partition=i % 2)
+    open_run = _journal("r-open", 1)[:-1]  # never ends: kept for the whole replay
+    _produce(kafka_bootstrap, prefix, [("wf", e) for e in open_run], partition=1)
+    with JournalReplay(
+        kafka_bootstrap, f"{prefix}.journal", read_timeout=5, forget_after=0
+    ) as replay:
+        got = list(replay)
+    assert len(got) == sum(map(len, journals)) + len(open_run)
+    # A run that ended before its partition's last offset read is gone, and still counted:
+    # partition 0 ends with r-f4's terminal, partition 1 with the open run's records.
+    assert {run_id.decode() for _wf, run_id in replay.summary._live} == {"r-f4", "r-open"}
+    assert replay.summary.runs == {"complete": 6, "in_progress": 1}
+    assert replay.summary.run_count == 7
+
+
 def test_stale_epochs_and_events_after_a_terminal_are_dropped(kafka_bootstrap: str) -> None:
     prefix = _fresh_topic(kafka_bootstrap)
     r = "r-stale"
@@ -370,6 +392,32 @@ def test_a_record_that_does_not_decode_is_a_typed_error_naming_it(kafka_bootstra
     assert f"{prefix}.journal" in str(failed.value)
     with replay_journal(url, until_offset=1) as replay:  # the records before it replay
         assert [r.event for r in replay] == good[:1]
+
+
+@pytest.mark.parametrize("lie", ["run_seq", "run_id", "truncated"])
+def test_a_value_that_disagrees_with_its_headers_mid_run_is_refused(
+    kafka_bootstrap: str, lie: str
+) -> None:
+    # Several good records of the run first, so the fold has met its layout (the fast path).
+    prefix = _fresh_topic(kafka_bootstrap)
+    good = _journal("r-lie", 4)
+    _produce(kafka_bootstrap, prefix, [("wf", e) for e in good[:-1]])
+    end = good[-1]
+    if lie == "run_seq":
+        value = encode(RunEvent(end.kind, end.payload, end.run_id, run_seq=3, headers=end.headers))
+    elif lie == "run_id":
+        value = encode(
+            RunEvent(end.kind, end.payload, "r-lix", run_seq=end.run_seq, headers=end.headers)
+        )
+    else:
+        value = encode(end)[:-1]
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer.produce(f"{prefix}.journal", value, partition=0, headers=record_headers("wf", end))
+    assert producer.flush(30) == 0
+    url = f"kafka://{kafka_bootstrap}?topic_prefix={prefix}"
+    with replay_journal(url) as replay, pytest.raises(JournalRecordUndecodable) as failed:
+        list(replay)
+    assert (failed.value.partition, failed.value.offset) == (0, len(good) - 1)
 
 
 def test_a_record_of_a_newer_schema_major_is_refused_by_replay_and_by_reads(

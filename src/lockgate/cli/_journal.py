@@ -128,10 +128,10 @@ def _print(source: JournalReplay, as_json: bool) -> None:
     stderr when that is a terminal."""
     out = sys.stdout.buffer
     progress = _Progress(source.summary) if _is_terminal(sys.stderr) else None
-    line = _JsonLines() if as_json else _TextLines()
+    lines = _JsonLines() if as_json else _text_lines
     try:
         for batch in source.folded():
-            out.write(b"".join(map(line, batch)))
+            out.write(lines(batch))
             if progress is not None:
                 progress.show()
     finally:
@@ -154,39 +154,46 @@ def _is_terminal(stream: IO[Any] | None) -> bool:
 
 
 class _JsonLines:
-    """One folded record as a JSON line, the payload's text copied in as the record holds it
-    (compact JSON, as every store writes it). A run's ``{"workflow":...,"run_id":...`` is made
-    once; a second's stamp text is reused by every record of that second."""
+    """A batch of folded records as JSON lines, the payload's text copied in as the record
+    holds it (compact JSON, as every store writes it). What repeats is made once: a run's
+    ``{"workflow":...,"run_id":...,"run_seq":``, a kind's ``,"kind":...,"partition":``, a
+    second's time text (and the last millisecond's). One loop per batch, one format per
+    record: it runs once per event printed."""
 
     def __init__(self) -> None:
         self._kinds: dict[bytes, bytes] = {}
         self._second = -1
         self._stamp = b""
 
-    def __call__(self, folded: Folded) -> bytes:
-        run, workflow, run_id, seq, kind, payload, partition, offset, stamp, epoch, _ = folded
-        prefix = run.prefix
-        if prefix is None:
-            prefix = run.prefix = b'{"workflow":%s,"run_id":%s,"run_seq":' % (
-                _json_text(workflow),
-                _json_text(run_id),
-            )
-        kind_text = self._kinds.get(kind)
-        if kind_text is None:
-            kind_text = self._kinds[kind] = _json_text(kind)
-        return (
-            b'%s%d,"kind":%s,"partition":%d,"offset":%d,"timestamp":%s,"epoch":%s,"payload":%s}\n'
-            % (
-                prefix,
-                seq,
-                kind_text,
-                partition,
-                offset,
-                self._stamp_text(stamp),
-                b"null" if epoch is None else b"%d" % epoch,
-                payload,
-            )
-        )
+    def __call__(self, batch: list[Folded]) -> bytes:
+        kinds = self._kinds
+        lines: list[bytes] = []
+        add = lines.append
+        last_millis: int | None = -1
+        stamp_text = b""
+        for run, workflow, run_id, seq, kind, payload, partition, offset, millis, epoch, _ in batch:
+            prefix = run.prefix
+            if prefix is None:
+                prefix = run.prefix = b'{"workflow":%s,"run_id":%s,"run_seq":' % (
+                    _json_text(workflow),
+                    _json_text(run_id),
+                )
+            middle = kinds.get(kind)
+            if middle is None:
+                middle = kinds[kind] = b',"kind":%s,"partition":' % _json_text(kind)
+            if millis != last_millis:
+                last_millis, stamp_text = millis, self._stamp_text(millis)
+            if epoch is None:
+                add(
+                    b'%s%d%s%d,"offset":%d,"timestamp":%s,"epoch":null,"payload":%s}\n'
+                    % (prefix, seq, middle, partition, offset, stamp_text, payload)
+                )
+            else:
+                add(
+                    b'%s%d%s%d,"offset":%d,"timestamp":%s,"epoch":%d,"payload":%s}\n'
+                    % (prefix, seq, middle, partition, offset, stamp_text, epoch, payload)
+                )
+        return b"".join(lines)
 
     def _stamp_text(self, millis: int | None) -> bytes:
         if millis is None:
@@ -202,23 +209,17 @@ def _json_text(raw: bytes) -> bytes:
     return json.dumps(raw.decode(errors="replace")).encode()
 
 
-class _TextLines:
-    """One folded record as a line for people: where it is, whose it is, what it says."""
-
-    def __call__(self, folded: Folded) -> bytes:
-        _run, workflow, run_id, seq, kind, payload, partition, offset, _stamp, epoch, _ = folded
+def _text_lines(batch: list[Folded]) -> bytes:
+    """A batch of folded records as lines for people: where each is, whose, what it says."""
+    lines = []
+    for _run, workflow, run_id, seq, kind, payload, partition, offset, _ms, epoch, _ in batch:
         shown = payload if len(payload) <= PAYLOAD_WIDTH else payload[: PAYLOAD_WIDTH - 3] + b"..."
         fence = b" epoch %d" % epoch if epoch is not None else b""
-        return b"%d/%d  %s  %s  #%d  %s%s  %s\n" % (
-            partition,
-            offset,
-            workflow,
-            run_id,
-            seq,
-            kind,
-            fence,
-            shown,
+        lines.append(
+            b"%d/%d  %s  %s  #%d  %s%s  %s\n"
+            % (partition, offset, workflow, run_id, seq, kind, fence, shown)
         )
+    return b"".join(lines)
 
 
 class _Progress:

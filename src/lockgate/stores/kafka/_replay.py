@@ -122,22 +122,51 @@ def iso_stamp(stamp: datetime | None) -> str | None:
     return stamp.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
-def to_record(folded: Folded, topic: str) -> JournalRecord:
-    """The public :class:`JournalRecord` of one folded record."""
-    _run, workflow, run_id, seq, kind, payload, partition, offset, stamp, epoch, value = folded
-    return JournalRecord(
-        workflow=workflow.decode(),
-        run_id=run_id.decode(),
-        run_seq=seq,
-        kind=kind.decode(),
-        partition=partition,
-        offset=offset,
-        timestamp=datetime.fromtimestamp(stamp / 1000, UTC) if stamp is not None else None,
-        epoch=epoch,
-        payload_json=payload.decode(),
-        value=value,
-        topic=topic,
-    )
+def to_records(batch: list[Folded], topic: str) -> list[JournalRecord]:
+    """The public :class:`JournalRecord` s of a batch of folded records. What repeats is made
+    once: a run's workflow and run id text (kept on the run's fold), a kind's text, the
+    timestamp of the last millisecond seen. Each record is filled in with its field dict
+    whole, not field by field through the frozen dataclass's ``__init__`` (eleven
+    ``object.__setattr__`` calls), which cost more than the rest together."""
+    made: list[JournalRecord] = []
+    add, new, set_field = made.append, object.__new__, object.__setattr__
+    kinds = _KIND_TEXT
+    last_millis: int | None = -1
+    stamp: datetime | None = None
+    for run, workflow, run_id, seq, kind, payload, partition, offset, millis, epoch, value in batch:
+        names = run.names
+        if names is None:
+            names = run.names = (workflow.decode(), run_id.decode())
+        kind_text = kinds.get(kind)
+        if kind_text is None:
+            kind_text = kinds[kind] = kind.decode()
+        if millis != last_millis:
+            last_millis = millis
+            stamp = datetime.fromtimestamp(millis / 1000, UTC) if millis is not None else None
+        record = new(JournalRecord)
+        set_field(
+            record,
+            "__dict__",
+            {
+                "workflow": names[0],
+                "run_id": names[1],
+                "run_seq": seq,
+                "kind": kind_text,
+                "partition": partition,
+                "offset": offset,
+                "timestamp": stamp,
+                "epoch": epoch,
+                "payload_json": payload.decode(),
+                "value": value,
+                "topic": topic,
+            },
+        )
+        add(record)
+    return made
+
+
+#: Kinds' text, as ``to_records`` has met them.
+_KIND_TEXT: dict[bytes, str] = {}
 
 
 @dataclass(frozen=True)
@@ -212,7 +241,9 @@ class JournalReplay:
     def __next__(self) -> JournalRecord:
         if self._iterator is None:
             topic = self.topic
-            self._iterator = (to_record(one, topic) for batch in self.folded() for one in batch)
+            self._iterator = (
+                record for batch in self.folded() for record in to_records(batch, topic)
+            )
         return next(self._iterator)
 
     def __enter__(self) -> JournalReplay:
