@@ -49,12 +49,7 @@ try:
         Message,
         TopicPartition,
     )
-    from confluent_kafka.admin import (  # type: ignore[attr-defined]  # not re-exported
-        AdminClient,
-        ConfigResource,
-        ResourceType,
-    )
-    from confluent_kafka.cimpl import NewTopic
+    from confluent_kafka.admin import AdminClient
 except ImportError:  # pragma: no cover - the extra is missing
     confluent_kafka = None  # type: ignore[assignment]
 
@@ -63,7 +58,6 @@ from lockgate._errors import (
     EventAfterTerminal,
     JournalRecordUndecodable,
     JournalTopicMismatch,
-    JournalTopicUnsafe,
     StoreUnavailable,
 )
 from lockgate.journal._events import RunEvent
@@ -82,6 +76,7 @@ from lockgate.stores.kafka._codec import (
 )
 from lockgate.stores.kafka._partition import gate_key, is_init, partition_for
 from lockgate.stores.kafka._producer import shared_producer
+from lockgate.stores.kafka._topic import JOURNAL_TOPIC_CONFIG, prepare_topic
 
 if TYPE_CHECKING:
     from lockgate.stores.kafka._replay import JournalReplay
@@ -91,15 +86,6 @@ JOURNALS_KEPT = 10_000
 #: Runs whose partition and first offset one process remembers; past it the memory starts over.
 POSITIONS_KEPT = 100_000
 TOPIC_PREFIX = re.compile(r"[A-Za-z0-9._-]{1,200}")
-#: The settings a journal topic is created with: a journal must outlive its run, so records are
-#: kept until an operator decides otherwise, and never compacted (compaction keeps one record
-#: per key, and the key is the gate key many events share).
-JOURNAL_TOPIC_CONFIG: Mapping[str, str] = {
-    "cleanup.policy": "delete",
-    "retention.ms": "-1",
-    "retention.bytes": "-1",
-}
-_log = logging.getLogger("lockgate.kafka")
 
 Run = tuple[str, str]
 
@@ -252,11 +238,15 @@ class KafkaEventLogStore(EventLogStore):
         }
         #: The librdkafka settings every client of the store starts from (a replay's too).
         self.client_config: Mapping[str, Any] = dict(common)
-        admin = AdminClient(dict(common))
-        self._ensure_topic(
-            admin, replication_factor, {**JOURNAL_TOPIC_CONFIG, **(topic_config or {})}
+        prepare_topic(
+            AdminClient(dict(common)),
+            self.topic,
+            bootstrap=bootstrap_servers,
+            partitions=shard_count,
+            replication_factor=replication_factor,
+            config={**JOURNAL_TOPIC_CONFIG, **(topic_config or {})},
+            timeout=read_timeout,
         )
-        self._check_topic_config(admin)
         self._producer = shared_producer(common, delivery_timeout)
         self._consumer = Consumer(
             {
@@ -285,67 +275,6 @@ class KafkaEventLogStore(EventLogStore):
 
     def __repr__(self) -> str:
         return f"KafkaEventLogStore({self.bootstrap_servers!r}, topic={self.topic!r})"
-
-    # -- start ---------------------------------------------------------------------------------
-
-    def _ensure_topic(
-        self, admin: AdminClient, replication_factor: int, config: Mapping[str, str]
-    ) -> None:
-        """Create the journal topic with ``shard_count`` partitions and ``config``, or check
-        that it has them; :class:`JournalTopicMismatch` (nothing written) when it has another
-        count."""
-        timeout = self.read_timeout
-        try:
-            partitions = self._partition_count(admin, timeout)
-            if partitions is None:
-                new = NewTopic(
-                    self.topic, self.shard_count, replication_factor, config=dict(config)
-                )
-                try:
-                    admin.create_topics([new])[self.topic].result(timeout=timeout)
-                except KafkaException as exc:
-                    if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                        raise
-                partitions = self._partition_count(admin, timeout)
-        except KafkaException as exc:
-            raise StoreUnavailable(
-                f"Kafka at {self.bootstrap_servers} could not list or create the journal topic "
-                f"{self.topic!r}: {exc}"
-            ) from exc
-        if partitions is not None and partitions != self.shard_count:
-            raise JournalTopicMismatch(self.topic, partitions, self.shard_count)
-
-    def _check_topic_config(self, admin: AdminClient) -> None:
-        """Refuse a topic that compacts (:class:`JournalTopicUnsafe`); warn once about one that
-        deletes records after a time, since a run older than that loses its journal."""
-        resource = ConfigResource(ResourceType.TOPIC, self.topic)
-        try:
-            entries = admin.describe_configs([resource])[resource].result(timeout=self.read_timeout)
-        except KafkaException as exc:
-            raise StoreUnavailable(
-                f"Kafka at {self.bootstrap_servers} did not describe the journal topic "
-                f"{self.topic!r}: {exc}"
-            ) from exc
-        values = {name: entry.value for name, entry in entries.items()}
-        policy = values.get("cleanup.policy") or "delete"
-        if "compact" in policy:
-            raise JournalTopicUnsafe(self.topic, "cleanup.policy", policy)
-        retention = values.get("retention.ms")
-        if retention not in (None, "-1"):
-            _log.warning(
-                "the journal topic %r deletes records after retention.ms=%s: a run that lives "
-                "longer, or is read after that, loses its journal",
-                self.topic,
-                retention,
-            )
-
-    def _partition_count(self, admin: AdminClient, timeout: float) -> int | None:
-        # The whole listing, never the one topic: asking for a missing topic's metadata may
-        # have a broker with auto.create.topics.enable create it with its default count.
-        topic = admin.list_topics(timeout=timeout).topics.get(self.topic)
-        if topic is None or topic.error is not None:
-            return None
-        return len(topic.partitions)
 
     def bind_lifecycle(self, lifecycle: object) -> None:
         """Take a lifecycle store's shards: its count must be the topic's partition count, and

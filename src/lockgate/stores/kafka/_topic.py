@@ -1,0 +1,99 @@
+"""The journal topic made, or checked, before a :class:`KafkaEventLogStore` serves anything.
+
+A topic the store creates gets one partition per lifecycle shard and
+:data:`JOURNAL_TOPIC_CONFIG`. One that exists already must have that partition count
+(:class:`JournalTopicMismatch` otherwise: a topic is never repartitioned) and must not compact
+(:class:`JournalTopicUnsafe`); one that deletes records after a time is served with a warning.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Mapping
+
+with contextlib.suppress(ImportError):  # the extra may be missing: no store is made then
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]  # not re-exported
+        AdminClient,
+        ConfigResource,
+        ResourceType,
+    )
+    from confluent_kafka.cimpl import NewTopic
+
+from lockgate._errors import JournalTopicMismatch, JournalTopicUnsafe, StoreUnavailable
+
+#: The settings a journal topic is created with: a journal must outlive its run, so records are
+#: kept until an operator decides otherwise, and never compacted (compaction keeps one record
+#: per key, and the key is the gate key many events share).
+JOURNAL_TOPIC_CONFIG: Mapping[str, str] = {
+    "cleanup.policy": "delete",
+    "retention.ms": "-1",
+    "retention.bytes": "-1",
+}
+_log = logging.getLogger("lockgate.kafka")
+
+
+def prepare_topic(
+    admin: AdminClient,
+    topic: str,
+    *,
+    bootstrap: str,
+    partitions: int,
+    replication_factor: int,
+    config: Mapping[str, str],
+    timeout: float,
+) -> None:
+    """Create ``topic`` with ``partitions`` and ``config``, or check the one there (see the
+    module docstring); :class:`StoreUnavailable` when Kafka (at ``bootstrap``) does not answer
+    in ``timeout``."""
+    try:
+        found = _partition_count(admin, topic, timeout)
+        if found is None:
+            new = NewTopic(topic, partitions, replication_factor, config=dict(config))
+            try:
+                admin.create_topics([new])[topic].result(timeout=timeout)
+            except KafkaException as exc:
+                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                    raise
+            found = _partition_count(admin, topic, timeout)
+    except KafkaException as exc:
+        raise StoreUnavailable(
+            f"Kafka at {bootstrap} could not list or create the journal topic {topic!r}: {exc}"
+        ) from exc
+    if found is not None and found != partitions:
+        raise JournalTopicMismatch(topic, found, partitions)
+    _check_config(admin, topic, bootstrap, timeout)
+
+
+def _partition_count(admin: AdminClient, topic: str, timeout: float) -> int | None:
+    # The whole listing, never the one topic: asking for a missing topic's metadata may have a
+    # broker with auto.create.topics.enable create it with its default count.
+    listed = admin.list_topics(timeout=timeout).topics.get(topic)
+    if listed is None or listed.error is not None:
+        return None
+    return len(listed.partitions)
+
+
+def _check_config(admin: AdminClient, topic: str, bootstrap: str, timeout: float) -> None:
+    """Refuse a topic that compacts (:class:`JournalTopicUnsafe`); warn about one that deletes
+    records after a time, since a run older than that loses its journal."""
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    try:
+        entries = admin.describe_configs([resource])[resource].result(timeout=timeout)
+    except KafkaException as exc:
+        raise StoreUnavailable(
+            f"Kafka at {bootstrap} did not describe the journal topic {topic!r}: {exc}"
+        ) from exc
+    values = {name: entry.value for name, entry in entries.items()}
+    policy = values.get("cleanup.policy") or "delete"
+    if "compact" in policy:
+        raise JournalTopicUnsafe(topic, "cleanup.policy", policy)
+    retention = values.get("retention.ms")
+    if retention not in (None, "-1"):
+        _log.warning(
+            "the journal topic %r deletes records after retention.ms=%s: a run that lives "
+            "longer, or is read after that, loses its journal",
+            topic,
+            retention,
+        )
