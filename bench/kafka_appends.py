@@ -2,9 +2,10 @@
 
 From one run, on one broker (see ``_broker.py``), into one topic of one partition each:
 
-- through the store, as a worker drives it: RUNS runs, THREADS of them at a time (one per
-  store thread, as a worker calls a blocking store), each appending its journal one event at a
-  time with ``append_copies`` and waiting for the acknowledgement before the next;
+- through the store, as a worker drives it: RUNS runs, IN_FLIGHT of them at a time on one
+  event loop (a worker's composite calls the store natively there, ``coroutine_for``), each
+  appending its journal one event at a time with ``append_copies`` and awaiting the
+  acknowledgement before the next;
 - raw: a confluent-kafka Producer with the store's producer settings (idempotent,
   ``acks=all``, the same ``linger.ms``) producing the same records (the same Avro values, keys
   and headers, so the same sizes) in one loop, then one ``flush``.
@@ -24,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import statistics
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -45,7 +45,7 @@ from _broker import kafka_bootstrap  # noqa: E402
 from _one_step import one_step  # noqa: E402
 
 RUNS = 4000
-THREADS = 64
+IN_FLIGHT = 512
 REPEATS = 3
 NAME = "bench_one_step"
 
@@ -74,26 +74,21 @@ def store_appends_per_second(bootstrap: str, template: list[RunEvent]) -> float:
     store = KafkaEventLogStore(bootstrap, topic_prefix=f"bench{uuid.uuid4().hex[:8]}")
     journals = [journal_of(template, uuid.uuid4().hex) for _ in range(RUNS)]
     store.append_copies(NAME, "warm-up", journal_of(template, "warm-up")[:1])
-    failures: list[BaseException] = []
+    append = store.coroutine_for(store.append_copies)
+    assert append is not None
 
-    def serve(share: list[list[RunEvent]]) -> None:
-        try:
-            for journal in share:
-                for event in journal:
-                    store.append_copies(NAME, event.run_id, [event])
-        except BaseException as exc:  # reported below
-            failures.append(exc)
+    async def serve(share: list[list[RunEvent]]) -> None:
+        for journal in share:
+            for event in journal:
+                await append(NAME, event.run_id, [event])
 
-    threads = [threading.Thread(target=serve, args=(journals[i::THREADS],)) for i in range(THREADS)]
-    started = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    took = time.perf_counter() - started
+    async def serve_all() -> float:
+        started = time.perf_counter()
+        await asyncio.gather(*(serve(journals[i::IN_FLIGHT]) for i in range(IN_FLIGHT)))
+        return time.perf_counter() - started
+
+    took = asyncio.run(serve_all())
     store.close()
-    if failures:
-        raise failures[0]
     return RUNS * len(template) / took
 
 
@@ -142,7 +137,7 @@ def main() -> None:
             ratios.append(rate / baseline)
             print(
                 f"journal events appended: {rate:,.0f} events/s through KafkaEventLogStore "
-                f"({THREADS} runs at a time, one event per append_copies, each acknowledged); "
+                f"({IN_FLIGHT} runs at a time, one event per append_copies, each acknowledged); "
                 f"raw idempotent acks=all produce + flush {raw:,.0f} before and {after:,.0f} "
                 f"after, mean {baseline:,.0f} records/s; ratio {rate / baseline:.4f}"
             )

@@ -277,3 +277,30 @@ def test_another_process_reads_a_run_from_the_position_the_lifecycle_keeps(
     assert [e.kind for e in reader.load_run("wf", "r-1")] == ["run:init", "run:complete"]
     writer.close()
     reader.close()
+
+
+def test_the_producer_is_let_go_when_the_last_store_using_it_closes(kafka_bootstrap: str) -> None:
+    """A process that closed its journal stores keeps no client of that cluster: no producer,
+    no thread serving its reports, no reconnect attempts logged for a broker long gone."""
+    import threading
+
+    from lockgate.stores.kafka import _producer
+
+    config = {"bootstrap.servers": kafka_bootstrap, "client.id": f"c{uuid.uuid4().hex[:8]}"}
+    before = {t.ident for t in threading.enumerate() if t.name == "lockgate-kafka-reports"}
+    first = KafkaEventLogStore(kafka_bootstrap, topic_prefix=_prefix(), config=config)
+    second = KafkaEventLogStore(kafka_bootstrap, topic_prefix=_prefix(), config=config)
+    assert first._producer is second._producer  # one producer per configuration
+    serving = [
+        t
+        for t in threading.enumerate()
+        if t.name == "lockgate-kafka-reports" and t.ident not in before
+    ]
+    assert len(serving) == 1
+    first.close()
+    first.close()  # a second close gives nothing back twice
+    assert any(s.producer is second._producer for s in _producer._producers.values())
+    second.close()
+    assert all(s.producer is not second._producer for s in _producer._producers.values())
+    serving[0].join(timeout=5)
+    assert not serving[0].is_alive()

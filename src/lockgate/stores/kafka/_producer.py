@@ -2,7 +2,10 @@
 
 An idempotent producer's first send waits for the broker to give it a producer id (half a
 second or more); Kafka's clients are made to be shared across threads, and one producer batches
-every store's records together. A store that closes flushes it and leaves it open for the rest.
+every store's records together. Stores take a producer with :func:`shared_producer` and give it
+back with :func:`release_producer`; when the last store of a configuration gives it back, the
+producer is flushed and let go, so a process that closed its stores keeps no client (nor its
+reconnect attempts and their log lines) for a cluster it no longer uses.
 
 Each producer has one daemon thread of its own that serves its delivery reports as they come
 (``poll``), so an append waits on its own records' reports only, woken the moment the last
@@ -14,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 with contextlib.suppress(ImportError):  # the extra may be missing: no store is made then
@@ -23,7 +27,16 @@ with contextlib.suppress(ImportError):  # the extra may be missing: no store is 
 #: share a batch (see docs/performance.md for the measurement behind the figure).
 LINGER_MS = 2
 _lock = threading.Lock()
-_producers: dict[tuple[tuple[str, str], ...], Producer] = {}
+
+
+@dataclass
+class _Shared:
+    producer: Producer
+    users: int = 0
+    stopped: threading.Event = field(default_factory=threading.Event)
+
+
+_producers: dict[tuple[tuple[str, str], ...], _Shared] = {}
 
 
 def producer_config(common: Mapping[str, Any], delivery_timeout: float) -> dict[str, Any]:
@@ -39,25 +52,43 @@ def producer_config(common: Mapping[str, Any], delivery_timeout: float) -> dict[
     }
 
 
+def _key(config: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((str(k), str(v)) for k, v in config.items()))
+
+
 def shared_producer(common: Mapping[str, Any], delivery_timeout: float) -> Producer:
-    """The process's producer for ``common`` (see :func:`producer_config`)."""
+    """The process's producer for ``common`` (see :func:`producer_config`), taken by one more
+    store: give it back with :func:`release_producer`."""
     config = producer_config(common, delivery_timeout)
-    key = tuple(sorted((str(k), str(v)) for k, v in config.items()))
     with _lock:
-        producer = _producers.get(key)
-        if producer is None:
-            producer = _producers[key] = Producer(config)
+        shared = _producers.get(_key(config))
+        if shared is None:
+            shared = _producers[_key(config)] = _Shared(Producer(config))
             threading.Thread(
                 target=_serve_reports,
-                args=(producer,),
+                args=(shared,),
                 name="lockgate-kafka-reports",
                 daemon=True,
             ).start()
-        return producer
+        shared.users += 1
+        return shared.producer
 
 
-def _serve_reports(producer: Producer) -> None:
-    """Serve the producer's delivery reports (and its log lines) for the life of the process
-    (the producer is kept for it)."""
-    while True:
-        producer.poll(0.05)
+def release_producer(producer: Producer, timeout: float) -> None:
+    """A store is done with ``producer``: flush it (up to ``timeout`` seconds), and when no
+    store uses it any more, stop serving its reports and let it go."""
+    producer.flush(timeout)
+    with _lock:
+        for key, shared in list(_producers.items()):
+            if shared.producer is producer:
+                shared.users -= 1
+                if shared.users <= 0:
+                    del _producers[key]
+                    shared.stopped.set()
+                return
+
+
+def _serve_reports(shared: _Shared) -> None:
+    """Serve the producer's delivery reports (and its log lines) until it is let go."""
+    while not shared.stopped.is_set():
+        shared.producer.poll(0.05)

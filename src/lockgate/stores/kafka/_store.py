@@ -75,7 +75,7 @@ from lockgate.stores.kafka._codec import (
     record_headers,
 )
 from lockgate.stores.kafka._partition import gate_key, is_init, partition_for
-from lockgate.stores.kafka._producer import shared_producer
+from lockgate.stores.kafka._producer import release_producer, shared_producer
 from lockgate.stores.kafka._topic import JOURNAL_TOPIC_CONFIG, prepare_topic
 
 if TYPE_CHECKING:
@@ -257,6 +257,7 @@ class KafkaEventLogStore(EventLogStore):
                 "fetch.wait.max.ms": 20,
             }
         )
+        self._closed = False
         #: Held while the consumer reads (for as long as a read takes).
         self._read_lock = threading.Lock()
         #: Held only while the journals and positions kept in memory are looked at or changed,
@@ -768,5 +769,9 @@ class KafkaEventLogStore(EventLogStore):
         self._watermarks(0)
 
     def close(self) -> None:
-        self._producer.flush(self.delivery_timeout)
+        """Flush and give back the producer, close the consumer; a second close does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        release_producer(self._producer, self.delivery_timeout)
         self._consumer.close()
