@@ -6,6 +6,11 @@ lives. After every operation the composite copies the run's new events, with the
 and epoch headers, to the event log, which then answers every journal read. A copy is
 idempotent (the log keeps one event per ``run_seq``), so one lost to a crash is made by the next
 operation or read of that run. Once a run's terminal has been copied, its outbox is dropped.
+
+The methods a worker calls on its hot path are written once as operations (``_composed``):
+called, they make their backend calls one by one; through :meth:`CompositeStore.coroutine_for`
+the async runtime runs the same operations on the event loop, with each backend's own native
+calls (a Valkey script on the loop's client, a Kafka copy awaiting its delivery reports).
 """
 
 from __future__ import annotations

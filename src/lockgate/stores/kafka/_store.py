@@ -19,8 +19,15 @@ caller vouches for the run's last ``run_seq`` and the journal kept holds every e
 (``journal_through``: a composite's reads of the runs its worker holds, whose events it copied
 itself). A read of a run this process never saw reads the run's partition (``locate``: the
 lifecycle's shard) from the first offset the lifecycle store keeps for it
-(``keep_journal_position``, told after the run's first copy is acknowledged), or, with no
-lifecycle bound, from the partition's start.
+(``keep_journal_position``, told after the run's first copy is acknowledged; the lowest offset
+told stays, and a read that finds a gap reads again from it), or, with no lifecycle bound, from
+the partition's start.
+
+Threads and the loop. The journals kept in memory have a lock of their own, never held across a
+request to the broker (a read goes on in a copy, merged back), so an event-loop caller waits on
+it no longer than a lookup. ``coroutine_for`` gives the loop a native append (records handed to
+the producer, delivery reports awaited there) and memory-first ``held_through`` and
+``journal_through``; only reads of the topic go to a store thread.
 """
 
 from __future__ import annotations
