@@ -3,7 +3,7 @@
 Run as a script: ``python bench/_one_step.py STORE SYNCHRONOUS [buffered]`` serves it until
 SIGTERM; ``STORE`` is an SQLite path or a ``valkey://`` URL (``SYNCHRONOUS`` is then ignored);
 ``buffered`` turns step-boundary durability off, so a run's step events reach the store with
-its terminal in one write.
+its terminal in one write. ``LOCKGATE_BENCH_CONCURRENCY`` sets the worker's slots (32).
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 Starts a valkey-server on loopback (as ``valkey_runs.py`` does; ``LOCKGATE_BENCH_VALKEY_URL``
 for an existing one) and uses the Kafka broker of ``_broker.py``
 (``LOCKGATE_TEST_KAFKA_BOOTSTRAP``, else one started here). Then, from one run, with the same
-worker process (``_one_step.py``: ``max_concurrent_runs=32``), the same Valkey server and the
-same workflow:
+worker process (``_one_step.py``: ``max_concurrent_runs=32``, or
+``LOCKGATE_BENCH_CONCURRENCY``), the same Valkey server and the same workflow:
 
 - ValkeyStore alone: RUNS one-step runs queued before the worker starts, timed from the first
   run's end to the last's, so neither the submits nor the start-up count;
@@ -12,7 +12,8 @@ same workflow:
   go to a fresh topic): the same.
 
 The ValkeyStore figure is measured just before and just after each composite one, and the
-ratio is taken against their mean, REPEATS times; the median ratio is the figure.
+ratio is taken against their mean, REPEATS times (``LOCKGATE_BENCH_REPEATS``, 3); the median
+ratio is the figure.
 
 Not a test; record the output in docs/performance.md with the command:
 
