@@ -43,6 +43,7 @@ from lockgate.journal._events import RunEvent
 from lockgate.stores.kafka._codec import decode
 from lockgate.stores.kafka._fold import BATCH, FORGET_AFTER, Folded, Folder, ReplaySummary
 from lockgate.stores.kafka._store import TOPIC_PREFIX
+from lockgate.stores.kafka._topic import watermarks
 
 if TYPE_CHECKING:
     from lockgate.stores.kafka._store import KafkaEventLogStore
@@ -314,15 +315,7 @@ class JournalReplay:
         return sorted(found.partitions)
 
     def _watermarks(self, partition: int) -> tuple[int, int]:
-        from confluent_kafka import KafkaException, TopicPartition
-
-        try:
-            low, high = self._consumer.get_watermark_offsets(
-                TopicPartition(self.topic, partition), timeout=self.read_timeout, cached=False
-            )
-        except KafkaException as exc:
-            raise StoreUnavailable(f"Kafka did not answer for {self.topic!r}: {exc}") from exc
-        return int(low), int(high)
+        return watermarks(self._consumer, self.topic, partition, self.read_timeout)
 
     def _times(self, partitions: list[int], when: datetime | float) -> dict[int, int]:
         """Each partition's first offset at or after ``when`` (its high watermark, as a start

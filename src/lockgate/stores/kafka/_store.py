@@ -83,7 +83,7 @@ from lockgate.stores.kafka._codec import (
 )
 from lockgate.stores.kafka._partition import gate_key, is_init, partition_for
 from lockgate.stores.kafka._producer import release_producer, shared_producer
-from lockgate.stores.kafka._topic import JOURNAL_TOPIC_CONFIG, prepare_topic
+from lockgate.stores.kafka._topic import JOURNAL_TOPIC_CONFIG, prepare_topic, watermarks
 
 if TYPE_CHECKING:
     from lockgate.stores.kafka._replay import JournalReplay
@@ -662,13 +662,7 @@ class KafkaEventLogStore(EventLogStore):
 
     def _watermarks(self, partition: int) -> tuple[int, int]:
         self.topic_reads += 1
-        try:
-            low, high = self._consumer.get_watermark_offsets(
-                TopicPartition(self.topic, partition), timeout=self.read_timeout, cached=False
-            )
-        except KafkaException as exc:
-            raise StoreUnavailable(f"Kafka did not answer for {self.topic!r}: {exc}") from exc
-        return int(low), int(high)
+        return watermarks(self._consumer, self.topic, partition, self.read_timeout)
 
     def _read_on(self, journal: _Journal, run: Run, *, until: int | None = None) -> None:
         """Read the journal's partition from ``journal.next_offset`` to its end now, keeping

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Mapping
 
 with contextlib.suppress(ImportError):  # the extra may be missing: no store is made then
-    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
     from confluent_kafka.admin import (  # type: ignore[attr-defined]  # not re-exported
         AdminClient,
         ConfigResource,
@@ -97,3 +97,15 @@ def _check_config(admin: AdminClient, topic: str, bootstrap: str, timeout: float
             topic,
             retention,
         )
+
+
+def watermarks(consumer: Consumer, topic: str, partition: int, timeout: float) -> tuple[int, int]:
+    """The partition's low and high watermarks (its oldest offset kept, and the next offset to
+    be written), asked of the broker now; :class:`StoreUnavailable` when it does not answer."""
+    try:
+        low, high = consumer.get_watermark_offsets(
+            TopicPartition(topic, partition), timeout=timeout, cached=False
+        )
+    except KafkaException as exc:
+        raise StoreUnavailable(f"Kafka did not answer for {topic!r}: {exc}") from exc
+    return int(low), int(high)
