@@ -211,3 +211,47 @@ def test_a_journal_read_with_a_gap_reads_again_from_the_lowest_first_offset(
     log.append_copies("kreads_flow", "r-gap", events[:1])
     second.events.append_copies("kreads_flow", "r-gap", events[2:])
     assert [e.run_seq for e in log.load_run("kreads_flow", "r-gap")] == [1, 2, 3]
+
+
+def test_a_journal_anchored_above_another_copiers_start_finds_the_tail_it_missed(
+    composites: Make,
+) -> None:
+    """A process whose copy of run:init landed (and was kept) above a worker's whole run, the
+    worker's own position kept only afterwards: its reads start from the lowest kept position
+    too, so the worker's events and terminal are found though no gap shows in memory."""
+    submitter, worker = composites(), composites()
+    worker_log = _log(worker)
+    run = ("kreads_flow", "r-tail")
+    init = RunEvent("run:init", {"name": run[0], "params": {}}, run[1], run_seq=1)
+    done = RunEvent("step:done", {"call_index": 0, "result": 1}, run[1], run_seq=2)
+    end = RunEvent("run:complete", {"result": 1}, run[1], run_seq=3)
+    submitter.lifecycle.submit_run(*run, {})
+    keep = worker_log._keep_position
+    worker_log._keep_position = None  # its position reaches Valkey last, below
+    worker_log.append_copies(*run, [init, done, end])
+    submitter.events.append_copies(*run, [init])  # kept: its own offset, the higher one
+    assert keep is not None
+    first_worker_record = worker_log._journals[run].first
+    assert first_worker_record is not None
+    keep(*run, 0, first_worker_record)
+    assert [e.run_seq for e in submitter.events.load_run(*run)] == [1, 2, 3]
+
+
+def test_an_outbox_left_after_its_terminal_was_copied_is_dropped_by_the_next_read(
+    composites: Make,
+) -> None:
+    store = composites()
+    lifecycle = store.lifecycle
+    assert isinstance(lifecycle, ValkeyLifecycleStore)
+    handle = asyncio.run(WorkflowClient(store).submit("kreads_flow", {"n": 1}))
+    run = ("kreads_flow", handle.run_id)
+    [claimed] = list(store.claim_next_runs_loaded(run[0], ["lease-1"]))
+    end = RunEvent("run:complete", {"result": 1}, run[1])
+    lifecycle.append_events(*run, [end], fence="lease-1")  # Valkey only: no copy yet
+    terminal = lifecycle.events_after(*run, 1)
+    store.events.append_copies(*run, terminal)  # the copy made, the drop cut short
+    assert lifecycle.events_after(*run, 0)  # the outbox is still there
+    reader = composites()  # finds the terminal in Kafka already, so nothing left to copy
+    assert [e.kind for e in reader.load_run(*run)][-1] == EventKind.RUN_COMPLETE
+    assert lifecycle.events_after(*run, 0) == []
+    assert claimed.run_id == run[1]

@@ -42,7 +42,8 @@ class Call:
 class Together:
     """Run ``ops`` (operations of their own), answered with the list of their results in
     order: one after another from a thread, concurrently on the loop (so their requests share
-    the backends' pipelines and batches). An op's error is the whole request's."""
+    the backends' pipelines and batches). An op's error is the whole request's: from a thread
+    the ops after it do not run; on the loop they all run to their end first."""
 
     ops: tuple[Generator[Any, Any, Any], ...]
 
@@ -80,7 +81,15 @@ async def drive_natively(op: Op[T]) -> T:
             return done.value  # type: ignore[no-any-return]
         try:
             if isinstance(call, Together):
-                answer = await asyncio.gather(*(drive_natively(op) for op in call.ops))
+                # Every op runs to its end (none is left running behind the caller), then
+                # the first error, if any, is the request's.
+                answers = await asyncio.gather(
+                    *(drive_natively(op) for op in call.ops), return_exceptions=True
+                )
+                failed = next((a for a in answers if isinstance(a, BaseException)), None)
+                if failed is not None:
+                    raise failed
+                answer = answers
             else:
                 answer = await call_owned(call.method, *call.args, **call.kwargs)
             error = None

@@ -15,6 +15,7 @@ calls (a Valkey script on the loop's client, a Kafka copy awaiting its delivery 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -212,6 +213,12 @@ class CompositeStore(Store):
         run = (name, run_id)
         fresh = [event for event in outbox if (event.run_seq or 0) > have]
         if not fresh:
+            if outbox and outbox[-1].is_terminal:
+                # The log has the terminal, but the outbox was not dropped after it (a crash or a
+                # cancellation between the two): drop it now.
+                yield Call(self._outbox.drop_outbox, (name, run_id))
+                self._copied.pop(run, None)
+                return outbox[-1].run_seq
             self._copied[run] = have
             return have or None
         yield Call(self._log.append_copies, (name, run_id, fresh))
@@ -240,6 +247,8 @@ class CompositeStore(Store):
         """:meth:`_copy` after an operation that needs no acknowledged copy (a requeue): when
         the log is away, the events wait in the outbox for the next operation or read of the
         run to copy them, and the caller is not told the operation failed (it did not)."""
+        if self._log_away:
+            return  # the events wait in the outbox: copying now would wait out the log's timeout
         try:
             yield from self._copy_op(name, run_id)
         except StoreUnavailable:
@@ -336,11 +345,15 @@ class CompositeStore(Store):
 
     @composed
     def claim_run(self, name: str, run_id: str, worker_id: str) -> Op[None]:
+        # A lapsed lease taken over journals run:requeued: copied whether the claim is taken
+        # or refused, and a refusal stays the caller's error even when the copy fails too.
         try:
             yield Call(self.lifecycle.claim_run, (name, run_id, worker_id))
-        finally:
-            # A lapsed lease taken over journals run:requeued.
-            yield from self._copy_op(name, run_id)
+        except Exception:
+            with contextlib.suppress(Exception):
+                yield from self._copy_op(name, run_id)
+            raise
+        yield from self._copy_op(name, run_id)
 
     @composed
     def release_run(self, name: str, run_id: str, worker_id: str | None = None) -> Op[None]:

@@ -34,8 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
-import dataclasses
 import logging
 import re
 import threading
@@ -43,7 +41,6 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -81,6 +78,7 @@ from lockgate.stores.kafka._codec import (
     header_map,
     record_headers,
 )
+from lockgate.stores.kafka._journal import Journal, Run, gapless, handed_out, lower
 from lockgate.stores.kafka._partition import gate_key, is_init, partition_for
 from lockgate.stores.kafka._producer import release_producer, shared_producer
 from lockgate.stores.kafka._topic import JOURNAL_TOPIC_CONFIG, prepare_topic, watermarks
@@ -90,68 +88,11 @@ if TYPE_CHECKING:
 
 #: Runs whose journal one process keeps in memory, at most (the least recently used go).
 JOURNALS_KEPT = 10_000
+#: Seconds after a failed read of the topic during which further reads fail at once.
+READ_FAILURE_HOLD = 1.0
 #: Runs whose partition and first offset one process remembers; past it the memory starts over.
 POSITIONS_KEPT = 100_000
 TOPIC_PREFIX = re.compile(r"[A-Za-z0-9._-]{1,200}")
-
-Run = tuple[str, str]
-
-
-@dataclass
-class _Journal:
-    """A run's journal as far as this process has read its partition."""
-
-    partition: int
-    next_offset: int  # the partition's offset to read on from
-    key: str | None = None  # the record key (gate key), once its run:init is seen
-    first: int | None = None  # the offset of the run's first record seen
-    events: dict[int, RunEvent] = field(default_factory=dict)
-
-    def keep(self, event: RunEvent) -> None:
-        """Fold one copy in: the first copy of a ``run_seq`` stays."""
-        if event.run_seq is not None:
-            self.events.setdefault(event.run_seq, event)
-            if self.key is None and is_init(event):
-                self.key = gate_key(event)
-
-    def ordered(self) -> list[RunEvent]:
-        """The journal oldest first, as copies: a caller changing a payload changes only its
-        own."""
-        return [_copied(self.events[seq]) for seq in sorted(self.events)]
-
-    def fork(self) -> _Journal:
-        """A copy to read into outside the memory lock (see ``_adopt``)."""
-        return _Journal(self.partition, self.next_offset, self.key, self.first, dict(self.events))
-
-    def merge(self, other: _Journal) -> None:
-        """Take in what ``other`` (a fork of this journal, read on) found."""
-        for event in other.events.values():
-            self.keep(event)
-        self.next_offset = max(self.next_offset, other.next_offset)
-        if self.first is None:
-            self.first = other.first
-
-    def holds_through(self, last_seq: int) -> bool:
-        """Every event from ``run_seq`` 1 up to at least ``last_seq`` is kept, none missing."""
-        top = max(self.events, default=0)
-        return top >= last_seq and len(self.events) == top
-
-    @property
-    def ended(self) -> bool:
-        """A terminal is kept: no later copy can change the journal."""
-        return any(event.is_terminal for event in self.events.values())
-
-
-def _gapless(events: Mapping[int, RunEvent]) -> int:
-    """The highest ``run_seq`` up to which ``events`` has every one from 1."""
-    seq = 0
-    while seq + 1 in events:
-        seq += 1
-    return seq
-
-
-def _copied(event: RunEvent) -> RunEvent:
-    return dataclasses.replace(event, payload=copy.deepcopy(event.payload))
 
 
 class _Delivery:
@@ -163,18 +104,21 @@ class _Delivery:
         self.offsets: list[int] = []
         self.errors: list[KafkaError] = []
         self.done = threading.Event()
+        self._lock = threading.Lock()  # reports may be served on two threads (a flush)
         self._loop = loop
         self.settled: asyncio.Future[None] | None = loop.create_future() if loop else None
         if count == 0:
             self._finish()
 
     def report(self, err: KafkaError | None, msg: Message) -> None:
-        if err is not None:
-            self.errors.append(err)
-        else:
-            self.offsets.append(msg.offset() or 0)
-        self.left -= 1
-        if self.left <= 0:
+        with self._lock:
+            if err is not None:
+                self.errors.append(err)
+            else:
+                self.offsets.append(msg.offset() or 0)
+            self.left -= 1
+            last = self.left == 0
+        if last:
             self._finish()
 
     def _finish(self) -> None:
@@ -255,16 +199,22 @@ class KafkaEventLogStore(EventLogStore):
             timeout=read_timeout,
         )
         self._producer = shared_producer(common, delivery_timeout)
-        self._consumer = Consumer(
-            {
-                **common,
-                "group.id": f"lockgate-journal-{uuid.uuid4().hex}",  # assigned, never joined
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                "fetch.wait.max.ms": 20,
-            }
-        )
+        try:
+            self._consumer = Consumer(
+                {
+                    **common,
+                    "group.id": f"lockgate-journal-{uuid.uuid4().hex}",  # assigned, never joined
+                    "enable.auto.commit": False,
+                    "auto.offset.reset": "earliest",
+                    "fetch.wait.max.ms": 20,
+                }
+            )
+        except BaseException:
+            release_producer(self._producer, 0)
+            raise
         self._closed = False
+        #: When a read of the topic last failed (monotonic), until one succeeds.
+        self._read_failed_at: float | None = None
         #: Held while the consumer reads (for as long as a read takes).
         self._read_lock = threading.Lock()
         #: Held only while the journals and positions kept in memory are looked at or changed,
@@ -275,7 +225,7 @@ class KafkaEventLogStore(EventLogStore):
         #: of the topic starts with: what a test or a benchmark counts to see reads answered
         #: from memory.
         self.topic_reads = 0
-        self._journals: OrderedDict[Run, _Journal] = OrderedDict()
+        self._journals: OrderedDict[Run, Journal] = OrderedDict()
         self._positions: dict[Run, tuple[int, int]] = {}
         #: Where a lifecycle store keeps each run's position (see ``bind_lifecycle``).
         self._stored_position: Callable[[str, str], tuple[int, int] | None] | None = None
@@ -326,7 +276,7 @@ class KafkaEventLogStore(EventLogStore):
         delivery = _Delivery(len(events))
         for event in events:
             while not self._send(name, partition, key, event, delivery):
-                self._producer.poll(0.05)  # the local queue is full: let it drain
+                time.sleep(0.01)  # the local queue is full: the reports thread drains it
         # The producer's own thread serves the reports (see _producer).
         if not delivery.done.wait(self.delivery_timeout + 5.0):
             raise self._unacknowledged(delivery)
@@ -345,7 +295,7 @@ class KafkaEventLogStore(EventLogStore):
         every run in flight share the producer's batches however many there are."""
         if not events:
             return
-        run, partition, key = self._aim(name, run_id, events)
+        run, partition, key = await self._aim_natively(name, run_id, events)
         delivery = _Delivery(len(events), asyncio.get_running_loop())
         for event in events:
             while not self._send(name, partition, key, event, delivery):  # noqa: ASYNC110
@@ -366,6 +316,20 @@ class KafkaEventLogStore(EventLogStore):
         if events[0].run_seq == 1 and self._keep_position is not None:
             kept = await call_owned(self._keep_position, name, run_id, partition, min(offsets))
         self._kept(run, partition, events, offsets, kept)
+
+    async def _aim_natively(
+        self, name: str, run_id: str, events: Sequence[RunEvent]
+    ) -> tuple[Run, int, str]:
+        """:meth:`_aim` on the loop: a run located by the lifecycle (which may ask its server)
+        is located on a store thread."""
+        run = (name, run_id)
+        with self._memory:
+            journal = self._journals.get(run)
+            known = self._positions.get(run)
+        if journal is None and known is None and self.locate is not None and self.shard_count > 1:
+            partition: int = await call_owned(self.locate, name, run_id)
+            return run, partition, self._key_of(None, events, run_id)
+        return self._aim(name, run_id, events)
 
     def _aim(self, name: str, run_id: str, events: Sequence[RunEvent]) -> tuple[Run, int, str]:
         """The run, and the partition and record key its copies go to."""
@@ -391,12 +355,16 @@ class KafkaEventLogStore(EventLogStore):
             if journal is not None:
                 for event in events:
                     journal.keep(event)
+                if kept is not None and journal.first is not None and kept[1] < journal.first:
+                    # Copies of the run's start lie lower: read on from there next time.
+                    journal.first = kept[1]
+                    journal.next_offset = min(journal.next_offset, kept[1])
             elif events[0].run_seq == 1:
                 # This batch starts the run's journal, but another process may have copied
                 # its start (and events after it) first, at lower offsets: reading on starts
                 # from the lowest first offset the lifecycle keeps, never from this copy's.
                 start = min(offsets) if kept is None else min(min(offsets), kept[1])
-                self._remember(run, _Journal(partition, start, first=start), events)
+                self._remember(run, Journal(partition, start, first=start), events)
 
     def append_events(
         self, name: str, run_id: str, events: list[RunEvent], *, fence: str | None = None
@@ -429,7 +397,7 @@ class KafkaEventLogStore(EventLogStore):
         return partition_for(gate_key(init) if init else run[1], self.shard_count)
 
     @staticmethod
-    def _key_of(journal: _Journal | None, events: Sequence[RunEvent], run_id: str) -> str:
+    def _key_of(journal: Journal | None, events: Sequence[RunEvent], run_id: str) -> str:
         if journal is not None and journal.key is not None:
             return journal.key
         init = next((e for e in events if is_init(e)), None)
@@ -506,7 +474,8 @@ class KafkaEventLogStore(EventLogStore):
             if journal is None or not journal.holds_through(last_seq):
                 return None
             self._journals.move_to_end(run)
-            return journal.ordered()
+            events = journal.ordered()
+        return handed_out(events)
 
     def held_through(self, name: str, run_id: str, outbox: Sequence[RunEvent]) -> int:
         """The ``run_seq`` up to which the topic is known to hold the run's events with no
@@ -552,12 +521,12 @@ class KafkaEventLogStore(EventLogStore):
                 known = self._positions.get(run) or stored
                 if known is None:
                     return 0  # no copy counts yet (see _find)
-                journal = _Journal(*known, first=known[1])
+                journal = Journal(*known, first=known[1])
                 journal.keep(outbox[0])
             if not journal.holds_through(outbox[-1].run_seq or 0):
                 return None
             self._remember(run, journal, ())
-            return _gapless(journal.events)
+            return gapless(journal.events)
 
     def _held_by_reading(
         self, run: Run, outbox: Sequence[RunEvent], stored: tuple[int, int] | None
@@ -565,18 +534,18 @@ class KafkaEventLogStore(EventLogStore):
         """:meth:`held_through` by reading the run's partition, no further than it takes."""
         with self._memory:
             journal = self._journals.get(run)
-            known = self._positions.get(run) or stored
+            known = lower(self._positions.get(run), stored)
             if journal is not None:
                 fork = journal.fork()
             elif known is not None:
-                fork = _Journal(*known, first=known[1])
+                fork = Journal(*known, first=known[1])
                 fork.keep(outbox[0])
             else:
                 return 0
         with self._read_lock:
             self._read_on(fork, run, until=outbox[-1].run_seq or 0)
         with self._memory:
-            return _gapless(self._adopt(run, fork, always=True).events)
+            return gapless(self._adopt(run, fork, always=True).events)
 
     def _read(self, name: str, run_id: str) -> list[RunEvent]:
         """The run's journal, folded by ``run_seq``: from memory when it has ended, else after
@@ -585,33 +554,33 @@ class KafkaEventLogStore(EventLogStore):
         run = (name, run_id)
         with self._memory:
             journal = self._journals.get(run)
-            if journal is not None and journal.ended:
+            if journal is not None and journal.ended and journal.whole:
                 self._journals.move_to_end(run)
-                return journal.ordered()
+                return handed_out(journal.ordered())
             fork = journal.fork() if journal is not None else None
         with self._read_lock:
             if fork is None:
                 fork = self._find(run)
             else:
+                self._read_from_kept(fork, run)
                 self._read_on(fork, run)
-                if _gapless(fork.events) < max(fork.events, default=0):
-                    self._read_from_kept(fork, run)
         with self._memory:
-            return self._adopt(run, fork, always=False).ordered()
+            events = self._adopt(run, fork, always=False).ordered()
+        return handed_out(events)
 
-    def _read_from_kept(self, journal: _Journal, run: Run) -> None:
-        """A journal read on from where this process started it has a gap: an event of the
-        run was copied at a lower offset (another process's copy landed first). Read it again
-        from the lowest first offset the lifecycle keeps."""
+    def _read_from_kept(self, journal: Journal, run: Run) -> None:
+        """Before a live run's journal is read on: when the lifecycle keeps a lower first
+        offset than the one this process started the journal from (another process's copy of
+        the run's start landed first, and events may have followed it before this process's
+        copy), read the run from there too."""
         kept = self._stored_position(*run) if self._stored_position is not None else None
         if kept is None or journal.first is None or kept[1] >= journal.first:
             return
-        earlier = _Journal(kept[0], kept[1], first=kept[1])
+        earlier = Journal(kept[0], kept[1], first=kept[1])
         self._read_on(earlier, run)
         journal.merge(earlier)
-        journal.first = kept[1]
 
-    def _adopt(self, run: Run, fork: _Journal, *, always: bool) -> _Journal:
+    def _adopt(self, run: Run, fork: Journal, *, always: bool) -> Journal:
         """Merge a journal read outside the memory lock into the one kept (other copies may
         have landed meanwhile), keeping it when it has events (or ``always``)."""
         journal = self._journals.get(run)
@@ -623,25 +592,27 @@ class KafkaEventLogStore(EventLogStore):
             self._remember(run, journal, ())
         return journal
 
-    def _find(self, run: Run) -> _Journal:
+    def _find(self, run: Run) -> Journal:
         """A run this process holds no journal of: its partition read from the run's first
         offset when known (remembered here, else kept by the lifecycle store), else, with no
         lifecycle store bound, from the partition's start."""
         known = self._positions.get(run)
-        if known is None and self._stored_position is not None:
-            known = self._stored_position(*run)
+        if self._stored_position is not None:
+            stored = self._stored_position(*run)
+            if stored is not None and (known is None or stored[1] < known[1]):
+                known = stored
             if known is None:
                 # The lifecycle keeps a position once the run's first copy is acknowledged, and
                 # keeps the outbox until a copy has its terminal: with no position, no copy
                 # counts yet (one made just before a crash is copied again, with a position).
-                return _Journal(self.locate(*run) if self.locate is not None else 0, 0)
+                return Journal(self.locate(*run) if self.locate is not None else 0, 0)
         if known is not None:
-            journal = _Journal(*known)
+            journal = Journal(*known)
         else:
             partition = self.locate(*run) if self.locate is not None else None
             if partition is None:
                 partition = self._search(run)
-            journal = _Journal(partition, self._low(partition))
+            journal = Journal(partition, self._low(partition))
         self._read_on(journal, run)
         return journal
 
@@ -650,7 +621,7 @@ class KafkaEventLogStore(EventLogStore):
         first that has any (0 when none does)."""
         home = partition_for(run[1], self.shard_count)
         for partition in [home, *(p for p in range(self.shard_count) if p != home)]:
-            probe = _Journal(partition, self._low(partition))
+            probe = Journal(partition, self._low(partition))
             self._read_on(probe, run)
             if probe.events:
                 return partition
@@ -664,10 +635,23 @@ class KafkaEventLogStore(EventLogStore):
         self.topic_reads += 1
         return watermarks(self._consumer, self.topic, partition, self.read_timeout)
 
-    def _read_on(self, journal: _Journal, run: Run, *, until: int | None = None) -> None:
+    def _read_on(self, journal: Journal, run: Run, *, until: int | None = None) -> None:
         """Read the journal's partition from ``journal.next_offset`` to its end now, keeping
         the run's records; with ``until``, no further than it takes to hold every event up to
         that ``run_seq``."""
+        failed = self._read_failed_at
+        if failed is not None and time.monotonic() - failed < READ_FAILURE_HOLD:
+            # Reads queued behind one that just failed fail at once, rather than each waiting
+            # out the timeout in turn (a batch claim's runs, while leases run down).
+            raise StoreUnavailable(f"Kafka failed a read of {self.topic!r} just now")
+        try:
+            self._read_partition_on(journal, run, until)
+        except StoreUnavailable:
+            self._read_failed_at = time.monotonic()
+            raise
+        self._read_failed_at = None
+
+    def _read_partition_on(self, journal: Journal, run: Run, until: int | None) -> None:
         _low, high = self._watermarks(journal.partition)
         if journal.next_offset >= high:
             return
@@ -705,7 +689,7 @@ class KafkaEventLogStore(EventLogStore):
             self._consumer.unassign()
 
     @staticmethod
-    def _take(msg: Message, journal: _Journal, run: Run) -> None:
+    def _take(msg: Message, journal: Journal, run: Run) -> None:
         err = msg.error()
         if err is not None:
             if err.code() == KafkaError._PARTITION_EOF:
@@ -726,7 +710,7 @@ class KafkaEventLogStore(EventLogStore):
                 journal.keep(event)
         journal.next_offset = max(journal.next_offset, (msg.offset() or 0) + 1)
 
-    def _remember(self, run: Run, journal: _Journal, events: Sequence[RunEvent]) -> None:
+    def _remember(self, run: Run, journal: Journal, events: Sequence[RunEvent]) -> None:
         """Keep the run's journal (most recently used last) and its position."""
         for event in events:
             journal.keep(event)
@@ -734,8 +718,9 @@ class KafkaEventLogStore(EventLogStore):
         self._journals.move_to_end(run)
         while len(self._journals) > JOURNALS_KEPT:
             self._journals.popitem(last=False)
-        if run not in self._positions and journal.first is not None:
-            if len(self._positions) >= POSITIONS_KEPT:
+        known = self._positions.get(run)
+        if journal.first is not None and (known is None or journal.first < known[1]):
+            if known is None and len(self._positions) >= POSITIONS_KEPT:
                 self._positions.clear()
             self._positions[run] = (journal.partition, journal.first)
 
@@ -775,4 +760,5 @@ class KafkaEventLogStore(EventLogStore):
             return
         self._closed = True
         release_producer(self._producer, self.delivery_timeout)
-        self._consumer.close()
+        with self._read_lock:  # not under a read still going on a store thread
+            self._consumer.close()
