@@ -331,9 +331,12 @@ def test_a_frozen_worker_past_its_lease_gets_none_of_its_later_writes_into_kafka
 # -- the broker killed under load ----------------------------------------------------------------
 
 
-#: The workers' lease in the broker tests: 4 s, so that only the broker's absence, not a
-#: machine too busy to heartbeat within 1.5 s, interrupts attempts (the outage is longer).
-BROKER_LEASE = ("--lock-ttl", "4", "--heartbeat", "0.8")
+#: The workers' lease in the broker tests: 8 s, so that only the broker's absence, not a
+#: machine too busy to heartbeat in time (both cores loaded, the broker's JVM starting), ends
+#: attempts; the outage below is longer.
+BROKER_LEASE = ("--lock-ttl", "8", "--heartbeat", "1")
+#: Longer than BROKER_LEASE's lease: an outage the attempts cannot wait out.
+OUTAGE_S = 12.0
 #: A worker's own lines (not librdkafka's) telling of a journal read or write that failed.
 JOURNAL_AWAY = r"lockgate\.(worker|executor)[^\n]*Kafka (did not|failed)"
 
@@ -409,9 +412,9 @@ def test_a_broker_away_longer_than_an_append_waits_puts_runs_back_and_they_compl
             DEADLINE,
         )
         during = len(cluster.executions())
-        # Away for a few leases more: runs must neither be claimed only to lapse nor
-        # be put back again and again meanwhile.
-        time.sleep(8.0)
+        # Away for longer than a lease: runs must neither be claimed only to lapse nor be put
+        # back again and again meanwhile.
+        time.sleep(OUTAGE_S)
         own_broker.start()
         wait_for("all runs end", all_ended(store, STEPS, list(runs)), cluster, DEADLINE)
         assert len(cluster.executions()) > during  # the runs went on after the outage

@@ -265,6 +265,9 @@ class AttemptPool:
         )
         try:
             await self._rt.give_back(claim.name, claim.run_id, claim.lease)
+        except StoreFileGone:
+            # The worker stops for it, and has said so once: there is no store to hand back to.
+            log.info("run %s: not handed back: the store's file is gone", claim.run_id)
         except Exception as exc:
             # Its lease lapses instead, and an orphan scan requeues it.
             log.warning("run %s: hand-back failed: %s", claim.run_id, exc)
