@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Mapping
 
 with contextlib.suppress(ImportError):  # the extra may be missing: no store is made then
@@ -56,7 +57,7 @@ def prepare_topic(
             except KafkaException as exc:
                 if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                     raise
-            found = _partition_count(admin, topic, timeout)
+            found = _listed_after_creation(admin, topic, timeout)
     except KafkaException as exc:
         raise StoreUnavailable(
             f"Kafka at {bootstrap} could not list or create the journal topic {topic!r}: {exc}"
@@ -64,6 +65,17 @@ def prepare_topic(
     if found is not None and found != partitions:
         raise JournalTopicMismatch(topic, found, partitions)
     _check_config(admin, topic, bootstrap, timeout)
+
+
+def _listed_after_creation(admin: AdminClient, topic: str, timeout: float) -> int | None:
+    """The partition count of a topic just created, once the broker lists it: a new topic's
+    metadata reaches the broker answering a moment after the creation is acknowledged."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = _partition_count(admin, topic, timeout)
+        if found is not None or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)
 
 
 def _partition_count(admin: AdminClient, topic: str, timeout: float) -> int | None:
@@ -79,12 +91,19 @@ def _check_config(admin: AdminClient, topic: str, bootstrap: str, timeout: float
     """Refuse a topic that compacts (:class:`JournalTopicUnsafe`); warn about one that deletes
     records after a time, since a run older than that loses its journal."""
     resource = ConfigResource(ResourceType.TOPIC, topic)
-    try:
-        entries = admin.describe_configs([resource])[resource].result(timeout=timeout)
-    except KafkaException as exc:
-        raise StoreUnavailable(
-            f"Kafka at {bootstrap} did not describe the journal topic {topic!r}: {exc}"
-        ) from exc
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            entries = admin.describe_configs([resource])[resource].result(timeout=timeout)
+            break
+        except KafkaException as exc:
+            # A topic just created may not be known yet to the broker asked: ask again.
+            unknown = exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+            if not unknown or time.monotonic() > deadline:
+                raise StoreUnavailable(
+                    f"Kafka at {bootstrap} did not describe the journal topic {topic!r}: {exc}"
+                ) from exc
+            time.sleep(0.05)
     values = {name: entry.value for name, entry in entries.items()}
     policy = values.get("cleanup.policy") or "delete"
     if "compact" in policy:
