@@ -40,7 +40,7 @@ kcat:
 	  echo "installing kcat (apt-get)..." && \
 	  { apt-get install -y -qq kcat >/dev/null 2>&1 || \
 	    { apt-get update -qq >/dev/null && apt-get install -y -qq kcat >/dev/null; }; }; } || \
-	  echo "kcat not installed: the test that reads the journal with it will say so"
+	  echo "kcat not installed: the tests that read the journal with it will fail, saying so"
 
 unit: $(VENV)/.dev kcat
 	$(BIN)/python -m pytest

@@ -88,11 +88,14 @@ def drive(runner: InlineWorkflowRunner, clock: ManualClock) -> Drive:
 def kafka_bootstrap() -> str:
     """The bootstrap address of a real Kafka broker: ``LOCKGATE_TEST_KAFKA_BOOTSTRAP``, or one
     broker the suite starts once for the whole session (``tools/kafka_broker.py``), on first
-    use. Skipped, saying why, only when no broker can be started here (no Java or Maven); a
-    broker that fails to start where it could is an error, not a skip."""
+    use. A machine that cannot start one (no Java or Maven) fails the Kafka tests, saying
+    what to install or to point the suite at a cluster: a skip would hide them."""
     import kafka_broker
 
     missing = kafka_broker.missing_tools()
     if missing and not os.environ.get(kafka_broker.BOOTSTRAP_ENV):
-        pytest.skip(f"no Kafka broker can be started here: {missing}")
+        pytest.fail(
+            f"no Kafka broker can be started here: {missing}; install Java 17 and Maven, "
+            f"or set {kafka_broker.BOOTSTRAP_ENV} to a cluster's bootstrap address"
+        )
     return kafka_broker.shared_bootstrap()

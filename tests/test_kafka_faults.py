@@ -191,7 +191,7 @@ def test_kcat_reads_the_journal_and_the_repository_schema_decodes_every_record(
 ) -> None:
     kcat = shutil.which("kcat")
     if kcat is None:
-        pytest.skip("kcat is not available (make kcat installs it from Debian's packages)")
+        pytest.fail("kcat is not installed: make kcat installs it (apt-get install kcat, as root)")
     store = deployment.store()
     run_ids = run_all(store, "kf_two_steps", [{"amount": n} for n in range(4)])
     records = kcat_records(kcat, deployment.bootstrap, deployment.topic)
