@@ -3,11 +3,14 @@ runs on it too (tests/stores); these tests show where each half keeps what."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from lockgate import (
     ConfigurationError,
@@ -18,6 +21,7 @@ from lockgate import (
     step,
     workflow,
 )
+from lockgate.journal._events import as_stored
 from lockgate.stores import CompositeStore, SQLiteStore, ValkeyLifecycleStore
 from lockgate.worker import WorkerOptions, WorkflowWorker
 from valkey_server import shared_url
@@ -95,3 +99,34 @@ def test_a_copy_lost_to_a_crash_is_made_by_the_next_read(
     ]
     # Copying again changes nothing.
     assert store.load_run("composite_flow", "r1") == journal
+
+
+_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text()
+)
+_data = st.recursive(
+    _scalars,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.text(max_size=8) | st.integers() | st.booleans(), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@given(payload=st.dictionaries(st.text(max_size=8), _data, max_size=5))
+def test_a_copy_built_from_the_written_events_is_what_the_outbox_gives_back(
+    payload: dict[str, object],
+) -> None:
+    # The composite builds a write's copies from the events written, not from the outbox
+    # read back: each payload must come out as the store's JSON gives it back, and be a copy.
+    kept = as_stored(payload)
+    assert kept == json.loads(json.dumps(payload, allow_nan=False))
+    assert json.dumps(kept) == json.dumps(json.loads(json.dumps(payload)))
+    if payload:
+        assert kept is not payload

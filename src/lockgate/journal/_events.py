@@ -175,6 +175,42 @@ def terminal_status(event: RunEvent) -> RunStatus:
     return RunStatus.COMPLETE
 
 
+def as_stored(payload: dict[str, Any]) -> dict[str, Any]:
+    """``payload`` as a store that keeps JSON gives it back (``json.loads(json.dumps(...))``):
+    a new copy, tuples as lists. Plain data (dicts with string keys, lists, tuples, strings,
+    numbers, booleans, None) is copied directly, a few times faster; anything else goes
+    through JSON."""
+    try:
+        copied: dict[str, Any] = _plain_copy(payload)
+    except _NotPlain:
+        copied = json.loads(json.dumps(payload, allow_nan=False, separators=(",", ":")))
+    return copied
+
+
+class _NotPlain(Exception):
+    pass
+
+
+def _plain_copy(value: Any) -> Any:
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return value
+    if kind is float:
+        if value != value or value in (float("inf"), float("-inf")):
+            raise _NotPlain  # JSON refuses it; let json.dumps say so
+        return value
+    if kind is dict:
+        copied = {}
+        for key, item in value.items():
+            if type(key) is not str:
+                raise _NotPlain  # JSON turns the key into a string
+            copied[key] = _plain_copy(item)
+        return copied
+    if kind is list or kind is tuple:
+        return [_plain_copy(item) for item in value]
+    raise _NotPlain
+
+
 def payload_size(payload: Any) -> int:
     """Bytes of ``payload`` as compact JSON, the unit of ``max_event_payload_bytes``."""
     return len(json.dumps(payload, separators=(",", ":"), allow_nan=False).encode())

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from lockgate._errors import ConfigurationError, RunNotFoundError, StoreUnavailable
-from lockgate.journal._events import RunEvent
+from lockgate.journal._events import EPOCH_HEADER, RunEvent, as_stored
 from lockgate.stores._base import EventLogStore, Store
 from lockgate.stores._composed import (
     Call,
@@ -31,6 +31,7 @@ from lockgate.stores._composed import (
     drive,
     drive_natively,
 )
+from lockgate.stores._drops import OutboxDrops
 from lockgate.stores._gates import WaitReason
 from lockgate.stores._records import Submit
 from lockgate.stores._triggers import TriggerPolicy
@@ -42,6 +43,7 @@ from lockgate.stores._types import (
     TerminateOutcome,
     WaitOutcome,
     WaitSpec,
+    Written,
 )
 
 #: Live runs whose last copied ``run_seq`` a composite remembers, at most.
@@ -55,6 +57,24 @@ class Outbox(Protocol):
     def events_after(self, name: str, run_id: str, after_seq: int) -> list[RunEvent]: ...
 
     def drop_outbox(self, name: str, run_id: str) -> None: ...
+
+
+@runtime_checkable
+class WrittenOutbox(Protocol):
+    """What a lifecycle backend may add to its outbox: writes that answer what they left in it
+    (:class:`Written`), so the composite knows their events as kept without reading them back."""
+
+    def append_written(
+        self, name: str, run_id: str, events: list[RunEvent], *, fence: str | None = None
+    ) -> Written: ...
+
+    def append_and_poll_written(
+        self, name: str, run_id: str, events: list[RunEvent], *, fence: str
+    ) -> tuple[RunControls, Written]: ...
+
+    def finish_if_quiet_written(
+        self, name: str, run_id: str, events: list[RunEvent], *, fence: str
+    ) -> tuple[RunControls | None, Written]: ...
 
 
 @runtime_checkable
@@ -89,6 +109,10 @@ class CompositeStore(Store):
         self.lifecycle = lifecycle
         self.events = events
         self._outbox: Outbox = lifecycle
+        self._drops = OutboxDrops(lifecycle)
+        self._written: WrittenOutbox | None = (
+            lifecycle if isinstance(lifecycle, WrittenOutbox) else None
+        )
         self._log: CopyingLog = events
         self.heartbeat_interval = getattr(lifecycle, "heartbeat_interval", 10.0)
         self.lock_ttl = getattr(lifecycle, "lock_ttl", 30.0)
@@ -181,24 +205,52 @@ class CompositeStore(Store):
             return None
         return (yield from self._copy_fresh_op(name, run_id, have, fresh))
 
+    def _copy_written_op(
+        self, name: str, run_id: str, events: list[RunEvent], written: Written
+    ) -> Op[int | None]:
+        """:meth:`_copy` after a write that answered what it left in the outbox: when this
+        process had copied the outbox up to just before the write's events, those events are
+        the fresh ones, as the outbox keeps them (numbered on, stamped with the write's epoch),
+        and the outbox is not read. Otherwise (another writer came between, or a copy is
+        owed) the outbox is read as after any operation."""
+        have = self._copied.get((name, run_id))
+        if have is None or written.last_seq != have + len(events):
+            return (yield from self._copy_op(name, run_id, wrote=bool(events)))
+        fresh = [_as_kept(event, have + n, written.epoch) for n, event in enumerate(events, 1)]
+        return (yield from self._copy_fresh_op(name, run_id, have, fresh))
+
     def _check_kept_op(self, name: str, run_id: str, wrote: bool) -> Op[None]:
         """After an append found no outbox to copy: :class:`RunNotFoundError` when the
         lifecycle no longer has the run either (see :meth:`_copy`)."""
         if wrote and (yield Call(self.lifecycle.get_run, (name, run_id))) is None:
             raise RunNotFoundError(name, run_id)
 
-    def _first_copy_op(self, name: str, run_id: str, *, wrote: bool = False) -> Op[int | None]:
+    def _first_copy_op(
+        self,
+        name: str,
+        run_id: str,
+        *,
+        wrote: bool = False,
+        claimed: ClaimedRun | None = None,
+    ) -> Op[int | None]:
         """:meth:`_copy` of a run this process has not copied: what the log already holds is
         asked of the log, given the outbox when the log can use it (``held_through``: a
-        Kafka log reads no further than the outbox's events), else by its last event."""
-        outbox = yield Call(self._outbox.events_after, (name, run_id, 0))
+        Kafka log reads no further than the outbox's events), else by its last event.
+
+        ``claimed``: the run as a claim just loaded it (its whole outbox, and where its journal
+        starts in the log when the lifecycle keeps that): neither is read again."""
+        if claimed is not None and claimed.events:
+            outbox = claimed.events
+        else:
+            outbox = yield Call(self._outbox.events_after, (name, run_id, 0))
         held = getattr(self.events, "held_through", None)
         if outbox and outbox[0].run_seq == 1 and callable(held):
-            have: int = yield Call(held, (name, run_id, outbox))
+            at = claimed.journal_at if claimed is not None else None
+            have: int = yield Call(held, (name, run_id, outbox), {"journal_at": at})
         else:
             last = yield Call(self.events.get_last_event, (name, run_id))
             if last is not None and last.is_terminal:
-                yield Call(self._outbox.drop_outbox, (name, run_id))
+                yield Call(self._drops.drop, (name, run_id))
                 return None
             have = last.run_seq or 0 if last is not None else 0
         if not outbox:
@@ -216,27 +268,36 @@ class CompositeStore(Store):
             if outbox and outbox[-1].is_terminal:
                 # The log has the terminal, but the outbox was not dropped after it (a crash or a
                 # cancellation between the two): drop it now.
-                yield Call(self._outbox.drop_outbox, (name, run_id))
+                yield Call(self._drops.drop, (name, run_id))
                 self._copied.pop(run, None)
                 return outbox[-1].run_seq
             self._copied[run] = have
             return have or None
         yield Call(self._log.append_copies, (name, run_id, fresh))
         if fresh[-1].is_terminal:
-            yield Call(self._outbox.drop_outbox, (name, run_id))
+            yield Call(self._drops.drop, (name, run_id))
             self._copied.pop(run, None)
         else:
-            if len(self._copied) >= COPIED_KEPT:
-                self._copied.clear()  # runs another process ended linger here; start afresh
-            self._copied[run] = fresh[-1].run_seq or have
+            self._remember_copied(run, fresh[-1].run_seq or have)
         return fresh[-1].run_seq
 
-    def _journal_op(self, name: str, run_id: str) -> Op[list[RunEvent] | None]:
+    def _remember_copied(self, run: tuple[str, str], run_seq: int) -> None:
+        if len(self._copied) >= COPIED_KEPT:
+            self._copied.clear()  # runs another process ended linger here; start afresh
+        self._copied[run] = run_seq
+
+    def _journal_op(
+        self, name: str, run_id: str, claimed: ClaimedRun | None = None
+    ) -> Op[list[RunEvent] | None]:
         """The run's whole journal after a copy, when the event log can answer it from what
         it holds given the outbox's word on the last event (``journal_through``, as
         :class:`KafkaEventLogStore` does for runs this process holds); None when the log
-        must be asked as any store is."""
-        last = yield from self._copy_op(name, run_id)
+        must be asked as any store is. ``claimed``: see :meth:`_first_copy_op`."""
+        whole = claimed is not None and claimed.events and claimed.events[0].run_seq == 1
+        if whole and (name, run_id) not in self._copied:
+            last = yield from self._first_copy_op(name, run_id, claimed=claimed)
+        else:
+            last = yield from self._copy_op(name, run_id)
         through = getattr(self.events, "journal_through", None)
         if last is None or not callable(through):
             return None
@@ -319,15 +380,38 @@ class CompositeStore(Store):
             {"prefer": prefer},
         )
         taken = list(claimed)
-        # Read side by side: on the loop, the reads of a batch share Valkey's pipeline.
-        journals = yield Together(tuple(self._claimed_events_op(name, r.run_id) for r in taken))
+        held = [self._claimed_in_memory(name, run) for run in taken]
+        # The rest read side by side: on the loop, the reads of a batch share Valkey's pipeline.
+        unheld = [run for run, journal in zip(taken, held, strict=True) if journal is None]
+        read = iter((yield Together(tuple(self._claimed_events_op(name, r) for r in unheld))))
         runs = [
-            ClaimedRun(run.run_id, events, run.controls)
-            for run, events in zip(taken, journals, strict=True)
+            ClaimedRun(run.run_id, journal if journal is not None else next(read), run.controls)
+            for run, journal in zip(taken, held, strict=True)
         ]
         return Claims(runs, getattr(claimed, "next_token_in", None))
 
-    def _claimed_events_op(self, name: str, run_id: str) -> Op[list[RunEvent] | None]:
+    def _claimed_in_memory(self, name: str, claimed: ClaimedRun) -> list[RunEvent] | None:
+        """A claimed run's journal when the event log answers it from memory, with no request
+        (``journal_if_held``: a Kafka log, given the claim's whole outbox and position, when
+        it knows the topic holds every outbox event); None when it must be read and copied
+        as any run is. Nothing waits on I/O here, so the claim's other runs need no task."""
+        answer = getattr(self.events, "journal_if_held", None)
+        outbox, run = claimed.events, (name, claimed.run_id)
+        if not callable(answer) or self._log_away or not outbox or outbox[0].run_seq != 1:
+            return None
+        if run in self._copied:
+            return None
+        try:
+            journal: list[RunEvent] | None = answer(
+                name, claimed.run_id, outbox, claimed.journal_at
+            )
+        except Exception:  # the claim has committed: the run is read as any run is
+            return None
+        if journal is not None:
+            self._remember_copied(run, outbox[-1].run_seq or 0)
+        return journal
+
+    def _claimed_events_op(self, name: str, claimed: ClaimedRun) -> Op[list[RunEvent] | None]:
         """A claimed run's journal, or None when it cannot be read now (the claim has
         committed: the run is returned all the same, and its attempt loads the journal).
         Once the log failed, the claim's other runs are not read either: each read could
@@ -336,7 +420,7 @@ class CompositeStore(Store):
         if self._log_away:
             return None
         try:
-            return (yield from self._load_op(name, run_id, None))
+            return (yield from self._load_op(name, claimed.run_id, None, claimed))
         except StoreUnavailable:
             self._log_away = True
             return None
@@ -437,27 +521,46 @@ class CompositeStore(Store):
     def append_events(
         self, name: str, run_id: str, events: list[RunEvent], *, fence: str | None = None
     ) -> Op[None]:
-        yield Call(self.lifecycle.append_events, (name, run_id, events), {"fence": fence})
-        yield from self._copy_op(name, run_id, wrote=bool(events))
+        if self._written is None:
+            yield Call(self.lifecycle.append_events, (name, run_id, events), {"fence": fence})
+            yield from self._copy_op(name, run_id, wrote=bool(events))
+            return
+        written = yield Call(self._written.append_written, (name, run_id, events), {"fence": fence})
+        yield from self._copy_written_op(name, run_id, events, written)
 
     @composed
     def append_and_poll(
         self, name: str, run_id: str, events: list[RunEvent], *, fence: str
     ) -> Op[RunControls]:
-        controls: RunControls = yield Call(
-            self.lifecycle.append_and_poll, (name, run_id, events), {"fence": fence}
+        controls: RunControls
+        if self._written is None:
+            controls = yield Call(
+                self.lifecycle.append_and_poll, (name, run_id, events), {"fence": fence}
+            )
+            yield from self._copy_op(name, run_id, wrote=bool(events))
+            return controls
+        controls, written = yield Call(
+            self._written.append_and_poll_written, (name, run_id, events), {"fence": fence}
         )
-        yield from self._copy_op(name, run_id, wrote=bool(events))
+        yield from self._copy_written_op(name, run_id, events, written)
         return controls
 
     @composed
     def finish_if_quiet(
         self, name: str, run_id: str, events: list[RunEvent], *, fence: str
     ) -> Op[RunControls | None]:
-        controls: RunControls | None = yield Call(
-            self.lifecycle.finish_if_quiet, (name, run_id, events), {"fence": fence}
+        controls: RunControls | None
+        if self._written is None:
+            controls = yield Call(
+                self.lifecycle.finish_if_quiet, (name, run_id, events), {"fence": fence}
+            )
+            yield from self._copy_op(name, run_id, wrote=bool(events))
+            return controls
+        controls, written = yield Call(
+            self._written.finish_if_quiet_written, (name, run_id, events), {"fence": fence}
         )
-        yield from self._copy_op(name, run_id, wrote=bool(events))
+        kept = events if controls is None else events[:-1]  # the terminal waits, unwritten
+        yield from self._copy_written_op(name, run_id, kept, written)
         return controls
 
     @composed
@@ -466,8 +569,10 @@ class CompositeStore(Store):
     ) -> Op[list[RunEvent]]:
         return (yield from self._load_op(name, run_id, max_events))
 
-    def _load_op(self, name: str, run_id: str, max_events: int | None) -> Op[list[RunEvent]]:
-        events = yield from self._journal_op(name, run_id)
+    def _load_op(
+        self, name: str, run_id: str, max_events: int | None, claimed: ClaimedRun | None = None
+    ) -> Op[list[RunEvent]]:
+        events = yield from self._journal_op(name, run_id, claimed)
         if events is None:
             read: list[RunEvent] = yield Call(
                 self.events.load_run, (name, run_id), {"max_events": max_events}
@@ -694,3 +799,11 @@ class CompositeStore(Store):
 
     def next_trigger_due(self, name: str, after: float) -> float | None:
         return self.lifecycle.next_trigger_due(name, after)
+
+
+def _as_kept(event: RunEvent, run_seq: int, epoch: str | None) -> RunEvent:
+    """``event`` as a lifecycle's outbox keeps it once appended at ``run_seq``: its payload as
+    JSON gives it back, its headers stamped with the fencing ``epoch`` of a fenced write."""
+    payload = as_stored(event.payload)
+    headers = {**event.headers, EPOCH_HEADER: epoch} if epoch is not None else dict(event.headers)
+    return RunEvent(event.kind, payload, event.run_id, event.schema_version, run_seq, headers)

@@ -81,6 +81,20 @@ class ClaimedRun:
     run_id: str
     events: list[RunEvent] | None
     controls: RunControls | None
+    #: Where the run's journal starts in an event log (partition, offset), as a lifecycle
+    #: store that keeps it for a composite's log answers with the claim (None: not told).
+    journal_at: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True)
+class Written:
+    """What a lifecycle write left in the run's outbox, as the write answers it: the run's
+    last ``run_seq`` after the write, and the epoch stamped on the events it appended (None
+    when unfenced). A composite that copied the outbox up to ``last_seq - len(events)`` then
+    knows the write's events as the outbox keeps them, with no read of it."""
+
+    last_seq: int
+    epoch: str | None
 
 
 class Claims(list[ClaimedRun]):

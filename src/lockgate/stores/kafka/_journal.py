@@ -8,6 +8,7 @@ import copy
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from lockgate.journal._events import RunEvent
 from lockgate.stores.kafka._partition import gate_key, is_init
@@ -74,7 +75,20 @@ def gapless(events: Mapping[int, RunEvent]) -> int:
 
 
 def _copied(event: RunEvent) -> RunEvent:
-    return dataclasses.replace(event, payload=copy.deepcopy(event.payload))
+    return dataclasses.replace(event, payload=_data_copy(event.payload))
+
+
+def _data_copy(value: Any) -> Any:
+    """A deep copy of JSON data (what payloads are), a few times faster than ``deepcopy``;
+    anything else is left to ``deepcopy``."""
+    kind = type(value)
+    if kind is dict:
+        return {key: _data_copy(item) for key, item in value.items()}
+    if kind is list:
+        return [_data_copy(item) for item in value]
+    if kind in (str, int, float, bool) or value is None:
+        return value
+    return copy.deepcopy(value)
 
 
 def lower(one: tuple[int, int] | None, other: tuple[int, int] | None) -> tuple[int, int] | None:

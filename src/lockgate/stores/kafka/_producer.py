@@ -25,7 +25,7 @@ with contextlib.suppress(ImportError):  # the extra may be missing: no store is 
 
 #: How long the producer holds a batch open for more records: appends of concurrent callers
 #: share a batch (see docs/performance.md for the measurement behind the figure).
-LINGER_MS = 2
+LINGER_MS = 1
 _lock = threading.Lock()
 
 

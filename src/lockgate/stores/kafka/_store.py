@@ -33,7 +33,6 @@ the producer, delivery reports awaited there) and memory-first ``held_through`` 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import re
 import threading
@@ -78,6 +77,7 @@ from lockgate.stores.kafka._codec import (
     header_map,
     record_headers,
 )
+from lockgate.stores.kafka._delivery import Delivery, inbox_of
 from lockgate.stores.kafka._journal import Journal, Run, gapless, handed_out, lower
 from lockgate.stores.kafka._partition import gate_key, is_init, partition_for
 from lockgate.stores.kafka._producer import release_producer, shared_producer
@@ -93,48 +93,6 @@ READ_FAILURE_HOLD = 1.0
 #: Runs whose partition and first offset one process remembers; past it the memory starts over.
 POSITIONS_KEPT = 100_000
 TOPIC_PREFIX = re.compile(r"[A-Za-z0-9._-]{1,200}")
-
-
-class _Delivery:
-    """The delivery reports of one append's records, served on the producer's own thread: a
-    thread waits on ``done``; a coroutine awaits ``settled``, resolved on its loop."""
-
-    def __init__(self, count: int, loop: asyncio.AbstractEventLoop | None = None) -> None:
-        self.left = count
-        self.offsets: list[int] = []
-        self.errors: list[KafkaError] = []
-        self.done = threading.Event()
-        self._lock = threading.Lock()  # reports may be served on two threads (a flush)
-        self._loop = loop
-        self.settled: asyncio.Future[None] | None = loop.create_future() if loop else None
-        if count == 0:
-            self._finish()
-
-    def report(self, err: KafkaError | None, msg: Message) -> None:
-        with self._lock:
-            if err is not None:
-                self.errors.append(err)
-            else:
-                self.offsets.append(msg.offset() or 0)
-            self.left -= 1
-            last = self.left == 0
-        if last:
-            self._finish()
-
-    def _finish(self) -> None:
-        self.done.set()
-        if self._loop is not None:
-            with contextlib.suppress(RuntimeError):  # the loop closed: nobody awaits it
-                self._loop.call_soon_threadsafe(self._settle)
-
-    def _settle(self) -> None:
-        if self.settled is not None and not self.settled.done():
-            self.settled.set_result(None)
-
-
-def _expire(settled: asyncio.Future[None], error: Callable[[], StoreUnavailable]) -> None:
-    if not settled.done():
-        settled.set_exception(error())
 
 
 class KafkaEventLogStore(EventLogStore):
@@ -273,12 +231,12 @@ class KafkaEventLogStore(EventLogStore):
         if not events:
             return
         run, partition, key = self._aim(name, run_id, events)
-        delivery = _Delivery(len(events))
+        delivery = Delivery(len(events))
         for event in events:
             while not self._send(name, partition, key, event, delivery):
                 time.sleep(0.01)  # the local queue is full: the reports thread drains it
         # The producer's own thread serves the reports (see _producer).
-        if not delivery.done.wait(self.delivery_timeout + 5.0):
+        if not delivery.wait(self.delivery_timeout + 5.0):
             raise self._unacknowledged(delivery)
         offsets = self._acknowledged(delivery)
         kept = None
@@ -296,21 +254,16 @@ class KafkaEventLogStore(EventLogStore):
         if not events:
             return
         run, partition, key = await self._aim_natively(name, run_id, events)
-        delivery = _Delivery(len(events), asyncio.get_running_loop())
+        delivery = inbox_of(asyncio.get_running_loop()).delivery(
+            len(events),
+            self.delivery_timeout + 5.0,
+            lambda: self._unacknowledged(delivery),
+        )
         for event in events:
             while not self._send(name, partition, key, event, delivery):  # noqa: ASYNC110
                 await asyncio.sleep(0.01)  # the local queue is full: it drains on its own
-        settled = delivery.settled
-        assert settled is not None
-        # librdkafka reports every record by delivery.timeout.ms; the guard is for a producer
-        # that stopped serving reports. A timer, not wait_for: no task per append.
-        guard = asyncio.get_running_loop().call_later(
-            self.delivery_timeout + 5.0, _expire, settled, lambda: self._unacknowledged(delivery)
-        )
-        try:
-            await settled
-        finally:
-            guard.cancel()
+        assert delivery.settled is not None
+        await delivery.settled
         offsets = self._acknowledged(delivery)
         kept = None
         if events[0].run_seq == 1 and self._keep_position is not None:
@@ -403,13 +356,13 @@ class KafkaEventLogStore(EventLogStore):
         init = next((e for e in events if is_init(e)), None)
         return gate_key(init) if init is not None else run_id
 
-    def _unacknowledged(self, delivery: _Delivery) -> StoreUnavailable:
+    def _unacknowledged(self, delivery: Delivery) -> StoreUnavailable:
         return StoreUnavailable(
             f"Kafka did not acknowledge {delivery.left} journal record(s) of {self.topic!r} "
             f"within {self.delivery_timeout}s"
         )
 
-    def _acknowledged(self, delivery: _Delivery) -> list[int]:
+    def _acknowledged(self, delivery: Delivery) -> list[int]:
         """The offsets of a delivery Kafka kept, or :class:`StoreUnavailable`."""
         if delivery.errors:
             raise StoreUnavailable(
@@ -418,7 +371,7 @@ class KafkaEventLogStore(EventLogStore):
         return delivery.offsets
 
     def _send(
-        self, name: str, partition: int, key: str, event: RunEvent, delivery: _Delivery
+        self, name: str, partition: int, key: str, event: RunEvent, delivery: Delivery
     ) -> bool:
         """Hand one record to the producer; False when its local queue is full."""
         try:
@@ -477,7 +430,13 @@ class KafkaEventLogStore(EventLogStore):
             events = journal.ordered()
         return handed_out(events)
 
-    def held_through(self, name: str, run_id: str, outbox: Sequence[RunEvent]) -> int:
+    def held_through(
+        self,
+        name: str,
+        run_id: str,
+        outbox: Sequence[RunEvent],
+        journal_at: tuple[int, int] | None = None,
+    ) -> int:
         """The ``run_seq`` up to which the topic is known to hold the run's events with no
         gap, given its ``outbox`` (every event of the live run from ``run_seq`` 1, as a
         lifecycle store keeps them; a :class:`CompositeStore`'s first copy of a run asks).
@@ -485,26 +444,53 @@ class KafkaEventLogStore(EventLogStore):
         Known from memory, or from the position the lifecycle keeps: it is kept once a copy
         starting at ``run_seq`` 1 was acknowledged, so that event is there and this process
         keeps the outbox's copy of it. Past that the run's partition is read from the run's
-        first offset only until every outbox event is found, or to the partition's end."""
+        first offset only until every outbox event is found, or to the partition's end.
+
+        ``journal_at``: the position the lifecycle keeps, when the caller has it already (a
+        claim answers it): it is not asked for again."""
         run = (name, run_id)
-        stored = None
-        if self._stored_position is not None and self._knows_nothing_of(run):
+        stored = journal_at
+        if stored is None and self._stored_position is not None and self._knows_nothing_of(run):
             stored = self._stored_position(name, run_id)
         held = self._held_without_reading(run, outbox, stored)
         return held if held is not None else self._held_by_reading(run, outbox, stored)
 
     async def _held_through_natively(
-        self, name: str, run_id: str, outbox: Sequence[RunEvent]
+        self,
+        name: str,
+        run_id: str,
+        outbox: Sequence[RunEvent],
+        journal_at: tuple[int, int] | None = None,
     ) -> int:
         run = (name, run_id)
-        stored = None
-        if self._stored_position is not None and self._knows_nothing_of(run):
+        stored = journal_at
+        if stored is None and self._stored_position is not None and self._knows_nothing_of(run):
             stored = await call_owned(self._stored_position, name, run_id)
         held = self._held_without_reading(run, outbox, stored)
         if held is not None:
             return held
         found: int = await call_owned(self._held_by_reading, run, outbox, stored)
         return found
+
+    def journal_if_held(
+        self,
+        name: str,
+        run_id: str,
+        outbox: Sequence[RunEvent],
+        journal_at: tuple[int, int] | None,
+    ) -> list[RunEvent] | None:
+        """The run's journal from memory, when this process can tell with no request that
+        the topic holds every event of ``outbox`` (every event of the live run, as a claim
+        loads it), given ``journal_at`` (the lifecycle's position of the run, as the claim
+        answers it); else None, and the caller asks :meth:`held_through`. Safe on an event
+        loop: it only looks at memory."""
+        run = (name, run_id)
+        if journal_at is None and self._knows_nothing_of(run):
+            return None  # the lifecycle must be asked where the run starts
+        last = outbox[-1].run_seq or 0
+        if self._held_without_reading(run, outbox, journal_at) != last:
+            return None
+        return self._journal_in_memory(run, last)
 
     def _knows_nothing_of(self, run: Run) -> bool:
         with self._memory:

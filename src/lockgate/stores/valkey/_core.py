@@ -498,7 +498,7 @@ class ValkeyCore:
 
     async def _arun(self, op: Op[T]) -> T:
         """Drive ``op`` with this loop's asyncio client."""
-        client = await self._loop_clients.client()
+        client = self._loop_clients.running() or await self._loop_clients.client()
         answer: Any = None
         error: Exception | None = None
         while True:
@@ -539,7 +539,9 @@ class ValkeyCore:
                 self._raw_url, retry=AsyncRetry(NoBackoff(), 1), **options
             )
             return LoopClient(cluster, pipelined=False)
-        return LoopClient(AsyncRedis.from_url(self._raw_url, **options), pipelined=True)
+        timeout = options.pop("socket_timeout")
+        client = AsyncRedis.from_url(self._raw_url, socket_timeout=None, **options)
+        return LoopClient(client, pipelined=True, timeout=timeout)
 
     def _cmd(self, *args: Any) -> Any:
         """One command: on a cluster, sent to the node owning its key's slot (keyless ones,

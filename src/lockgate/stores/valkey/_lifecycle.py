@@ -15,7 +15,7 @@ from lockgate._names import check_new_run
 from lockgate.journal._events import RunEvent
 from lockgate.stores._gates import Gates, WaitReason, fair_bucket, sooner, wait_reason
 from lockgate.stores._records import Submit
-from lockgate.stores._types import ClaimedRun, Claims, RunControls, RunInfo
+from lockgate.stores._types import ClaimedRun, Claims, RunControls, RunInfo, Written
 from lockgate.stores.valkey._core import (
     ValkeyCore,
     _decode_hash,
@@ -81,6 +81,16 @@ def soonest_op(keys: Sequence[str], after: float) -> Op[float | None]:
         "due",
     )
     return min((at for reply in replies for at in _scored(reply).values()), default=None)
+
+
+def _position(kept: Any) -> tuple[int, int] | None:
+    """A run's ``journal_at`` field (``partition:offset``, see ``keep_journal_position``)."""
+    partition, _, offset = _text(kept).partition(":")
+    return (int(partition), int(offset)) if offset else None
+
+
+def _written(last_seq: Any, epoch: Any) -> Written:
+    return Written(int(last_seq), _text(epoch) or None)
 
 
 def _controls(cancel_at: Any, pause_at: Any, updates: Any) -> RunControls:
@@ -263,7 +273,7 @@ class ValkeyLifecycle(ValkeyCore):
             name, leases, worker_version, prefer, "load"
         )
         claimed = Claims(next_token_in=next_token_in)
-        for run_id, entries, cancel_at, pause_at, updates in answers:
+        for run_id, entries, cancel_at, pause_at, updates, journal_at in answers:
             run_id = _text(run_id)
             events: list[RunEvent] | None = None
             if entries is not None:
@@ -271,7 +281,8 @@ class ValkeyLifecycle(ValkeyCore):
             else:  # more than one page: read page by page, else left to the attempt to load
                 with contextlib.suppress(Exception):
                     events = yield from self._journal_op(name, run_id, 0)
-            claimed.append(ClaimedRun(run_id, events, _controls(cancel_at, pause_at, updates)))
+            controls = _controls(cancel_at, pause_at, updates)
+            claimed.append(ClaimedRun(run_id, events, controls, _position(journal_at)))
         return claimed
 
     def _claim_op(
@@ -488,27 +499,48 @@ class ValkeyLifecycle(ValkeyCore):
     def append_events(
         self, name: str, run_id: str, events: list[RunEvent], *, fence: str | None = None
     ) -> Op[None]:
-        yield from self._on_run_op("append", name, run_id, event_args(events), fence or "")
+        yield from self._append_op(name, run_id, events, fence or "")
 
     @operation
     def append_and_poll(
         self, name: str, run_id: str, events: list[RunEvent], *, fence: str
     ) -> Op[RunControls]:
         """The fenced append and the controls read in one script: one round trip."""
-        cancel_at, pause_at, updates = yield from self._on_run_op(
-            "append", name, run_id, event_args(events), fence, "poll"
-        )
-        return _controls(cancel_at, pause_at, updates)
+        controls, _ = yield from self._append_and_poll_op(name, run_id, events, fence)
+        return controls
 
     @operation
     def finish_if_quiet(
         self, name: str, run_id: str, events: list[RunEvent], *, fence: str
     ) -> Op[RunControls | None]:
         """The conditional terminal in one script: one round trip."""
-        answer = yield from self._on_run_op("finish", name, run_id, event_args(events), fence)
-        if isinstance(answer, list):
-            return _controls(*answer)
-        return None
+        controls, _ = yield from self._finish_if_quiet_op(name, run_id, events, fence)
+        return controls
+
+    def _append_op(self, name: str, run_id: str, events: list[RunEvent], fence: str) -> Op[Written]:
+        last_seq, epoch = yield from self._on_run_op(
+            "append", name, run_id, event_args(events), fence
+        )
+        return _written(last_seq, epoch)
+
+    def _append_and_poll_op(
+        self, name: str, run_id: str, events: list[RunEvent], fence: str
+    ) -> Op[tuple[RunControls, Written]]:
+        last_seq, epoch, cancel_at, pause_at, updates = yield from self._on_run_op(
+            "append", name, run_id, event_args(events), fence, "poll"
+        )
+        return _controls(cancel_at, pause_at, updates), _written(last_seq, epoch)
+
+    def _finish_if_quiet_op(
+        self, name: str, run_id: str, events: list[RunEvent], fence: str
+    ) -> Op[tuple[RunControls | None, Written]]:
+        """The terminal appended (None) or, when something waits for the attempt first, the
+        run's controls, with the events appended all but the terminal."""
+        last_seq, epoch, *rest = yield from self._on_run_op(
+            "finish", name, run_id, event_args(events), fence
+        )
+        controls = None if len(rest) == 1 and _text(rest[0]) == "ENDED" else _controls(*rest)
+        return controls, _written(last_seq, epoch)
 
     @operation
     def load_run(

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from lockgate.journal._events import RunEvent
+from lockgate.stores._types import RunControls, Written
 from lockgate.stores.valkey._core import _text
 from lockgate.stores.valkey._keys import member
-from lockgate.stores.valkey._loop import Op, Script, command, operation
+from lockgate.stores.valkey._loop import Commands, Op, Script, command, operation
 from lockgate.stores.valkey._restore import JournaledRun, restore_args
 from lockgate.stores.valkey._store import ValkeyStore
 
@@ -16,7 +19,10 @@ class ValkeyLifecycleStore(ValkeyStore):
 
     Every atomic decision still happens in one script here, so each run's events are kept here
     too while it lives: an outbox the composite copies to its event log after each operation
-    (:meth:`events_after`) and drops once the run's terminal is copied (:meth:`drop_outbox`).
+    (:meth:`events_after`; a write answering what it left there, ``*_written``, spares the
+    read) and drops once the run's terminal is copied (:meth:`drop_outbox`). A claim answers
+    where each run's journal starts in the log (``journal_at``) as :meth:`journal_position`
+    does.
     Valkey then holds only live runs' events. Takes the same options as :class:`ValkeyStore`.
 
     A run's idempotency key is journaled in its ``run:init`` headers, so that a rebuild from
@@ -32,10 +38,47 @@ class ValkeyLifecycleStore(ValkeyStore):
         return (yield from self._journal_op(name, run_id, after_seq))
 
     @operation
+    def append_written(
+        self, name: str, run_id: str, events: list[RunEvent], *, fence: str | None = None
+    ) -> Op[Written]:
+        """:meth:`append_events`, answering what it left in the outbox."""
+        return (yield from self._append_op(name, run_id, events, fence or ""))
+
+    @operation
+    def append_and_poll_written(
+        self, name: str, run_id: str, events: list[RunEvent], *, fence: str
+    ) -> Op[tuple[RunControls, Written]]:
+        """:meth:`append_and_poll`, answering what it left in the outbox too."""
+        return (yield from self._append_and_poll_op(name, run_id, events, fence))
+
+    @operation
+    def finish_if_quiet_written(
+        self, name: str, run_id: str, events: list[RunEvent], *, fence: str
+    ) -> Op[tuple[RunControls | None, Written]]:
+        """:meth:`finish_if_quiet`, answering what it left in the outbox too (every event when
+        the run ended, all but the terminal otherwise)."""
+        return (yield from self._finish_if_quiet_op(name, run_id, events, fence))
+
+    @operation
     def drop_outbox(self, name: str, run_id: str) -> Op[None]:
         """Forget the events of a run whose terminal the event log now holds."""
         shard = yield from self._run_shard_op(name, run_id)
         yield command("DEL", self._key("e", name, run_id, shard=shard))
+
+    @operation
+    def drop_outboxes(self, runs: Sequence[tuple[str, str]]) -> Op[None]:
+        """:meth:`drop_outbox` for each of ``runs`` (workflow, run id), in one request (one
+        ``DEL`` of them all on one server; on a cluster, one per key, pipelined)."""
+        keys = []
+        for name, run_id in runs:
+            shard = yield from self._run_shard_op(name, run_id)
+            keys.append(self._key("e", name, run_id, shard=shard))
+        if not keys:
+            return
+        if self.cluster:
+            yield Commands(tuple(("DEL", key) for key in keys), "drop_outboxes")
+        else:
+            yield command("DEL", *keys)
 
     @operation
     def keep_journal_position(

@@ -111,9 +111,13 @@ class LoopClient:
     #: instead of in turns.
     pipeline_size = 8
 
-    def __init__(self, client: Any, *, pipelined: bool) -> None:
+    def __init__(self, client: Any, *, pipelined: bool, timeout: float | None = None) -> None:
         self.client = client
         self._pipelined = pipelined
+        #: With ``pipelined``: how long one pipeline may take, written and answered, before
+        #: its askers are failed with :class:`TimeoutError` (the client itself is made with no
+        #: socket timeout: one deadline per pipeline costs less than one per reply).
+        self._timeout = timeout
         self._queue: Batch = []
         self._flush_soon = False
         # The pipelines in flight (held here: the loop keeps only weak references to tasks).
@@ -166,6 +170,16 @@ class LoopClient:
         batch = [(args, answer) for args, answer in batch if not answer.done()]  # not cancelled
         if not batch:
             return
+        if self._timeout is None:
+            await self._send_batch_on(batch)
+            return
+        try:
+            async with asyncio.timeout(self._timeout):
+                await self._send_batch_on(batch)
+        except TimeoutError as exc:  # an OSError: the askers retry, as for a socket timeout
+            _fail_unanswered(batch, exc)
+
+    async def _send_batch_on(self, batch: Batch) -> None:
         pool = self.client.connection_pool
         try:
             connection = await pool.get_connection()
@@ -212,6 +226,11 @@ class LoopClients:
         ] = {}
         # Clients being closed on their loop, held until they are.
         self._closing: set[asyncio.Future[None]] = set()
+
+    def running(self) -> LoopClient | None:
+        """The running loop's client once it has one (no await: the hot path's look)."""
+        held = self._clients.get(asyncio.get_running_loop())
+        return held[0] if held is not None else None
 
     async def client(self) -> LoopClient:
         loop = asyncio.get_running_loop()

@@ -3,7 +3,7 @@
 -- A(1) name  A(2) leases, joined by SEP  A(3) worker version or ''
 -- A(4) how many runs of a bucket to look past
 -- A(5) 'load' to answer each claim as {id, journal (XRANGE), cancel_at, pause_at, pending
--- updates} instead of its id; the journal is false when it holds more than A(6) events or
+-- updates, where its journal starts in an event log ('' when not kept)} instead of its id; the journal is false when it holds more than A(6) events or
 -- A(7) bytes (a journal page's bounds: the caller then reads it page by page).
 -- Answers {the list of claims, in the leases' order; and when the claims ran out because a
 -- Rate refused a bucket, the seconds until the first such token (a string, '' if none)}.
@@ -62,6 +62,7 @@ local function claim_next(lease)
           run.cancel_at or '',
           run.pause_at or '',
           redis.call('HLEN', K('upd', name, id)),
+          run.journal_at or '',
         }
       end
     end
