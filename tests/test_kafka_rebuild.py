@@ -40,6 +40,7 @@ from lockgate.stores import (
     ValkeyLifecycleStore,
     rebuild_lifecycle,
 )
+from lockgate.stores._types import Written
 from lockgate.stores.valkey._keys import key
 from valkey_server import shared_url
 
@@ -353,20 +354,23 @@ def test_a_rebuild_needs_a_valkey_and_kafka_composite(tmp_path: Any) -> None:
 
 
 class FlushedAfterAppend(ValkeyLifecycleStore):
-    """Valkey losing its keys between an append and the composite's copy of it."""
+    """Valkey losing its keys just after it answered an append, before anyone read them."""
 
-    def append_events(
+    def append_written(
         self, name: str, run_id: str, events: list[Any], *, fence: str | None = None
-    ) -> None:
-        super().append_events(name, run_id, events, fence=fence)
+    ) -> Written:
+        written = super().append_written(name, run_id, events, fence=fence)
         lose_valkey(self)
+        return written
 
 
-async def test_an_append_whose_events_vanish_before_the_copy_is_not_kept(
+async def test_an_append_valkey_answered_then_lost_is_kept_in_kafka_and_the_run_rebuilt(
     kafka_bootstrap: str, clock: ManualClock
 ) -> None:
-    """An append Valkey took and lost before the composite copied it to Kafka raises, so no
-    worker goes on as if its step were kept; the journal holds nothing of it."""
+    """Valkey decides an append; the composite copies the events as Valkey's answer numbered
+    them, so an append Valkey answered and then lost with all its keys is in Kafka all the
+    same, acknowledged. The run's next operation finds no run (RunNotFoundError: the worker
+    does not go on as if nothing happened), and a rebuild brings it back with the step."""
     lifecycle = FlushedAfterAppend(
         shared_url(), namespace=f"rb{uuid.uuid4().hex[:10]}", clock=clock
     )
@@ -377,9 +381,14 @@ async def test_an_append_whose_events_vanish_before_the_copy_is_not_kept(
     )
     store.claim_run("rb_flow", handle.run_id, "lease")
     done = RunEvent("step:done", {"call_index": 0, "step_id": "rb_one"}, handle.run_id)
+    store.append_events("rb_flow", handle.run_id, [done], fence="lease")
+    kinds = [e.kind for e in events.load_run("rb_flow", handle.run_id)]
+    assert kinds == ["run:init", "step:done"]
+    assert store.lifecycle.get_run("rb_flow", handle.run_id) is None
     with pytest.raises(RunNotFoundError):
-        store.append_events("rb_flow", handle.run_id, [done], fence="lease")
-    assert [e.kind for e in events.load_run("rb_flow", handle.run_id)] == ["run:init"]
+        store.heartbeat("rb_flow", handle.run_id, "lease")
+    assert rebuild_lifecycle(store).restored_total == 1
+    assert [e.kind for e in store.load_run("rb_flow", handle.run_id)] == kinds
     store.close()
 
 

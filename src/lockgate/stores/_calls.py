@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -40,6 +40,17 @@ async def call_owned(method: Callable[..., Any], *args: Any, **kwargs: Any) -> A
     :class:`CompositeStore` calls its backends' methods so): natively when its store has a
     coroutine for it, else on a store thread when its store may block, else inline."""
     return await _call(getattr(method, "__self__", None), method, *args, **kwargs)
+
+
+def native_call(
+    method: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]
+) -> Awaitable[Any] | None:
+    """The awaitable of ``method(*args, **kwargs)`` made natively on the loop, when the
+    method's store has a coroutine for it; else None (:func:`call_owned` then makes it). For
+    callers on the hot path, which await it with no coroutine of their own in between."""
+    coroutine_for = getattr(getattr(method, "__self__", None), "coroutine_for", None)
+    native = coroutine_for(method) if coroutine_for is not None else None
+    return native(*args, **kwargs) if native is not None else None
 
 
 async def _call(store: Any, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from lockgate.stores._calls import call_owned
+from lockgate.stores._calls import call_owned, native_call
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -91,7 +91,10 @@ async def drive_natively(op: Op[T]) -> T:
                     raise failed
                 answer = answers
             else:
-                answer = await call_owned(call.method, *call.args, **call.kwargs)
+                native = native_call(call.method, call.args, call.kwargs)
+                if native is None:
+                    native = call_owned(call.method, *call.args, **call.kwargs)
+                answer = await native
             error = None
         except Exception as exc:  # thrown into the operation
             answer, error = None, exc

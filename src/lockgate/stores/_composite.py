@@ -52,17 +52,13 @@ COPIED_KEPT = 100_000
 
 @runtime_checkable
 class Outbox(Protocol):
-    """What a lifecycle backend offers a composite: each live run's events, to copy."""
+    """What a lifecycle backend offers a composite: each live run's events, to copy, and
+    writes that answer what they left there (:class:`Written`), so that the composite knows
+    their events as kept without reading them back."""
 
     def events_after(self, name: str, run_id: str, after_seq: int) -> list[RunEvent]: ...
 
     def drop_outbox(self, name: str, run_id: str) -> None: ...
-
-
-@runtime_checkable
-class WrittenOutbox(Protocol):
-    """What a lifecycle backend may add to its outbox: writes that answer what they left in it
-    (:class:`Written`), so the composite knows their events as kept without reading them back."""
 
     def append_written(
         self, name: str, run_id: str, events: list[RunEvent], *, fence: str | None = None
@@ -95,7 +91,8 @@ class CompositeStore(Store):
         if not isinstance(lifecycle, Outbox):
             raise ConfigurationError(
                 f"CompositeStore(lifecycle=...) needs a store that keeps an outbox of each "
-                f"run's events (events_after, drop_outbox), such as ValkeyLifecycleStore; "
+                f"run's events (events_after, drop_outbox, and writes answering what they left "
+                f"there: append_written, ...), such as ValkeyLifecycleStore; "
                 f"{type(lifecycle).__name__} does not"
             )
         if not isinstance(events, CopyingLog):
@@ -110,9 +107,6 @@ class CompositeStore(Store):
         self.events = events
         self._outbox: Outbox = lifecycle
         self._drops = OutboxDrops(lifecycle)
-        self._written: WrittenOutbox | None = (
-            lifecycle if isinstance(lifecycle, WrittenOutbox) else None
-        )
         self._log: CopyingLog = events
         self.heartbeat_interval = getattr(lifecycle, "heartbeat_interval", 10.0)
         self.lock_ttl = getattr(lifecycle, "lock_ttl", 30.0)
@@ -521,11 +515,7 @@ class CompositeStore(Store):
     def append_events(
         self, name: str, run_id: str, events: list[RunEvent], *, fence: str | None = None
     ) -> Op[None]:
-        if self._written is None:
-            yield Call(self.lifecycle.append_events, (name, run_id, events), {"fence": fence})
-            yield from self._copy_op(name, run_id, wrote=bool(events))
-            return
-        written = yield Call(self._written.append_written, (name, run_id, events), {"fence": fence})
+        written = yield Call(self._outbox.append_written, (name, run_id, events), {"fence": fence})
         yield from self._copy_written_op(name, run_id, events, written)
 
     @composed
@@ -533,14 +523,8 @@ class CompositeStore(Store):
         self, name: str, run_id: str, events: list[RunEvent], *, fence: str
     ) -> Op[RunControls]:
         controls: RunControls
-        if self._written is None:
-            controls = yield Call(
-                self.lifecycle.append_and_poll, (name, run_id, events), {"fence": fence}
-            )
-            yield from self._copy_op(name, run_id, wrote=bool(events))
-            return controls
         controls, written = yield Call(
-            self._written.append_and_poll_written, (name, run_id, events), {"fence": fence}
+            self._outbox.append_and_poll_written, (name, run_id, events), {"fence": fence}
         )
         yield from self._copy_written_op(name, run_id, events, written)
         return controls
@@ -550,14 +534,8 @@ class CompositeStore(Store):
         self, name: str, run_id: str, events: list[RunEvent], *, fence: str
     ) -> Op[RunControls | None]:
         controls: RunControls | None
-        if self._written is None:
-            controls = yield Call(
-                self.lifecycle.finish_if_quiet, (name, run_id, events), {"fence": fence}
-            )
-            yield from self._copy_op(name, run_id, wrote=bool(events))
-            return controls
         controls, written = yield Call(
-            self._written.finish_if_quiet_written, (name, run_id, events), {"fence": fence}
+            self._outbox.finish_if_quiet_written, (name, run_id, events), {"fence": fence}
         )
         kept = events if controls is None else events[:-1]  # the terminal waits, unwritten
         yield from self._copy_written_op(name, run_id, kept, written)
