@@ -232,9 +232,10 @@ class KafkaEventLogStore(EventLogStore):
             return
         run, partition, key = self._aim(name, run_id, events)
         delivery = Delivery(len(events))
-        for event in events:
-            while not self._send(name, partition, key, event, delivery):
-                time.sleep(0.01)  # the local queue is full: the reports thread drains it
+        sent = self._send(name, partition, key, events, 0, delivery)
+        while sent < len(events):
+            time.sleep(0.01)  # the local queue is full: the reports thread drains it
+            sent = self._send(name, partition, key, events, sent, delivery)
         # The producer's own thread serves the reports (see _producer).
         if not delivery.wait(self.delivery_timeout + 5.0):
             raise self._unacknowledged(delivery)
@@ -259,9 +260,10 @@ class KafkaEventLogStore(EventLogStore):
             self.delivery_timeout + 5.0,
             lambda: self._unacknowledged(delivery),
         )
-        for event in events:
-            while not self._send(name, partition, key, event, delivery):  # noqa: ASYNC110
-                await asyncio.sleep(0.01)  # the local queue is full: it drains on its own
+        sent = self._send(name, partition, key, events, 0, delivery)
+        while sent < len(events):
+            await asyncio.sleep(0.01)  # the local queue is full: it drains on its own
+            sent = self._send(name, partition, key, events, sent, delivery)
         assert delivery.settled is not None
         await delivery.settled
         offsets = self._acknowledged(delivery)
@@ -278,8 +280,10 @@ class KafkaEventLogStore(EventLogStore):
         run = (name, run_id)
         with self._memory:
             journal = self._journals.get(run)
-            known = self._positions.get(run)
-        if journal is None and known is None and self.locate is not None and self.shard_count > 1:
+            known = self._positions.get(run) if journal is None else None
+        if journal is not None:
+            return run, journal.partition, self._key_of(journal, events, run_id)
+        if known is None and self.locate is not None and self.shard_count > 1:
             partition: int = await call_owned(self.locate, name, run_id)
             return run, partition, self._key_of(None, events, run_id)
         return self._aim(name, run_id, events)
@@ -371,23 +375,39 @@ class KafkaEventLogStore(EventLogStore):
         return delivery.offsets
 
     def _send(
-        self, name: str, partition: int, key: str, event: RunEvent, delivery: Delivery
-    ) -> bool:
-        """Hand one record to the producer; False when its local queue is full."""
+        self,
+        name: str,
+        partition: int,
+        key: str,
+        events: Sequence[RunEvent],
+        start: int,
+        delivery: Delivery,
+    ) -> int:
+        """Hand ``events`` from ``start`` on to the producer, a record each, until its local
+        queue is full: how many of ``events`` it then holds."""
+        produce, topic, report, record_key = (
+            self._producer.produce,
+            self.topic,
+            delivery.report,
+            key.encode(),
+        )
+        sent = start
         try:
-            self._producer.produce(
-                self.topic,
-                value=encode(event),
-                key=key.encode(),
-                partition=partition,
-                headers=record_headers(name, event),
-                on_delivery=delivery.report,
-            )
+            for event in events[start:]:
+                produce(
+                    topic,
+                    value=encode(event),
+                    key=record_key,
+                    partition=partition,
+                    headers=record_headers(name, event),
+                    on_delivery=report,
+                )
+                sent += 1
         except BufferError:
-            return False
+            pass
         except KafkaException as exc:
             raise StoreUnavailable(f"Kafka refused a journal record: {exc}") from exc
-        return True
+        return sent
 
     # -- reading -------------------------------------------------------------------------------
 

@@ -122,6 +122,10 @@ class LoopClient:
         self._flush_soon = False
         # The pipelines in flight (held here: the loop keeps only weak references to tasks).
         self._sending: set[asyncio.Task[None]] = set()
+        # Connections a pipeline was answered on, kept for the next ones rather than given back
+        # to the pool (whose checks on each take cost more than a small pipeline's send). One
+        # that breaks goes back to the pool; closing the client closes them all.
+        self._idle: list[Any] = []
 
     async def send(self, *args: Any) -> Any:
         """One command's reply; its error raised."""
@@ -181,12 +185,14 @@ class LoopClient:
 
     async def _send_batch_on(self, batch: Batch) -> None:
         pool = self.client.connection_pool
-        try:
-            connection = await pool.get_connection()
-        except BaseException as exc:
-            _fail_unanswered(batch, exc)
-            _raise_if_not_exception(exc)
-            return
+        connection = self._idle.pop() if self._idle else None
+        if connection is None:
+            try:
+                connection = await pool.get_connection()
+            except BaseException as exc:
+                _fail_unanswered(batch, exc)
+                _raise_if_not_exception(exc)
+                return
         try:
             await connection.send_packed_command(
                 connection.pack_commands([args for args, _ in batch])
@@ -201,11 +207,16 @@ class LoopClient:
                 if not answer.done():  # else its asker was cancelled while it ran
                     answer.set_result(reply)
         except BaseException as exc:
-            await connection.disconnect()  # what is left on it is not to be read by another
             _fail_unanswered(batch, exc)
+            broken, connection = connection, None
+            try:
+                await broken.disconnect()  # what is left on it is not to be read by another
+            finally:
+                await pool.release(broken)  # the pool connects it again when next taken
             _raise_if_not_exception(exc)
         finally:
-            await pool.release(connection)
+            if connection is not None:
+                self._idle.append(connection)
 
     async def aclose(self) -> None:
         await self.client.aclose()
