@@ -4,6 +4,8 @@ shard's partition under its gate key, and reads from another process's store."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import threading
 import uuid
 
@@ -304,3 +306,27 @@ def test_the_producer_is_let_go_when_the_last_store_using_it_closes(kafka_bootst
     assert all(s.producer is not second._producer for s in _producer._producers.values())
     serving[0].join(timeout=5)
     assert not serving[0].is_alive()
+
+
+def test_native_appends_leave_nothing_for_the_garbage_collector(kafka_bootstrap: str) -> None:
+    # An append's delivery in a reference cycle left every append's delivery, future and lists
+    # for the collector to find: on a worker's hot path that cost a fifth of its throughput.
+    store = KafkaEventLogStore(kafka_bootstrap, topic_prefix=f"gc{uuid.uuid4().hex[:10]}")
+    append = store.coroutine_for(store.append_copies)
+    assert append is not None
+
+    async def appends(count: int) -> None:
+        for n in range(count):
+            run_id = f"gc-{n}"
+            await append("wf", run_id, [RunEvent("run:init", {"n": n}, run_id, run_seq=1)])
+
+    asyncio.run(appends(5))  # warm: the producer, the loop's inbox
+    gc.collect()
+    gc.disable()
+    try:
+        asyncio.run(appends(300))
+        left = gc.collect()  # what only the collector could free
+    finally:
+        gc.enable()
+        store.close()
+    assert left < 300, left  # a cycle per append leaves several objects each

@@ -40,10 +40,11 @@ class Delivery:
         self._inbox = inbox
         self._done = threading.Event() if inbox is None else None
         self.settled: asyncio.Future[None] | None = None
-        #: On a loop: when (``loop.time()``) the inbox gives up on the reports, and the error
-        #: it then sets on ``settled``.
+        #: On a loop: when (``loop.time()``) the inbox gives up on the reports, and what makes
+        #: the error it then sets on ``settled`` (given the delivery: a closure over it would
+        #: make each delivery a reference cycle, left for the garbage collector).
         self.deadline = 0.0
-        self.expired: Callable[[], BaseException] | None = None
+        self.expired: Callable[[Delivery], BaseException] | None = None
 
     def report(self, err: Any, msg: Any) -> None:
         """librdkafka's report of one record (``on_delivery``)."""
@@ -82,10 +83,10 @@ class Inbox:
         self._sweep: asyncio.TimerHandle | None = None
 
     def delivery(
-        self, count: int, timeout: float, expired: Callable[[], BaseException]
+        self, count: int, timeout: float, expired: Callable[[Delivery], BaseException]
     ) -> Delivery:
         """A delivery of ``count`` records, to be reported within ``timeout`` seconds, else
-        ``settled`` fails with ``expired()``."""
+        ``settled`` fails with ``expired(delivery)``."""
         loop = asyncio.get_running_loop()
         delivery = Delivery(count, self)
         delivery.settled = loop.create_future()
@@ -129,7 +130,7 @@ class Inbox:
             self._pending.discard(delivery)
             settled = delivery.settled
             if settled is not None and not settled.done() and delivery.expired is not None:
-                settled.set_exception(delivery.expired())
+                settled.set_exception(delivery.expired(delivery))
         if self._pending:
             self._sweep = loop.call_later(SWEEP_EVERY, self._expire_overdue)
 

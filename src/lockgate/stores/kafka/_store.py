@@ -256,9 +256,7 @@ class KafkaEventLogStore(EventLogStore):
             return
         run, partition, key = await self._aim_natively(name, run_id, events)
         delivery = inbox_of(asyncio.get_running_loop()).delivery(
-            len(events),
-            self.delivery_timeout + 5.0,
-            lambda: self._unacknowledged(delivery),
+            len(events), self.delivery_timeout + 5.0, self._unacknowledged
         )
         sent = self._send(name, partition, key, events, 0, delivery)
         while sent < len(events):
