@@ -48,16 +48,21 @@ def native_call(
     """The awaitable of ``method(*args, **kwargs)`` made natively on the loop, when the
     method's store has a coroutine for it; else None (:func:`call_owned` then makes it). For
     callers on the hot path, which await it with no coroutine of their own in between."""
-    coroutine_for = getattr(getattr(method, "__self__", None), "coroutine_for", None)
+    return _native(getattr(method, "__self__", None), method, args, kwargs)
+
+
+def _native(
+    store: Any, method: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any]
+) -> Awaitable[Any] | None:
+    coroutine_for = getattr(store, "coroutine_for", None)
     native = coroutine_for(method) if coroutine_for is not None else None
     return native(*args, **kwargs) if native is not None else None
 
 
 async def _call(store: Any, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    coroutine_for = getattr(store, "coroutine_for", None)
-    native = coroutine_for(method) if coroutine_for is not None else None
+    native = _native(store, method, args, kwargs)
     if native is not None:
-        return await native(*args, **kwargs)
+        return await native
     if getattr(store, "blocking_io", True):
         call = functools.partial(contextvars.copy_context().run, method, *args, **kwargs)
         return await asyncio.get_running_loop().run_in_executor(_executor(), call)

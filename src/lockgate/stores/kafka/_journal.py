@@ -4,13 +4,11 @@ to and where the run's records start."""
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
-from lockgate.journal._events import RunEvent
+from lockgate.journal._events import RunEvent, as_stored
 from lockgate.stores.kafka._partition import gate_key, is_init
 
 Run = tuple[str, str]
@@ -75,20 +73,7 @@ def gapless(events: Mapping[int, RunEvent]) -> int:
 
 
 def _copied(event: RunEvent) -> RunEvent:
-    return dataclasses.replace(event, payload=_data_copy(event.payload))
-
-
-def _data_copy(value: Any) -> Any:
-    """A deep copy of JSON data (what payloads are), a few times faster than ``deepcopy``;
-    anything else is left to ``deepcopy``."""
-    kind = type(value)
-    if kind is dict:
-        return {key: _data_copy(item) for key, item in value.items()}
-    if kind is list:
-        return [_data_copy(item) for item in value]
-    if kind in (str, int, float, bool) or value is None:
-        return value
-    return copy.deepcopy(value)
+    return dataclasses.replace(event, payload=as_stored(event.payload))
 
 
 def lower(one: tuple[int, int] | None, other: tuple[int, int] | None) -> tuple[int, int] | None:

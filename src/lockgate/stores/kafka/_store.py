@@ -95,6 +95,14 @@ POSITIONS_KEPT = 100_000
 TOPIC_PREFIX = re.compile(r"[A-Za-z0-9._-]{1,200}")
 
 
+#: The methods a store runs on the event loop, and their coroutines (see ``coroutine_for``).
+_NATIVE = {
+    "append_copies": "_append_copies_natively",
+    "held_through": "_held_through_natively",
+    "journal_through": "_journal_through_natively",
+}
+
+
 class KafkaEventLogStore(EventLogStore):
     """Run journals in the Kafka topic ``{topic_prefix}.journal`` (see the module docstring).
 
@@ -215,12 +223,9 @@ class KafkaEventLogStore(EventLogStore):
         topic to a store thread. None for every other method."""
         if getattr(method, "__self__", None) is not self:
             return None
-        native: dict[str, Callable[..., Awaitable[Any]]] = {
-            "append_copies": self._append_copies_natively,
-            "held_through": self._held_through_natively,
-            "journal_through": self._journal_through_natively,
-        }
-        return native.get(method.__name__)
+        native = _NATIVE.get(method.__name__)
+        found: Callable[..., Awaitable[Any]] | None = getattr(self, native) if native else None
+        return found
 
     # -- writing -------------------------------------------------------------------------------
 
@@ -468,7 +473,7 @@ class KafkaEventLogStore(EventLogStore):
         claim answers it): it is not asked for again."""
         run = (name, run_id)
         stored = journal_at
-        if stored is None and self._stored_position is not None and self._knows_nothing_of(run):
+        if self._stored_position is not None and self._must_ask_position(run, journal_at):
             stored = self._stored_position(name, run_id)
         held = self._held_without_reading(run, outbox, stored)
         return held if held is not None else self._held_by_reading(run, outbox, stored)
@@ -482,7 +487,7 @@ class KafkaEventLogStore(EventLogStore):
     ) -> int:
         run = (name, run_id)
         stored = journal_at
-        if stored is None and self._stored_position is not None and self._knows_nothing_of(run):
+        if self._stored_position is not None and self._must_ask_position(run, journal_at):
             stored = await call_owned(self._stored_position, name, run_id)
         held = self._held_without_reading(run, outbox, stored)
         if held is not None:
@@ -503,12 +508,17 @@ class KafkaEventLogStore(EventLogStore):
         answers it); else None, and the caller asks :meth:`held_through`. Safe on an event
         loop: it only looks at memory."""
         run = (name, run_id)
-        if journal_at is None and self._knows_nothing_of(run):
+        if self._must_ask_position(run, journal_at):
             return None  # the lifecycle must be asked where the run starts
         last = outbox[-1].run_seq or 0
         if self._held_without_reading(run, outbox, journal_at) != last:
             return None
         return self._journal_in_memory(run, last)
+
+    def _must_ask_position(self, run: Run, journal_at: tuple[int, int] | None) -> bool:
+        """Whether the lifecycle is to be asked where the run starts in the topic: the caller
+        was not told (``journal_at``) and this process knows nothing of the run."""
+        return journal_at is None and self._knows_nothing_of(run)
 
     def _knows_nothing_of(self, run: Run) -> bool:
         with self._memory:
