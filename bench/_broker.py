@@ -1,6 +1,6 @@
-"""The Kafka broker a benchmark measures: ``LOCKGATE_TEST_KAFKA_BOOTSTRAP`` when set (an
-existing cluster), else a single-node broker started here with ``tools/kafka_broker.py`` and
-stopped at the end. Says which on stdout."""
+"""The Kafka broker a benchmark measures: ``LOCKGATE_BENCH_KAFKA_BOOTSTRAP`` or
+``LOCKGATE_TEST_KAFKA_BOOTSTRAP`` when set (an existing cluster), else a single-node broker
+started here with ``tools/kafka_broker.py`` and stopped at the end. Says which on stdout."""
 
 from __future__ import annotations
 
@@ -14,14 +14,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 
 import kafka_broker
 
+BENCH_BOOTSTRAP_ENV = "LOCKGATE_BENCH_KAFKA_BOOTSTRAP"
+
 
 @contextmanager
 def kafka_bootstrap() -> Iterator[str]:
-    given = os.environ.get(kafka_broker.BOOTSTRAP_ENV)
-    if given:
-        print(f"Kafka: the existing broker at {given} ({kafka_broker.BOOTSTRAP_ENV})", flush=True)
-        yield given
-        return
+    for env in (BENCH_BOOTSTRAP_ENV, kafka_broker.BOOTSTRAP_ENV):
+        given = os.environ.get(env)
+        if given:
+            print(f"Kafka: the existing broker at {given} ({env})", flush=True)
+            yield given
+            return
     broker = kafka_broker.KafkaBroker()
     print(f"Kafka: starting a broker with tools/kafka_broker.py in {broker.dir} ...", flush=True)
     broker.start()

@@ -41,6 +41,7 @@ from lockgate.worker import WorkflowWorker
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from _bracket import bracketed  # noqa: E402
 from _broker import kafka_bootstrap  # noqa: E402
 from _one_step import one_step  # noqa: E402
 
@@ -127,22 +128,24 @@ def main() -> None:
         f"events per run: {len(template)} ({', '.join(e.kind for e in template)}); Avro values "
         f"of {min(sizes)}-{max(sizes)} bytes, mean {statistics.mean(sizes):.0f}"
     )
+
+    def report(rate: float, raw: float, after: float) -> None:
+        baseline = (raw + after) / 2
+        print(
+            f"journal events appended: {rate:,.0f} events/s through KafkaEventLogStore "
+            f"({IN_FLIGHT} runs at a time, one event per append_copies, each acknowledged); "
+            f"raw idempotent acks=all produce + flush {raw:,.0f} before and {after:,.0f} "
+            f"after, mean {baseline:,.0f} records/s; ratio {rate / baseline:.4f}"
+        )
+
     with kafka_bootstrap() as bootstrap:
-        ratios = []
-        raw = raw_produce_per_second(bootstrap, template)
-        for _ in range(REPEATS):
-            rate = store_appends_per_second(bootstrap, template)
-            after = raw_produce_per_second(bootstrap, template)
-            baseline = (raw + after) / 2
-            ratios.append(rate / baseline)
-            print(
-                f"journal events appended: {rate:,.0f} events/s through KafkaEventLogStore "
-                f"({IN_FLIGHT} runs at a time, one event per append_copies, each acknowledged); "
-                f"raw idempotent acks=all produce + flush {raw:,.0f} before and {after:,.0f} "
-                f"after, mean {baseline:,.0f} records/s; ratio {rate / baseline:.4f}"
-            )
-            raw = after
-        print(f"journal appends: median ratio {statistics.median(ratios):.4f} of {REPEATS}")
+        ratio = bracketed(
+            lambda: store_appends_per_second(bootstrap, template),
+            lambda: raw_produce_per_second(bootstrap, template),
+            REPEATS,
+            report,
+        )
+        print(f"journal appends: median ratio {ratio:.4f} of {REPEATS}")
 
 
 if __name__ == "__main__":

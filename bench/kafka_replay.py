@@ -41,9 +41,9 @@ from lockgate.journal._events import EPOCH_HEADER
 from lockgate.stores.kafka._codec import encode, record_headers
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "tools"))
+sys.path.insert(0, str(HERE))
 
-import kafka_broker  # noqa: E402
+from _broker import kafka_bootstrap  # noqa: E402
 
 RUNS = 100_000
 EVENTS = RUNS * 10
@@ -158,12 +158,7 @@ def api_replay(bootstrap: str, prefix: str) -> float:
 
 
 def main() -> None:
-    given = os.environ.get("LOCKGATE_BENCH_KAFKA_BOOTSTRAP") or os.environ.get(
-        kafka_broker.BOOTSTRAP_ENV
-    )
-    broker = None if given else kafka_broker.KafkaBroker().start()
-    bootstrap = given or (broker.bootstrap if broker else "")
-    try:
+    with kafka_bootstrap() as bootstrap:
         prefix = f"bench{uuid.uuid4().hex[:8]}"
         started = time.perf_counter()
         size = fill(bootstrap, f"{prefix}.journal")
@@ -191,9 +186,6 @@ def main() -> None:
         print(f"raw consume with librdkafka's default fetch settings: {default:,.0f} records/s")
         for label, values in ratios.items():
             print(f"{label}: median ratio {statistics.median(values):.3f} of {REPEATS}")
-    finally:
-        if broker is not None:
-            broker.close()
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -37,6 +36,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 sys.path.insert(0, str(HERE))
 
+from _bracket import bracketed  # noqa: E402
 from _broker import kafka_bootstrap  # noqa: E402
 from valkey_server import ValkeyServer  # noqa: E402
 
@@ -91,24 +91,21 @@ def main() -> None:
     url = given or (server.url if server else "")
     try:
         with kafka_bootstrap() as bootstrap:
-            ratios = []
-            alone = runs_per_second(url, None)
-            for _ in range(REPEATS):
+
+            def composite() -> float:
                 journal = f"kafka://{bootstrap}?topic_prefix=bench{uuid.uuid4().hex[:8]}"
-                rate = runs_per_second(url, journal)
-                after = runs_per_second(url, None)
+                return runs_per_second(url, journal)
+
+            def report(rate: float, alone: float, after: float) -> None:
                 baseline = (alone + after) / 2
-                ratios.append(rate / baseline)
                 print(
                     f"one-step runs, 1 worker process: {rate:,.1f} runs/s on Valkey + Kafka; "
                     f"ValkeyStore alone {alone:,.1f} before and {after:,.1f} after, mean "
                     f"{baseline:,.1f} runs/s; ratio {rate / baseline:.4f}"
                 )
-                alone = after
-            print(
-                f"Valkey + Kafka against Valkey alone: median ratio "
-                f"{statistics.median(ratios):.4f} of {REPEATS}"
-            )
+
+            ratio = bracketed(composite, lambda: runs_per_second(url, None), REPEATS, report)
+            print(f"Valkey + Kafka against Valkey alone: median ratio {ratio:.4f} of {REPEATS}")
     finally:
         if server is not None:
             server.close()
