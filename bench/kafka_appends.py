@@ -10,6 +10,11 @@ From one run, on one broker (see ``_broker.py``), into one topic of one partitio
   ``acks=all``, the same ``linger.ms``) producing the same records (the same Avro values, keys
   and headers, so the same sizes) in one loop, then one ``flush``.
 
+Once more, after those, the least any Python append that waits for its own acknowledgement
+can cost, with no store at all: the same 512 coroutines, each encoding a record, producing it
+with a delivery callback that resolves the record's own future (the loop woken once per batch
+of reports), and awaiting it before the next. Its ratio to raw produce bounds the store's.
+
 The events are the journal of a real one-step run (``_one_step.py`` on MemoryStore), renamed
 per run. The raw figure is measured just before and just after the store's, and the ratio is
 taken against their mean, as the other benchmarks do; REPEATS times, the median ratio is the
@@ -25,9 +30,12 @@ from __future__ import annotations
 import asyncio
 import statistics
 import sys
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import Producer
 
@@ -121,6 +129,70 @@ def raw_produce_per_second(bootstrap: str, template: list[RunEvent]) -> float:
     return len(records) / took
 
 
+def acknowledged_produce_per_second(bootstrap: str, template: list[RunEvent]) -> float:
+    """Encode, produce and await each record's own acknowledgement, IN_FLIGHT coroutines at a
+    time, with nothing else: the floor under any acknowledged append written in Python."""
+    producer = Producer(producer_config({"bootstrap.servers": bootstrap}, 30.0))
+    store = KafkaEventLogStore(bootstrap, topic_prefix=f"ack{uuid.uuid4().hex[:8]}")
+    topic = store.topic
+    store.close()
+    producer.produce(topic, b"warm-up", partition=0)
+    producer.flush(30)
+    journals = [journal_of(template, uuid.uuid4().hex) for _ in range(RUNS)]
+
+    async def serve_all() -> float:
+        loop = asyncio.get_running_loop()
+        reported: list[asyncio.Future[None]] = []
+        lock = threading.Lock()
+        serving = True
+
+        def wake() -> None:
+            with lock:
+                batch = reported[:]
+                reported.clear()
+            for future in batch:
+                future.set_result(None)
+
+        def reporter(future: asyncio.Future[None]) -> Callable[[Any, Any], None]:
+            def report(err: Any, msg: Any) -> None:
+                with lock:
+                    first = not reported
+                    reported.append(future)
+                if first:
+                    loop.call_soon_threadsafe(wake)
+
+            return report
+
+        def poll() -> None:
+            while serving:
+                producer.poll(0.05)
+
+        async def serve(share: list[list[RunEvent]]) -> None:
+            for journal in share:
+                for event in journal:
+                    future = loop.create_future()
+                    producer.produce(
+                        topic,
+                        value=encode(event),
+                        key=event.run_id.encode(),
+                        partition=0,
+                        headers=record_headers(NAME, event),
+                        on_delivery=reporter(future),
+                    )
+                    await future
+
+        poller = threading.Thread(target=poll, daemon=True)
+        poller.start()
+        started = time.perf_counter()
+        await asyncio.gather(*(serve(journals[i::IN_FLIGHT]) for i in range(IN_FLIGHT)))
+        took = time.perf_counter() - started
+        serving = False
+        poller.join()
+        return took
+
+    return RUNS * len(template) / asyncio.run(serve_all())
+
+
 def main() -> None:
     template = one_step_journal()
     sizes = [len(encode(e)) for e in template]
@@ -146,6 +218,13 @@ def main() -> None:
             report,
         )
         print(f"journal appends: median ratio {ratio:.4f} of {REPEATS}")
+        floor = acknowledged_produce_per_second(bootstrap, template)
+        raw = raw_produce_per_second(bootstrap, template)
+        print(
+            f"the floor, no store: {floor:,.0f} records/s each encoded, produced and its own "
+            f"acknowledgement awaited ({IN_FLIGHT} at a time); raw produce + flush {raw:,.0f} "
+            f"just after; ratio {floor / raw:.4f}"
+        )
 
 
 if __name__ == "__main__":
