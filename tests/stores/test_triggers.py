@@ -130,3 +130,77 @@ def test_next_trigger_due_is_the_soonest_buffer_due_after_a_time(
     assert store.fire_trigger(NAME, "a", policy=DEBOUNCE, due_by=clock()) is not None
     assert store.next_trigger_due(NAME, now) == pytest.approx(now + 63)  # a fired one is gone
     assert store.next_trigger_due("other", now) == pytest.approx(now + 13)
+
+
+# -- batches buffered outside the store (trigger topics), and their fired-through marks -------
+
+SOURCE = "app.trigger.digest/3"
+
+
+def test_a_batch_fired_from_outside_is_submitted_and_moves_its_keys_mark(store: Store) -> None:
+    assert store.fired_through(NAME, SOURCE, {"u1": COLLECT}) == {}
+    fired = store.fire_batch(
+        NAME, "u1", [{"n": 1}, {"n": 2}], policy=COLLECT, source=SOURCE, first=10, last=14
+    )
+    assert fired.run_id is not None
+    assert fired.fired_through == 14
+    assert params(store, fired.run_id) == {
+        "key": "u1",
+        "events": [{"n": 1}, {"n": 2}],
+        "count": 2,
+    }
+    trigger = store.load_run(NAME, fired.run_id)[0].payload["provenance"]["trigger"]
+    assert trigger == {"key": "u1", "mode": "collect", "first": 10, "last": 14, "source": SOURCE}
+    assert store.get_run_version(NAME, fired.run_id) == ("v1", "auto_upgrade")
+    assert store.fired_through(NAME, SOURCE, {"u1": COLLECT, "u2": COLLECT}) == {"u1": 14}
+    assert store.fired_through(NAME, "app.trigger.digest/4", {"u1": COLLECT}) == {}
+    assert store.fired_through("other", SOURCE, {"u1": COLLECT}) == {}
+
+
+def test_a_repeated_fire_is_the_same_run_and_a_stale_one_submits_nothing(store: Store) -> None:
+    first = store.fire_batch(NAME, "u1", [{"n": 1}], policy=COLLECT, source=SOURCE, first=0, last=4)
+    again = store.fire_batch(NAME, "u1", [{"n": 1}], policy=COLLECT, source=SOURCE, first=0, last=4)
+    assert first.run_id is not None
+    assert again.run_id == first.run_id
+    assert store.get_pending_count(NAME) == 1
+    # Another consumer re-read from offset 2 and buffered 2..7: offsets up to 4 are taken.
+    stale = store.fire_batch(
+        NAME, "u1", [{"n": 2}, {"n": 3}], policy=COLLECT, source=SOURCE, first=2, last=7
+    )
+    assert stale.run_id is None
+    assert stale.fired_through == 4
+    assert store.get_pending_count(NAME) == 1
+    rest = store.fire_batch(NAME, "u1", [{"n": 3}], policy=COLLECT, source=SOURCE, first=7, last=7)
+    assert rest.run_id not in (None, first.run_id)
+    assert rest.fired_through == 7
+    assert store.get_pending_count(NAME) == 2
+
+
+def test_a_batchs_run_id_names_its_source_and_positions(store: Store) -> None:
+    ids = {
+        store.fire_batch(
+            NAME, "u1", [{"n": 1}], policy=COLLECT, source=source, first=0, last=0
+        ).run_id
+        for source in ("t/0", "t/1")
+    }
+    ids.add(
+        store.fire_batch(
+            NAME, "u2", [{"n": 1}], policy=COLLECT, source="t/0", first=0, last=0
+        ).run_id
+    )
+    buffered = store.trigger_event(NAME, "u3", {"n": 1}, policy=COLLECT)
+    assert None not in ids
+    assert len(ids) == 3
+    assert buffered is None  # a store-kept buffer is its own thing
+    assert store.get_pending_count(NAME) == 3
+
+
+def test_a_fired_batchs_run_takes_its_gates(store: Store) -> None:
+    gated = TriggerPolicy(
+        "debounce", window_seconds=1, gates=Gates(concurrency_key="u1", concurrency_max=1)
+    )
+    one = store.fire_batch(NAME, "u1", [{"n": 1}], policy=gated, source=SOURCE, first=0, last=0)
+    two = store.fire_batch(NAME, "u1", [{"n": 2}], policy=gated, source=SOURCE, first=1, last=1)
+    assert store.fired_through(NAME, SOURCE, {"u1": gated}) == {"u1": 1}
+    assert store.claim_next_run(NAME, "l0") in (one.run_id, two.run_id)
+    assert store.claim_next_run(NAME, "l1") is None  # the Limit on "key" holds the other

@@ -18,7 +18,7 @@ from lockgate.stores._base import (
 from lockgate.stores._composite import CompositeStore
 from lockgate.stores._gates import Gates, WaitReason
 from lockgate.stores._open import JOURNAL_URL_ENV, STORE_URL_ENV, open_store
-from lockgate.stores._triggers import TriggerPolicy
+from lockgate.stores._triggers import FiredBatch, TriggerPolicy
 from lockgate.stores._types import (
     ClaimedRun,
     Claims,
@@ -49,6 +49,7 @@ __all__ = [
     "CompositeStore",
     "ControlStore",
     "EventLogStore",
+    "FiredBatch",
     "Gates",
     "IdempotencyStore",
     "JournalRecord",

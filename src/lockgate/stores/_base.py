@@ -16,7 +16,7 @@ from __future__ import annotations
 import abc
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 from lockgate._errors import CapabilityMissing
@@ -24,7 +24,7 @@ from lockgate._names import check_new_run
 from lockgate.journal._events import RunEvent
 from lockgate.stores._gates import Gates, WaitReason
 from lockgate.stores._records import Submit
-from lockgate.stores._triggers import TriggerPolicy
+from lockgate.stores._triggers import FiredBatch, TriggerPolicy
 from lockgate.stores._types import (
     ClaimedRun,
     Claims,
@@ -596,6 +596,35 @@ class TriggerStore:
         None when no buffer of it waits: as :meth:`TimerStore.next_wait_due` for triggers."""
         raise _missing(self, "trigger_due")
 
+    def fire_batch(
+        self,
+        name: str,
+        key: str,
+        events: list[dict[str, Any]],
+        *,
+        policy: TriggerPolicy,
+        source: str,
+        first: int,
+        last: int,
+    ) -> FiredBatch:
+        """Submit the run of a batch buffered outside the store: ``events`` of ``key``, read
+        from ``source`` (a topic partition) at positions ``first``..``last``. The run's id
+        names the key, the source and the positions, and the submit moves ``key``'s
+        fired-through mark in ``source`` to ``last``, in one step:
+
+        - the batch's run exists already (a repeated fire): its id, nothing new;
+        - the mark is at ``first`` or past it (another consumer fired some of these events):
+          no run, and the mark, for the caller to drop what it covers and fire the rest;
+        - else the run is submitted and its id returned with the new mark."""
+        raise _missing(self, "trigger_marks")
+
+    def fired_through(
+        self, name: str, source: str, keys: Mapping[str, TriggerPolicy]
+    ) -> dict[str, int]:
+        """The fired-through marks in ``source`` of those of ``keys`` that have one (each key
+        with the policy its fires are submitted with, which places the mark)."""
+        raise _missing(self, "trigger_marks")
+
 
 CAPABILITY_GROUPS: dict[str, tuple[type, tuple[str, ...]]] = {
     "idempotency": (
@@ -618,6 +647,7 @@ CAPABILITY_GROUPS: dict[str, tuple[type, tuple[str, ...]]] = {
     "policies": (PolicyStore, ("record_workflow_policy", "get_workflow_policy")),
     "triggers": (TriggerStore, ("trigger_event", "due_triggers", "fire_trigger")),
     "trigger_due": (TriggerStore, ("next_trigger_due",)),
+    "trigger_marks": (TriggerStore, ("fire_batch", "fired_through")),
 }
 
 

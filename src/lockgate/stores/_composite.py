@@ -16,7 +16,7 @@ calls (a Valkey script on the loop's client, a Kafka copy awaiting its delivery 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from lockgate._errors import ConfigurationError, RunNotFoundError, StoreUnavailable
@@ -34,7 +34,7 @@ from lockgate.stores._composed import (
 from lockgate.stores._drops import OutboxDrops
 from lockgate.stores._gates import WaitReason
 from lockgate.stores._records import Submit
-from lockgate.stores._triggers import TriggerPolicy
+from lockgate.stores._triggers import FiredBatch, TriggerPolicy
 from lockgate.stores._types import (
     ClaimedRun,
     Claims,
@@ -777,6 +777,28 @@ class CompositeStore(Store):
 
     def next_trigger_due(self, name: str, after: float) -> float | None:
         return self.lifecycle.next_trigger_due(name, after)
+
+    def fire_batch(
+        self,
+        name: str,
+        key: str,
+        events: list[dict[str, Any]],
+        *,
+        policy: TriggerPolicy,
+        source: str,
+        first: int,
+        last: int,
+    ) -> FiredBatch:
+        fired = self.lifecycle.fire_batch(
+            name, key, events, policy=policy, source=source, first=first, last=last
+        )
+        self._copy(name, fired.run_id)
+        return fired
+
+    def fired_through(
+        self, name: str, source: str, keys: Mapping[str, TriggerPolicy]
+    ) -> dict[str, int]:
+        return self.lifecycle.fired_through(name, source, keys)
 
 
 def _as_kept(event: RunEvent, run_seq: int, epoch: str | None) -> RunEvent:

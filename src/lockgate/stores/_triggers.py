@@ -13,6 +13,16 @@ from lockgate.stores._records import Submit
 
 
 @dataclass(frozen=True)
+class FiredBatch:
+    """What :meth:`~lockgate.stores.Store.fire_batch` did: the batch's run id (None when the
+    mark showed another fire already took some of its events) and the key's fired-through
+    mark in the source after it."""
+
+    run_id: str | None
+    fired_through: int
+
+
+@dataclass(frozen=True)
 class TriggerPolicy:
     """How one workflow turns trigger events into runs, and what its runs are stamped with."""
 
@@ -39,12 +49,25 @@ class TriggerPolicy:
         return self.mode == "collect" and self.max_events is not None and count >= self.max_events
 
     def submit(
-        self, name: str, key: str, events: list[dict[str, Any]], first: int, last: int
+        self,
+        name: str,
+        key: str,
+        events: list[dict[str, Any]],
+        first: int,
+        last: int,
+        source: str = "",
     ) -> tuple[str, Submit]:
-        """The run a fire of ``events`` (sequence numbers ``first``..``last``) submits, and its
-        id: derived from the key and the events it covers, so it names one batch only."""
-        digest = hashlib.sha256(f"{name}\x1f{key}\x1f{first}\x1f{last}".encode()).hexdigest()
+        """The run a fire of ``events`` (sequence numbers, or offsets in ``source``,
+        ``first``..``last``) submits, and its id: derived from the key and the events it
+        covers, so it names one batch only."""
+        covered = f"{name}\x1f{key}\x1f{first}\x1f{last}"
+        if source:
+            covered = f"{covered}\x1f{source}"
+        digest = hashlib.sha256(covered.encode()).hexdigest()
         run_id = f"trg-{digest[:32]}"
+        trigger: dict[str, Any] = {"key": key, "mode": self.mode, "first": first, "last": last}
+        if source:
+            trigger["source"] = source
         gates = self.gates
         submit = Submit(
             name=name,
@@ -58,7 +81,7 @@ class TriggerPolicy:
             rate_key=gates.rate_key,
             rate_per_second=gates.rate_per_second,
             rate_burst=gates.rate_burst,
-            provenance={"trigger": {"key": key, "mode": self.mode, "first": first, "last": last}},
+            provenance={"trigger": trigger},
             start_at=None,
         )
         return run_id, submit

@@ -121,6 +121,8 @@ class MemoryState:
     _slots: dict[tuple[str, str], set[str]]
     _tokens: dict[tuple[str, str], tuple[float, float]]
     _buffers: dict[tuple[str, str], _Buffer]
+    #: Fired-through marks of batches buffered outside the store, per (name, source, key).
+    _marks: dict[tuple[str, str, str], int]
     lock_ttl: float
     held_ttl: float
 

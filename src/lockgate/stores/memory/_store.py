@@ -82,6 +82,7 @@ class MemoryStore(MemoryWaits, Store):
         self._tokens: dict[tuple[str, str], tuple[float, float]] = {}
         self._served: dict[str, dict[str, int]] = {}
         self._buffers: dict[tuple[str, str], _Buffer] = {}
+        self._marks: dict[tuple[str, str, str], int] = {}
         self._serve_seq = 0
         self._order = 0
 

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from lockgate._clock import iso
 from lockgate._errors import EventAfterTerminal
+from lockgate._names import check_name
 from lockgate.journal._events import (
     EventKind,
     RunEvent,
@@ -20,7 +23,7 @@ from lockgate.stores._records import (
     successor_submit,
     terminated_payload,
 )
-from lockgate.stores._triggers import TriggerPolicy
+from lockgate.stores._triggers import FiredBatch, TriggerPolicy
 from lockgate.stores._types import (
     TerminateOutcome,
     WaitOutcome,
@@ -417,6 +420,41 @@ class MemoryWaits(MemoryState):
             ),
             default=None,
         )
+
+    @_locked
+    def fire_batch(
+        self,
+        name: str,
+        key: str,
+        events: list[dict[str, Any]],
+        *,
+        policy: TriggerPolicy,
+        source: str,
+        first: int,
+        last: int,
+    ) -> FiredBatch:
+        check_name("workflow name", name)
+        run_id, submit = policy.submit(name, key, events, first, last, source)
+        mark = self._marks.get((name, source, key), -1)
+        if (name, run_id) in self._runs:
+            self._marks[(name, source, key)] = max(mark, last)
+            return FiredBatch(run_id, max(mark, last))
+        if mark >= first:
+            return FiredBatch(None, mark)
+        submit = replace(submit, params=json.loads(json.dumps(submit.params, allow_nan=False)))
+        self._insert_run(submit, run_id, None, self._clock())
+        self._marks[(name, source, key)] = last
+        return FiredBatch(run_id, last)
+
+    @_locked
+    def fired_through(
+        self, name: str, source: str, keys: Mapping[str, TriggerPolicy]
+    ) -> dict[str, int]:
+        return {
+            key: self._marks[(name, source, key)]
+            for key in keys
+            if (name, source, key) in self._marks
+        }
 
     def _fire(self, name: str, key: str, buffer: _Buffer, policy: TriggerPolicy) -> str:
         events = [event for _, event in buffer.events]

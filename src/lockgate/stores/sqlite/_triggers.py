@@ -1,13 +1,16 @@
 """SQLiteStore's Collect and Debounce buffers: buffering an event, and taking a due batch with
-the submit of its run, are each one ``BEGIN IMMEDIATE`` transaction."""
+the submit of its run, are each one ``BEGIN IMMEDIATE`` transaction; so is the submit of a batch
+buffered outside the store with the move of its key's fired-through mark."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Mapping
 from typing import Any
 
-from lockgate.stores._triggers import TriggerPolicy
+from lockgate._names import check_name
+from lockgate.stores._triggers import FiredBatch, TriggerPolicy
 from lockgate.stores.sqlite._rows import SQLiteRows, dumps
 from lockgate.stores.sqlite._translate import translated
 
@@ -22,6 +25,11 @@ CREATE INDEX IF NOT EXISTS lg_trigger_due ON lg_trigger_buffers (name, due_at)
 CREATE TABLE IF NOT EXISTS lg_trigger_events (
     name TEXT NOT NULL, key TEXT NOT NULL, seq INTEGER NOT NULL, event TEXT NOT NULL,
     PRIMARY KEY (name, key, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS lg_trigger_marks (
+    name TEXT NOT NULL, source TEXT NOT NULL, key TEXT NOT NULL,
+    fired_through INTEGER NOT NULL,
+    PRIMARY KEY (name, source, key)
 ) WITHOUT ROWID;
 """
 
@@ -90,6 +98,60 @@ class SQLiteTriggers(SQLiteRows):
             if buffer is None or buffer["due_at"] is None or buffer["due_at"] > due_by:
                 return None
             return self._fire(db, name, key, policy, self._clock())
+
+    @translated
+    def fire_batch(
+        self,
+        name: str,
+        key: str,
+        events: list[dict[str, Any]],
+        *,
+        policy: TriggerPolicy,
+        source: str,
+        first: int,
+        last: int,
+    ) -> FiredBatch:
+        check_name("workflow name", name)
+        run_id, submit = policy.submit(name, key, events, first, last, source)
+        with self._write() as db:
+            row = db.execute(
+                "SELECT fired_through FROM lg_trigger_marks WHERE name = ? AND source = ? "
+                "AND key = ?",
+                (name, source, key),
+            ).fetchone()
+            mark = int(row["fired_through"]) if row is not None else -1
+            exists = db.execute(
+                "SELECT 1 FROM lg_runs WHERE name = ? AND run_id = ?", (name, run_id)
+            ).fetchone()
+            if exists is None and mark >= first:
+                return FiredBatch(None, mark)
+            if exists is None:
+                self._insert_run(db, submit, run_id, None, self._clock())
+            mark = max(mark, last)
+            db.execute(
+                "INSERT INTO lg_trigger_marks (name, source, key, fired_through) "
+                "VALUES (?, ?, ?, ?) ON CONFLICT (name, source, key) "
+                "DO UPDATE SET fired_through = excluded.fired_through",
+                (name, source, key, mark),
+            )
+        return FiredBatch(run_id, mark)
+
+    @translated
+    def fired_through(
+        self, name: str, source: str, keys: Mapping[str, TriggerPolicy]
+    ) -> dict[str, int]:
+        wanted = list(keys)
+        found: dict[str, int] = {}
+        with self._read() as db:
+            for at in range(0, len(wanted), 500):  # SQLite's bound on ? parameters
+                chunk = wanted[at : at + 500]
+                rows = db.execute(
+                    "SELECT key, fired_through FROM lg_trigger_marks WHERE name = ? AND "
+                    f"source = ? AND key IN ({','.join('?' * len(chunk))})",
+                    (name, source, *chunk),
+                ).fetchall()
+                found.update((str(r["key"]), int(r["fired_through"])) for r in rows)
+        return found
 
     def _fire(
         self, db: sqlite3.Connection, name: str, key: str, policy: TriggerPolicy, now: float

@@ -12,14 +12,14 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from lockgate._names import check_name
 from lockgate.stores._gates import fair_bucket
-from lockgate.stores._triggers import TriggerPolicy
-from lockgate.stores.valkey._core import _scored, _text, shard_key
-from lockgate.stores.valkey._keys import member
+from lockgate.stores._triggers import FiredBatch, TriggerPolicy
+from lockgate.stores.valkey._core import _scored, _text, event_args, shard_key
+from lockgate.stores.valkey._keys import SEP, member
 from lockgate.stores.valkey._lifecycle import ValkeyLifecycle, run_fields, soonest_op
 from lockgate.stores.valkey._loop import Op, operation
 
@@ -66,6 +66,11 @@ def fired_run(policy: TriggerPolicy, name: str, key: str) -> list[str]:
         dumps(template(params)),
         dumps([init.kind, template(payload), init.schema_version, dumps(dict(init.headers))]),
     ]
+
+
+def mark_field(source: str, key: str) -> str:
+    """The field of ``key``'s fired-through mark in ``source``, in its workflow's hash."""
+    return f"{source}{SEP}{key}"
 
 
 def policy_args(policy: TriggerPolicy) -> list[str]:
@@ -198,6 +203,57 @@ class ValkeyTriggers(ValkeyLifecycle):
         self, name: str, key: str, *, policy: TriggerPolicy, due_by: float
     ) -> str | None:
         return self._trigger(name, key, "", repr(float(due_by)), policy)
+
+    def fire_batch(
+        self,
+        name: str,
+        key: str,
+        events: list[dict[str, Any]],
+        *,
+        policy: TriggerPolicy,
+        source: str,
+        first: int,
+        last: int,
+    ) -> FiredBatch:
+        check_name("workflow name", name)
+        run_id, submit = policy.submit(name, key, events, first, last, source)
+        shard = self._mark_shard(key, policy)
+        fired_id, mark = self._script(
+            "t_fire_batch",
+            name,
+            run_id,
+            mark_field(source, key),
+            str(first),
+            str(last),
+            dumps(run_fields(submit, fair_bucket(submit.owner, submit.gates))),
+            event_args(submit.opening_events(run_id, self._server_now(), None)),
+            shard=shard,
+        )
+        fired = _text(fired_id) or None
+        if fired is not None and self.shard_count > 1:
+            # As for a buffer's fire: the run's index entry follows its creation.
+            self._cmd("HSET", self._key("shardof"), member(name, fired), str(shard))
+            self._remember(name, fired, shard)
+        return FiredBatch(fired, int(mark))
+
+    def fired_through(
+        self, name: str, source: str, keys: Mapping[str, TriggerPolicy]
+    ) -> dict[str, int]:
+        by_shard: dict[int, list[str]] = {}
+        for key, policy in keys.items():
+            by_shard.setdefault(self._mark_shard(key, policy), []).append(key)
+        found: dict[str, int] = {}
+        for shard, wanted in by_shard.items():
+            fields = [mark_field(source, key) for key in wanted]
+            marks = self._cmd("HMGET", self._key("tfired", name, shard=shard), *fields)
+            found.update((k, int(m)) for k, m in zip(wanted, marks, strict=True) if m is not None)
+        return found
+
+    def _mark_shard(self, key: str, policy: TriggerPolicy) -> int:
+        """The shard of a batch's run, and so of its key's fired-through marks: that of the
+        run's gate key, else of the trigger key, as for a buffer (:meth:`_buffer_shard`)."""
+        gates = policy.gates
+        return self._home(shard_key(gates.concurrency_key, gates.rate_key, key))
 
     @operation
     def next_trigger_due(self, name: str, after: float) -> Op[float | None]:
