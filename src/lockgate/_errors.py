@@ -13,7 +13,8 @@ parsing messages::
     │   │   └── JournalRecordUndecodable  a journal topic record of a run that is no RunEvent
     │   ├── JournalPositionError        a replay position the journal topic does not have
     │   ├── JournalTopicMismatch        a journal topic with another partition count
-    │   └── JournalTopicUnsafe          a journal topic that would delete records runs need
+    │   ├── JournalTopicUnsafe          a journal topic that would delete records runs need
+    │   └── TriggerTopicMismatch        a trigger topic with another partition count
     ├── InvalidParamsError              submit params that do not fit the workflow body
     ├── PayloadTooLarge                 an event payload over max_event_payload_bytes
     ├── RunNotFoundError                no run with this name and id
@@ -398,6 +399,23 @@ class JournalTopicMismatch(ConfigurationError):
             f"the journal topic {topic!r} has {partitions} partition(s) but the lifecycle "
             f"store has {expected} shard(s); a journal topic is never repartitioned: use "
             f"another topic_prefix, or the shard count the topic was made for"
+        )
+        self.topic = topic
+        self.partitions = partitions
+        self.expected = expected
+
+
+class TriggerTopicMismatch(ConfigurationError):
+    """A trigger topic exists with another partition count than the store has shards: its
+    keys' records would not sit on the partitions of their shards. Workers and producers
+    refuse it; nothing was written. ``topic``, ``partitions`` and ``expected`` as for
+    :class:`JournalTopicMismatch`."""
+
+    def __init__(self, topic: str, partitions: int, expected: int) -> None:
+        super().__init__(
+            f"the trigger topic {topic!r} has {partitions} partition(s) but the store has "
+            f"{expected} shard(s); a trigger topic needs one partition per shard: name "
+            f"another topic on the Collect/Debounce (topic=...), or delete this one"
         )
         self.topic = topic
         self.partitions = partitions

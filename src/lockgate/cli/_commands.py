@@ -1,4 +1,4 @@
-"""``lockgate worker``, ``submit``, ``trigger``, ``store`` and ``demo``."""
+"""``lockgate worker``, ``submit``, ``store`` and ``demo``."""
 
 from __future__ import annotations
 
@@ -105,7 +105,7 @@ def _known_here_or_there(store: Store, name: str) -> bool:
     return bool(runs)
 
 
-def _check_workflow(store: Store, name: str, app: str | None) -> None:
+def check_workflow(store: Store, name: str, app: str | None) -> None:
     if app is not None:
         import_module(app)
         if get_workflow(name) is None:
@@ -120,7 +120,7 @@ def _check_workflow(store: Store, name: str, app: str | None) -> None:
 
 async def submit(args: argparse.Namespace, store: Store) -> int:
     params = json_object(args.params, "--params")
-    _check_workflow(store, args.name, args.app)
+    check_workflow(store, args.name, args.app)
     client = WorkflowClient(store)
     handle = await client.submit(
         args.name, params, idempotency_key=args.idempotency_key, delay=args.delay
@@ -129,14 +129,6 @@ async def submit(args: argparse.Namespace, store: Store) -> int:
     if args.wait:
         result = await handle.result(timeout=args.timeout)
         out(json.dumps(result, sort_keys=True))
-    return OK
-
-
-async def trigger(args: argparse.Namespace, store: Store) -> int:
-    event = json_object(args.event, "--event")
-    _check_workflow(store, args.name, args.app)
-    handle = await WorkflowClient(store).trigger(args.name, event)
-    out(handle.run_id if handle is not None else "buffered")
     return OK
 
 
@@ -182,7 +174,7 @@ def demo(args: argparse.Namespace) -> int:
 
 
 def add_run_parsers(group: Subparsers, common: list[argparse.ArgumentParser]) -> None:
-    """``worker``, ``submit`` and ``trigger``."""
+    """``worker`` and ``submit``."""
     p = group.add_parser("worker", parents=common, help="run a worker until interrupted")
     p.add_argument(
         "target",
@@ -227,19 +219,6 @@ def add_run_parsers(group: Subparsers, common: list[argparse.ArgumentParser]) ->
     p.add_argument("--timeout", type=seconds, metavar="S", help="give up waiting after S seconds")
     p.add_argument("--app", metavar="MODULE", help="import MODULE to check params against")
     p.set_defaults(run=submit)
-
-    p = group.add_parser(
-        "trigger",
-        parents=common,
-        help="send an event to a Collect or Debounce workflow; prints the run it fired, or "
-        "'buffered'",
-    )
-    p.add_argument("name", metavar="NAME", help="workflow name")
-    p.add_argument(
-        "--event", required=True, metavar="JSON", help=f"the event, a JSON object; {FROM_FILE}"
-    )
-    p.add_argument("--app", metavar="MODULE", help="import MODULE for its trigger")
-    p.set_defaults(run=trigger)
 
 
 def add_admin_parsers(group: Subparsers, common: list[argparse.ArgumentParser]) -> None:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import math
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -41,6 +42,8 @@ from lockgate.stores._base import Store
 from lockgate.stores._calls import call_store
 from lockgate.stores._gates import WaitReason
 from lockgate.stores._types import RunInfo, TerminateOutcome
+from lockgate.streams._produce import producer_for
+from lockgate.streams._topics import kafka_journal, trigger_topic
 from lockgate.workflow._spec import (
     DEFAULT_PAYLOAD_CAP,
     WorkflowSpec,
@@ -214,13 +217,75 @@ class WorkflowClient:
             spec = WorkflowSpec(name=name, max_event_payload_bytes=recorded_cap(name, record))
         spec.check_payload(payload_size(payload), what)
 
-    async def trigger(self, name: str, event: dict[str, Any]) -> RunHandle | None:
-        """Send ``event`` to ``name``'s ``Collect`` or ``Debounce`` buffer, under the key the
-        trigger resolves from it. Returns a handle to the run this event started by completing
-        a Collect batch, else None: a time-based fire is submitted later by a worker's trigger
-        loop (or ``InlineWorkflowRunner.fire_due_triggers``). A workflow not imported here
-        takes the trigger its workers recorded. A workflow with no trigger, or an event that is
-        not a JSON object, raises and buffers nothing."""
+    async def trigger(
+        self, name: str, event: dict[str, Any], *, key: str | None = None
+    ) -> RunHandle | None:
+        """Send ``event`` to ``name``'s ``Collect`` or ``Debounce`` buffer, under ``key`` or
+        else the key the trigger resolves from it. Returns a handle to the run this event
+        started by completing a Collect batch, else None: a time-based fire is submitted later
+        by a worker's trigger loop (or ``InlineWorkflowRunner.fire_due_triggers``). A workflow
+        not imported here takes the trigger its workers recorded. A workflow with no trigger,
+        or an event that is not a JSON object, raises and buffers nothing.
+
+        On a store with a Kafka journal the event is produced to the workflow's trigger topic
+        instead, and this returns None once Kafka acknowledged it: every fire happens in the
+        consumers of the workers serving the workflow (docs/kafka.md, "Trigger topics")."""
+        spec, key = await self._trigger_target(name, event, key)
+        journal = kafka_journal(self.store)
+        if journal is not None:
+            topic = trigger_topic(journal.topic_prefix, spec)
+            await asyncio.to_thread(producer_for(journal).send, topic, key, event)
+            return None
+        run_id = await self._io(
+            self.store.trigger_event, name, key, event, policy=trigger_policy(spec, key)
+        )
+        if run_id is None:
+            notices.post(self.store, notices.TRIGGERS)  # a worker here may fire it sooner
+        return RunHandle(self, name, str(run_id)) if run_id is not None else None
+
+    async def trigger_many(
+        self,
+        name: str,
+        events: Iterable[dict[str, Any]],
+        *,
+        key: str | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> list[RunHandle]:
+        """:meth:`trigger` for many events, in order: every event is checked before any is
+        sent, so a bad one sends none. ``progress(sent so far)`` is called as they go. On a
+        store with a Kafka journal they are produced in batches, each acknowledged before the
+        next, and this returns []; else the handles of the runs completed Collect batches
+        started."""
+        targets = [(await self._trigger_target(name, event, key), event) for event in events]
+        journal = kafka_journal(self.store)
+        if journal is not None:
+            if targets:
+                topic = trigger_topic(journal.topic_prefix, targets[0][0][0])
+                pairs = [(event_key, event) for (_, event_key), event in targets]
+                await asyncio.to_thread(producer_for(journal).send_all, topic, pairs, progress)
+            return []
+        fired = []
+        for sent, ((spec, event_key), event) in enumerate(targets, start=1):
+            run_id = await self._io(
+                self.store.trigger_event,
+                name,
+                event_key,
+                event,
+                policy=trigger_policy(spec, event_key),
+            )
+            if run_id is not None:
+                fired.append(RunHandle(self, name, str(run_id)))
+            if progress is not None:
+                progress(sent)
+        notices.post(self.store, notices.TRIGGERS)
+        return fired
+
+    async def _trigger_target(
+        self, name: str, event: dict[str, Any], key: str | None
+    ) -> tuple[WorkflowSpec, str]:
+        """The triggered workflow ``name`` (imported, else as its workers recorded it) and the
+        key ``event`` goes under, once the event is checked: a JSON object within the cap,
+        with a key given or resolvable."""
         check_name("workflow name", name)
         spec = get_workflow(name)
         if spec is None and "policies" in self.store.capabilities():
@@ -238,20 +303,21 @@ class WorkflowClient:
         if not isinstance(event, dict) or not json_ready(event):
             raise ValueError(f"a trigger event of {name!r} must be a JSON object")
         spec.check_payload(payload_size(event), f"trigger event of {name!r}")
+        if key is not None:
+            if not isinstance(key, str):
+                raise InvalidParamsError(
+                    f"a trigger key of {name!r} must be a string, not {type(key).__name__}",
+                    workflow=name,
+                )
+            return spec, key
         try:
-            key = spec.trigger.resolve(event)
+            return spec, spec.trigger.resolve(event)
         except Exception as exc:
             raise InvalidParamsError(
                 f"the trigger key of {name!r} could not be resolved from this event: {exc}; "
                 f"nothing was buffered",
                 workflow=name,
             ) from exc
-        run_id = await self._io(
-            self.store.trigger_event, name, key, event, policy=trigger_policy(spec, key)
-        )
-        if run_id is None:
-            notices.post(self.store, notices.TRIGGERS)  # a worker here may fire it sooner
-        return RunHandle(self, name, str(run_id)) if run_id is not None else None
 
     def handle(self, name: str, run_id: str) -> RunHandle:
         """A handle to an existing run."""
@@ -581,11 +647,17 @@ def recorded_spec(name: str, record: dict[str, Any]) -> WorkflowSpec:
         declared: Collect | Debounce | None = None
         if trigger is not None and trigger.get("mode") == "collect":
             declared = Collect(
-                key(trigger, "trigger"), int(trigger["max_events"]), trigger["window_seconds"]
+                key(trigger, "trigger"),
+                int(trigger["max_events"]),
+                trigger["window_seconds"],
+                trigger.get("topic"),
             )
         elif trigger is not None:
             declared = Debounce(
-                key(trigger, "trigger"), trigger["window_seconds"], trigger.get("max_wait_seconds")
+                key(trigger, "trigger"),
+                trigger["window_seconds"],
+                trigger.get("max_wait_seconds"),
+                trigger.get("topic"),
             )
         return WorkflowSpec(
             name=name,

@@ -5,6 +5,7 @@ until a worker's trigger loop (or ``client.trigger`` completing a batch) fires t
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -92,19 +93,35 @@ class Rate:
         return _resolve(self.key, params)
 
 
+#: A Kafka topic name: what brokers accept.
+_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
+
+
+def _check_topic(policy: str, topic: object) -> None:
+    if topic is not None and (not isinstance(topic, str) or not _TOPIC.fullmatch(topic)):
+        raise ConfigurationError(
+            f"{policy}(topic=...) must be a Kafka topic name, 1-249 of A-Z a-z 0-9 . _ -, "
+            f"got {topic!r}"
+        )
+
+
 @dataclass(frozen=True)
 class Collect:
     """Buffer events per key; one run when ``max_events`` arrive or ``window_seconds`` pass
-    after the first, whichever comes first. The run gets ``key``, ``events`` and ``count``."""
+    after the first, whichever comes first. The run gets ``key``, ``events`` and ``count``.
+    With a Kafka journal the events live on ``topic`` (``{topic_prefix}.trigger.{name}`` when
+    None)."""
 
     key: KeySpec
     max_events: int
     window_seconds: float
+    topic: str | None = None
 
     def __post_init__(self) -> None:
         _check_key("Collect", self.key)
         _positive_int("Collect", "max_events", self.max_events)
         _positive_number("Collect", "window_seconds", self.window_seconds)
+        _check_topic("Collect", self.topic)
 
     def resolve(self, event: Mapping[str, Any]) -> str:
         return _resolve(self.key, event)
@@ -114,17 +131,20 @@ class Collect:
 class Debounce:
     """Buffer events per key; one run once no event arrived for ``window_seconds``. With
     ``max_wait_seconds``, a key that never goes quiet still fires that long after its first
-    buffered event, so a steady stream cannot postpone its run for ever."""
+    buffered event, so a steady stream cannot postpone its run for ever. ``topic`` as for
+    :class:`Collect`."""
 
     key: KeySpec
     window_seconds: float
     max_wait_seconds: float | None = None
+    topic: str | None = None
 
     def __post_init__(self) -> None:
         _check_key("Debounce", self.key)
         _positive_number("Debounce", "window_seconds", self.window_seconds)
         if self.max_wait_seconds is not None:
             _positive_number("Debounce", "max_wait_seconds", self.max_wait_seconds)
+        _check_topic("Debounce", self.topic)
 
     def resolve(self, event: Mapping[str, Any]) -> str:
         return _resolve(self.key, event)

@@ -66,7 +66,7 @@ async def claim_batch(
             spec.name,
             leases,
             spec.version,
-            prefer=rt.prefer(),
+            prefer=rt.prefer(spec.name),
         )
     except BaseException:
         pool.unreserve(count)

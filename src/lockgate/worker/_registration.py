@@ -41,12 +41,14 @@ def _trigger(trigger: Collect | Debounce | None) -> dict[str, Any] | None:
             "mode": "collect",
             "window_seconds": float(trigger.window_seconds),
             "max_events": trigger.max_events,
+            "topic": trigger.topic,
         }
     return {
         **_key(trigger.key),
         "mode": "debounce",
         "window_seconds": float(trigger.window_seconds),
         "max_wait_seconds": trigger.max_wait_seconds,
+        "topic": trigger.topic,
     }
 
 

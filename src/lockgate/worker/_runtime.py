@@ -144,6 +144,9 @@ class Runtime:
     hurry: StopSignal = field(default_factory=StopSignal)
     #: The store's shards this worker leases (see ``lease_shards``); its claims try them first.
     shards: list[int] = field(default_factory=list)
+    #: Per triggered workflow, the partitions of its trigger topic (the shards) this worker
+    #: owns in the topic's consumer group; its claims of the workflow try them first.
+    owned: dict[str, list[int]] = field(default_factory=dict)
     _claims: int = 0
     _leases: int = 0
     _nonce: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
@@ -175,14 +178,16 @@ class Runtime:
             for pending in waits:
                 pending.cancel()
 
-    def prefer(self) -> list[int]:
-        """The leased shards, starting one further along at each claim, so no one of them
-        always goes first."""
-        if not self.shards:
+    def prefer(self, name: str | None = None) -> list[int]:
+        """The shards a claim of ``name`` tries first: the trigger partitions this worker owns
+        for it, else its leased shards; starting one further along at each claim, so no one
+        of them always goes first."""
+        shards = self.owned.get(name, self.shards) if name is not None else self.shards
+        if not shards:
             return []
         self._claims += 1
-        turn = self._claims % len(self.shards)
-        return self.shards[turn:] + self.shards[:turn]
+        turn = self._claims % len(shards)
+        return shards[turn:] + shards[:turn]
 
     async def io(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Call a store method, on a worker thread when the store may block on I/O, and tell

@@ -18,6 +18,7 @@ from lockgate._errors import ConfigurationError, LockgateError, StoreUnavailable
 from lockgate._names import check_name
 from lockgate.client._client import WorkflowClient
 from lockgate.stores._base import Store
+from lockgate.streams._topics import kafka_journal
 from lockgate.worker._attempts import AttemptPool
 from lockgate.worker._deadlines import timer_loop, trigger_loop
 from lockgate.worker._health import HealthServer
@@ -36,6 +37,7 @@ from lockgate.worker._options import WorkerOptions
 from lockgate.worker._registration import register_workflows
 from lockgate.worker._runtime import Runtime, wait_all
 from lockgate.worker._status import backoff, describe_store, runs, status_log
+from lockgate.worker._trigger_topics import serve_trigger_topics
 from lockgate.workflow._spec import WorkflowSpec, spec_of
 
 log = logging.getLogger("lockgate.worker")
@@ -339,10 +341,16 @@ class WorkflowWorker:
         ]
         if "timers" in self.store.capabilities():
             loops.append(asyncio.create_task(timer_loop(rt), name="lockgate-timers"))
-        if "triggers" in self.store.capabilities() and any(
-            spec.trigger is not None for spec in rt.specs.values()
-        ):
+        triggered = any(spec.trigger is not None for spec in rt.specs.values())
+        if "triggers" in self.store.capabilities() and triggered:
             loops.append(asyncio.create_task(trigger_loop(rt), name="lockgate-triggers"))
+        journal = kafka_journal(self.store)
+        if journal is not None and triggered:
+            loops.append(
+                asyncio.create_task(
+                    serve_trigger_topics(rt, journal), name="lockgate-trigger-topics"
+                )
+            )
         loops.append(
             asyncio.create_task(
                 every(rt, recover_orphans, options.orphan_scan_interval),

@@ -50,6 +50,7 @@ try:
         KafkaError,
         KafkaException,
         Message,
+        Producer,
         TopicPartition,
     )
     from confluent_kafka.admin import AdminClient
@@ -141,7 +142,9 @@ class KafkaEventLogStore(EventLogStore):
         if shard_count < 1:
             raise ConfigurationError(f"shard_count must be at least 1, not {shard_count}")
         self.bootstrap_servers = bootstrap_servers
+        self.topic_prefix = topic_prefix
         self.topic = f"{topic_prefix}.journal"
+        self.replication_factor = replication_factor
         self.shard_count = shard_count
         self.locate = locate
         self.delivery_timeout = delivery_timeout
@@ -411,6 +414,12 @@ class KafkaEventLogStore(EventLogStore):
         except KafkaException as exc:
             raise StoreUnavailable(f"Kafka refused a journal record: {exc}") from exc
         return sent
+
+    @property
+    def producer(self) -> Producer:
+        """The process's idempotent ``acks=all`` producer this store holds, for other records
+        sent through the same Kafka (trigger events); valid until the store is closed."""
+        return self._producer
 
     # -- reading -------------------------------------------------------------------------------
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 with contextlib.suppress(ImportError):  # the extra may be missing: no store is made then
     from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -22,7 +22,12 @@ with contextlib.suppress(ImportError):  # the extra may be missing: no store is 
     )
     from confluent_kafka.cimpl import NewTopic
 
-from lockgate._errors import JournalTopicMismatch, JournalTopicUnsafe, StoreUnavailable
+from lockgate._errors import (
+    ConfigurationError,
+    JournalTopicMismatch,
+    JournalTopicUnsafe,
+    StoreUnavailable,
+)
 
 #: The settings a journal topic is created with: a journal must outlive its run, so records are
 #: kept until an operator decides otherwise, and never compacted (compaction keeps one record
@@ -44,10 +49,13 @@ def prepare_topic(
     replication_factor: int,
     config: Mapping[str, str],
     timeout: float,
+    mismatch: Callable[[str, int, int], ConfigurationError] = JournalTopicMismatch,
+    journal: bool = True,
 ) -> None:
     """Create ``topic`` with ``partitions`` and ``config``, or check the one there (see the
-    module docstring); :class:`StoreUnavailable` when Kafka (at ``bootstrap``) does not answer
-    in ``timeout``."""
+    module docstring; ``mismatch`` makes the error for another partition count, and a topic
+    that is not a ``journal`` has its settings left unchecked); :class:`StoreUnavailable` when
+    Kafka (at ``bootstrap``) does not answer in ``timeout``."""
     try:
         found = _partition_count(admin, topic, timeout)
         if found is None:
@@ -60,11 +68,12 @@ def prepare_topic(
             found = _listed_after_creation(admin, topic, timeout)
     except KafkaException as exc:
         raise StoreUnavailable(
-            f"Kafka at {bootstrap} could not list or create the journal topic {topic!r}: {exc}"
+            f"Kafka at {bootstrap} could not list or create the topic {topic!r}: {exc}"
         ) from exc
     if found is not None and found != partitions:
-        raise JournalTopicMismatch(topic, found, partitions)
-    _check_config(admin, topic, bootstrap, timeout)
+        raise mismatch(topic, found, partitions)
+    if journal:
+        _check_config(admin, topic, bootstrap, timeout)
 
 
 def _listed_after_creation(admin: AdminClient, topic: str, timeout: float) -> int | None:

@@ -1,0 +1,363 @@
+"""A worker's member of a triggered workflow's consumer group: it reads the partitions it is
+assigned, keeps their keys' open windows (``_windows``), fires their runs through the store,
+sends records that are no event to the dead-letter topic, and commits.
+
+Exactly once, across crashes, rebalances and broker restarts, rests on two rules:
+
+- a partition is committed only up to the oldest record still in an open window or in a
+  batch not fired yet (and past a dead-lettered record only once Kafka acknowledged its
+  copy), so whoever owns the partition next reads every record not yet in a run;
+- a fire submits its run and moves its key's fired-through mark in one store step
+  (``Store.fire_batch``), and a consumer learns a key's mark before it buffers the key's
+  records, so the records it reads again that are in a run already are skipped. Two owners
+  racing on one key (a member that froze past its session) are settled by the same step: the
+  later fire is told the mark and fires only what is past it.
+
+A fire's run id names the key, the partition and the offsets it covers, so a fire repeated
+after a crash is the same idempotent submit. Windows close on the consumer's clock: a quiet key
+fires with nothing more arriving on its partition.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from lockgate._clock import Clock, as_clock
+from lockgate._errors import StoreUnavailable
+from lockgate.stores._base import Store
+from lockgate.stores._triggers import TriggerPolicy
+from lockgate.stores.kafka import KafkaEventLogStore
+from lockgate.stores.kafka._producer import release_producer, shared_producer
+from lockgate.streams._produce import prepare_trigger_topics
+from lockgate.streams._records import Event, Refused, read_record
+from lockgate.streams._topics import dlq_topic, group_id, trigger_topic
+from lockgate.streams._windows import Batch, PartitionWindows
+from lockgate.workflow._spec import WorkflowSpec, trigger_policy
+
+with contextlib.suppress(ImportError):  # the extra may be missing: no journal is made then
+    from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+log = logging.getLogger("lockgate.triggers")
+
+#: Records taken from the consumer at once.
+CONSUME_BATCH = 2000
+#: Seconds between two commits of the partitions' progress.
+COMMIT_EVERY = 0.5
+#: The longest one wait for records lasts, in seconds, with no window due sooner.
+POLL_MOST = 0.1
+#: Seconds a fire that found the store unavailable waits before it is tried again.
+RETRY_AFTER = 0.5
+#: Trigger policies kept per key; past it the memory starts over.
+POLICIES_KEPT = 100_000
+#: Headers of a dead-lettered record.
+REASON_HEADER = "lockgate.dlq.reason"
+DETAIL_HEADER = "lockgate.dlq.detail"
+SOURCE_HEADER = "lockgate.dlq.source"
+
+
+def offset_of(message: Message) -> int:
+    """A consumed record's offset (a record always has one; an error message has none)."""
+    offset = message.offset()
+    assert offset is not None
+    return offset
+
+
+def source_of(topic: str, partition: int) -> str:
+    """The source a fire's mark and run id name: the topic partition its records came from."""
+    return f"{topic}/{partition}"
+
+
+class TriggerConsumer:
+    """Serves ``spec``'s trigger topic for one worker (see the module docstring): call
+    :meth:`serve` on a thread of its own; it returns once ``stop`` is set, after committing
+    what it may and leaving the group.
+
+    ``on_fired()`` is called after each fire (a claim loop may start the run at once) and
+    ``on_assigned(partitions)`` whenever the partitions it owns change, both on its thread."""
+
+    def __init__(
+        self,
+        store: Store,
+        journal: KafkaEventLogStore,
+        spec: WorkflowSpec,
+        *,
+        worker_id: str,
+        clock: Clock | None = None,
+        on_fired: Callable[[], None] = lambda: None,
+        on_assigned: Callable[[list[int]], None] = lambda partitions: None,
+        config: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.store = store
+        self.journal = journal
+        self.spec = spec
+        self.worker_id = worker_id
+        self.clock = as_clock(clock)
+        self.topic = trigger_topic(journal.topic_prefix, spec)
+        self.dlq = dlq_topic(self.topic)
+        self.group = group_id(self.topic)
+        self._on_fired = on_fired
+        self._on_assigned = on_assigned
+        self._config = dict(config or {})
+        self._windows: dict[int, PartitionWindows] = {}
+        self._policies: dict[str, TriggerPolicy] = {}
+        #: Batches taken from their windows, in the order they are fired.
+        self._to_fire: collections.deque[Batch] = collections.deque()
+        self._retry_at = 0.0
+        self._committed: dict[int, int] = {}
+        self._next_commit = 0.0
+        self._dlq_unacknowledged = False
+        self._producer: Any = None
+        #: Set once the consumer has joined its group and been given its first assignment.
+        self.assigned = threading.Event()
+        #: Runs fired, and records sent to the dead-letter topic, since it started.
+        self.fires = 0
+        self.dead_lettered = 0
+
+    # -- serving -------------------------------------------------------------------------------
+
+    def serve(self, stop: threading.Event) -> None:
+        prepare_trigger_topics(self.journal, self.topic)
+        self._producer = shared_producer(self.journal.client_config, self.journal.delivery_timeout)
+        consumer = Consumer(
+            {
+                **self.journal.client_config,
+                "group.id": self.group,
+                "client.id": self.worker_id,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "partition.assignment.strategy": "cooperative-sticky",
+                "session.timeout.ms": 6000,
+                "heartbeat.interval.ms": 1000,
+                "fetch.wait.max.ms": 10,
+                **self._config,
+            }
+        )
+        try:
+            consumer.subscribe(
+                [self.topic],
+                on_assign=self._assign,
+                on_revoke=self._revoke,
+                on_lost=self._lose,
+            )
+            while not stop.is_set():
+                messages = consumer.consume(CONSUME_BATCH, timeout=self._wait())
+                if messages:
+                    self._take(consumer, messages)
+                self._fire_due()
+                if self.clock() >= self._next_commit:
+                    self._commit(consumer)
+        finally:
+            try:
+                self._fire_due()
+                self._commit(consumer)
+            except (KafkaException, StoreUnavailable) as exc:
+                log.warning(
+                    "trigger consumer of %s stopped without a last commit: %s", self.topic, exc
+                )
+            finally:
+                consumer.close()  # leaves the group: its partitions move at once
+                release_producer(self._producer, self.journal.delivery_timeout)
+
+    def _wait(self) -> float:
+        """Seconds to wait for records: until the soonest window is due, at most POLL_MOST."""
+        now = self.clock()
+        soonest = min(
+            (due for w in self._windows.values() if (due := w.next_due()) is not None),
+            default=None,
+        )
+        if self._to_fire:
+            soonest = min(soonest, self._retry_at) if soonest is not None else self._retry_at
+        if soonest is None:
+            return POLL_MOST
+        return max(0.0, min(POLL_MOST, soonest - now))
+
+    # -- records -------------------------------------------------------------------------------
+
+    def _take(self, consumer: Consumer, messages: list[Message]) -> None:
+        by_partition: dict[int, list[Message]] = {}
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                if error.code() != KafkaError._PARTITION_EOF:
+                    log.warning("trigger topic %s: %s", self.topic, error)
+                continue
+            partition = message.partition()
+            assert partition is not None
+            by_partition.setdefault(partition, []).append(message)
+        for partition, records in by_partition.items():
+            windows = self._windows.get(partition)
+            if windows is None:
+                continue  # revoked while these were in flight
+            try:
+                self._take_partition(windows, records)
+            except StoreUnavailable as exc:
+                # The marks could not be read: read these records again later.
+                log.debug("trigger topic %s: %s", self.topic, exc)
+                consumer.seek(TopicPartition(self.topic, partition, offset_of(records[0])))
+
+    def _take_partition(self, windows: PartitionWindows, records: list[Message]) -> None:
+        read = [(m, read_record(self.spec, m.value(), m.key())) for m in records]
+        keys = [r.key for _, r in read if isinstance(r, Event)]
+        unknown = windows.unknown(keys)
+        if unknown:
+            source = source_of(self.topic, windows.partition)
+            marks = self.store.fired_through(
+                self.spec.name, source, {key: self._policy(key) for key in unknown}
+            )
+            windows.know(unknown, marks)
+        now = self.clock()
+        for message, record in read:
+            offset = offset_of(message)
+            if isinstance(record, Refused):
+                windows.skipped(offset)
+                self._dead_letter(message, record)
+                continue
+            batch = windows.add(offset, record.key, record.event, now)
+            if batch is not None:
+                self._to_fire.append(batch)
+
+    def _dead_letter(self, message: Message, refused: Refused) -> None:
+        source = f"{message.topic()}/{message.partition()}/{message.offset()}"
+        log.warning(
+            "trigger topic %s: the record at %s is no event (%s: %s); sent to %s",
+            self.topic,
+            source,
+            refused.reason,
+            refused.detail,
+            self.dlq,
+        )
+        self._producer.produce(
+            self.dlq,
+            value=message.value(),
+            key=message.key(),
+            partition=message.partition(),
+            headers=[
+                (REASON_HEADER, refused.reason.encode()),
+                (DETAIL_HEADER, refused.detail.encode()),
+                (SOURCE_HEADER, source.encode()),
+            ],
+        )
+        self._dlq_unacknowledged = True
+        self.dead_lettered += 1
+
+    def _policy(self, key: str) -> TriggerPolicy:
+        policy = self._policies.get(key)
+        if policy is None:
+            if len(self._policies) >= POLICIES_KEPT:
+                self._policies.clear()
+            policy = self._policies[key] = trigger_policy(self.spec, key)
+        return policy
+
+    # -- fires ---------------------------------------------------------------------------------
+
+    def _fire_due(self) -> None:
+        now = self.clock()
+        for windows in self._windows.values():
+            self._to_fire.extend(windows.due(now))
+        if not self._to_fire or now < self._retry_at:
+            return
+        while self._to_fire:
+            batch = self._to_fire[0]
+            owner = self._windows.get(batch.partition)
+            if owner is None:  # revoked: its next owner fires these records
+                self._to_fire.popleft()
+                continue
+            try:
+                fired = self.store.fire_batch(
+                    self.spec.name,
+                    batch.key,
+                    list(batch.events),
+                    policy=self._policy(batch.key),
+                    source=source_of(self.topic, batch.partition),
+                    first=batch.first,
+                    last=batch.last,
+                )
+            except StoreUnavailable as exc:
+                log.debug("trigger topic %s: fire deferred: %s", self.topic, exc)
+                self._retry_at = self.clock() + RETRY_AFTER
+                return
+            self._to_fire.popleft()
+            rest = owner.fired(batch, fired.fired_through)
+            if rest is not None:
+                self._to_fire.appendleft(rest)  # another owner fired part of it: fire the rest
+            if fired.run_id is not None:
+                self.fires += 1
+                self._on_fired()
+
+    # -- commits -------------------------------------------------------------------------------
+
+    def _commit(self, consumer: Consumer, partitions: list[int] | None = None) -> None:
+        """Commit each partition (of ``partitions``, else all it owns) up to what it may."""
+        self._next_commit = self.clock() + COMMIT_EVERY
+        offsets = []
+        for partition in partitions if partitions is not None else list(self._windows):
+            windows = self._windows.get(partition)
+            at = windows.committable() if windows is not None else None
+            if at is not None and at > self._committed.get(partition, -1):
+                offsets.append(TopicPartition(self.topic, partition, at))
+        if not offsets:
+            return
+        if self._dlq_unacknowledged:
+            if self._producer.flush(self.journal.delivery_timeout) > 0:
+                log.warning("trigger topic %s: dead-letter copies unacknowledged", self.dlq)
+                return  # not past a dead-lettered record before its copy is in
+            self._dlq_unacknowledged = False
+        try:
+            consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as exc:
+            log.debug("trigger topic %s: commit failed: %s", self.topic, exc)
+            return
+        for tp in offsets:
+            self._committed[tp.partition] = tp.offset
+
+    # -- rebalances ----------------------------------------------------------------------------
+
+    def _assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            self._windows[tp.partition] = PartitionWindows(tp.partition, self._policy)
+            self._committed.pop(tp.partition, None)
+        self._assigned_changed("assigned", partitions)
+        self.assigned.set()
+
+    def _revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Partitions going to another member: fire what is due, commit, and let go of their
+        windows (the next owner reads their records again from the commit)."""
+        gone = [tp.partition for tp in partitions]
+        with contextlib.suppress(KafkaException, StoreUnavailable):
+            self._fire_due()
+            self._commit(consumer, gone)
+        self._drop(gone)
+        self._assigned_changed("revoked", partitions)
+
+    def _lose(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Partitions taken away without a revoke (the session lapsed): no commit."""
+        self._drop([tp.partition for tp in partitions])
+        self._assigned_changed("lost", partitions)
+
+    def _drop(self, partitions: list[int]) -> None:
+        for partition in partitions:
+            self._windows.pop(partition, None)
+            self._committed.pop(partition, None)
+        self._to_fire = collections.deque(b for b in self._to_fire if b.partition in self._windows)
+
+    def _assigned_changed(self, what: str, partitions: list[TopicPartition]) -> None:
+        if partitions:
+            log.info(
+                "trigger topic %s: %s partition(s) %s to %s",
+                self.topic,
+                what,
+                sorted(tp.partition for tp in partitions),
+                self.worker_id,
+            )
+        self._on_assigned(sorted(self._windows))
+
+    # -- visibility ----------------------------------------------------------------------------
+
+    def open_windows(self) -> dict[int, list[tuple[str, int, float]]]:
+        """Per owned partition, (key, count, due time) of each open window."""
+        return {p: w.open_keys() for p, w in sorted(self._windows.items())}

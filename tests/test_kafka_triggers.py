@@ -1,0 +1,349 @@
+"""Trigger topics on a real broker and a real Valkey, workers in this process: events sent with
+``client.trigger`` or by a plain producer become Collect and Debounce runs, each event in
+exactly one run; bad records go to the dead-letter topic; a second consumer joining takes
+partitions over without losing or doubling an event.
+
+The workers and their ``TriggerConsumer``s run here; ``test_kafka_trigger_processes`` kills
+worker processes."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from lockgate import (
+    Collect,
+    Debounce,
+    RunStatus,
+    WorkflowClient,
+    WorkflowContext,
+    open_store,
+    workflow,
+)
+from lockgate.stores import CompositeStore
+from lockgate.streams import trigger_status
+from lockgate.streams._consumer import REASON_HEADER, SOURCE_HEADER
+from lockgate.streams._topics import dlq_topic, trigger_topic
+from lockgate.worker import WorkerOptions, WorkflowWorker
+from lockgate.workflow._spec import get_workflow
+from valkey_server import shared_url
+
+SHARDS = 4
+
+
+@workflow(name="kt_collect", trigger=Collect(key="k", max_events=5, window_seconds=0.5))
+async def kt_collect(
+    ctx: WorkflowContext, key: str, events: list[dict[str, Any]], count: int
+) -> int:
+    return count
+
+
+@workflow(name="kt_debounce", trigger=Debounce(key="k", window_seconds=1.0, max_wait_seconds=2.5))
+async def kt_debounce(
+    ctx: WorkflowContext, key: str, events: list[dict[str, Any]], count: int
+) -> int:
+    return count
+
+
+@workflow(
+    name="kt_capped",
+    trigger=Collect(key="k", max_events=3, window_seconds=0.3),
+    max_event_payload_bytes=200,
+)
+async def kt_capped(
+    ctx: WorkflowContext, key: str, events: list[dict[str, Any]], count: int
+) -> int:
+    return count
+
+
+@pytest.fixture
+def composite(kafka_bootstrap: str) -> Iterator[CompositeStore]:
+    store = open_store(
+        f"{shared_url()}?namespace=kt{uuid.uuid4().hex[:8]}&shard_count={SHARDS}",
+        journal=f"kafka://{kafka_bootstrap}?topic_prefix=kt{uuid.uuid4().hex[:8]}",
+    )
+    assert isinstance(store, CompositeStore)
+    yield store
+    store.close()
+
+
+def options() -> WorkerOptions:
+    return WorkerOptions(
+        max_concurrent_runs=16, claim_poll_interval=0.01, timer_poll_interval_s=0.2
+    )
+
+
+async def serving(store: CompositeStore, *workflows: Any, worker_id: str) -> asyncio.Task[None]:
+    worker = WorkflowWorker(
+        workflows=list(workflows), store=store, worker_id=worker_id, options=options()
+    )
+    return asyncio.create_task(worker.run())
+
+
+async def stop(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+def runs_of(store: CompositeStore, name: str) -> list[dict[str, Any]]:
+    """The params of every completed run of ``name``."""
+    found, cursor = [], None
+    while True:
+        page, cursor = store.list_runs(name, limit=200, cursor=cursor)
+        for info in page:
+            if info.status == RunStatus.COMPLETE:
+                found.append(info.params)
+        if not cursor:
+            return found
+
+
+async def until(what: str, check: Callable[[], bool], seconds: float = 60.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+def each_once(runs: list[dict[str, Any]], sent: dict[str, list[int]]) -> None:
+    """Every event sent (``key -> ns``) is in exactly one run, in its key's runs in order."""
+    got: dict[str, list[int]] = collections.defaultdict(list)
+    for params in runs:
+        assert params["count"] == len(params["events"])
+        for event in params["events"]:
+            assert event["k"] == params["key"]
+            got[params["key"]].append(event["n"])
+    assert {k: sorted(v) for k, v in got.items()} == {k: sorted(v) for k, v in sent.items()}
+    for key, ns in got.items():
+        assert len(ns) == len(set(ns)), f"key {key} has an event twice"
+
+
+async def test_events_sent_with_client_trigger_fire_collect_batches_each_event_once(
+    composite: CompositeStore,
+) -> None:
+    worker = await serving(composite, kt_collect, worker_id="kt-w1")
+    client = WorkflowClient(composite)
+    sent: dict[str, list[int]] = collections.defaultdict(list)
+    for n in range(60):
+        key = f"key{n % 4}"
+        assert await client.trigger("kt_collect", {"k": key, "n": n}) is None
+        sent[key].append(n)
+    try:
+        await until(
+            "all 60 events in runs",
+            lambda: sum(p["count"] for p in runs_of(composite, "kt_collect")) >= 60,
+        )
+    finally:
+        await stop(worker)
+    runs = runs_of(composite, "kt_collect")
+    each_once(runs, sent)
+    assert all(p["count"] <= 5 for p in runs)
+    assert len(runs) == 12  # 15 events a key, in batches of five
+
+
+def fired_at(store: CompositeStore, name: str) -> list[tuple[float, dict[str, Any]]]:
+    """(submitted_at, params) of every run of ``name``, the earliest first."""
+    found, cursor = [], None
+    while True:
+        page, cursor = store.list_runs(name, limit=200, cursor=cursor)
+        found.extend((info.submitted_at, info.params) for info in page)
+        if not cursor:
+            return sorted(found, key=lambda pair: pair[0])
+
+
+def alone_on_partitions(count: int) -> list[str]:
+    """``count`` keys, each the only one of them on its partition of SHARDS."""
+    from lockgate.stores.kafka._partition import partition_for
+
+    keys: dict[int, str] = {}
+    n = 0
+    while len(keys) < count:
+        keys.setdefault(partition_for(f"key-{n}", SHARDS), f"key-{n}")
+        n += 1
+    return list(keys.values())
+
+
+async def test_a_quiet_debounce_key_fires_on_time_and_a_busy_one_at_max_wait(
+    composite: CompositeStore,
+) -> None:
+    quiet, busy = alone_on_partitions(2)
+    worker = await serving(composite, kt_debounce, worker_id="kt-w2")
+    client = WorkflowClient(composite)
+    try:
+        for n in range(3):
+            await client.trigger("kt_debounce", {"k": quiet, "n": n})
+        last_sent = time.time()
+        await until("the quiet key's fire", lambda: len(fired_at(composite, "kt_debounce")) == 1)
+        [(at, params)] = fired_at(composite, "kt_debounce")
+        assert params["key"] == quiet
+        assert [e["n"] for e in params["events"]] == [0, 1, 2]
+        # Nothing else arrived on its partition: the window closed on the clock.
+        assert 1.0 <= at - last_sent <= 1.2, f"fired {at - last_sent:.3f} s after the last event"
+
+        first_sent = time.time()
+        n = 0
+        while time.time() - first_sent < 3.5:  # never quiet for a second
+            await client.trigger("kt_debounce", {"k": busy, "n": n})
+            n += 1
+            await asyncio.sleep(0.2)
+        await until("the busy key's fires", lambda: len(fired_at(composite, "kt_debounce")) >= 3)
+    finally:
+        await stop(worker)
+    busy_fires = [(at, p) for at, p in fired_at(composite, "kt_debounce") if p["key"] == busy]
+    first_at, _ = busy_fires[0]
+    assert 2.5 <= first_at - first_sent <= 2.8, (
+        f"fired {first_at - first_sent:.3f} s after its first"
+    )
+    each_once([p for _, p in busy_fires], {busy: list(range(n))})
+
+
+def produce_raw(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes]]) -> None:
+    """Records sent by a plain producer (key, value), on the key's partition when it has one."""
+    from lockgate.stores.kafka._partition import partition_for
+
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for key, value in records:
+        partition = partition_for(key.decode(), SHARDS) if key is not None else 0
+        producer.produce(topic, value=value, key=key, partition=partition)
+    assert producer.flush(30) == 0
+
+
+def read_all(bootstrap: str, topic: str, count: int) -> list[Any]:
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex, "enable.auto.commit": False}
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(SHARDS)])
+    found: list[Any] = []
+    deadline = time.monotonic() + 30
+    while len(found) < count and time.monotonic() < deadline:
+        found.extend(m for m in consumer.consume(100, timeout=0.5) if m.error() is None)
+    consumer.close()
+    return found
+
+
+async def test_bad_records_go_to_the_dead_letter_topic_and_the_good_ones_around_them_fire(
+    composite: CompositeStore, kafka_bootstrap: str
+) -> None:
+    from lockgate.streams._produce import producer_for
+
+    spec = get_workflow("kt_capped")
+    assert spec is not None
+    topic = trigger_topic(composite.events.topic_prefix, spec)  # type: ignore[attr-defined]
+    producer_for(composite.events).prepare(topic)  # type: ignore[arg-type]
+    good = [(b"a", json.dumps({"k": "a", "n": n}).encode()) for n in range(3)]
+    produce_raw(
+        kafka_bootstrap,
+        topic,
+        [
+            good[0],
+            (b"a", b"not json {"),
+            (b"a", b"[1, 2]"),
+            good[1],
+            (b"a", json.dumps({"k": "a", "pad": "x" * 300}).encode()),
+            good[2],
+        ],
+    )
+    worker = await serving(composite, kt_capped, worker_id="kt-w3")
+    try:
+        await until("the good records' run", lambda: len(runs_of(composite, "kt_capped")) == 1)
+    finally:
+        await stop(worker)
+    [params] = runs_of(composite, "kt_capped")
+    assert [e["n"] for e in params["events"]] == [0, 1, 2]
+    dead = read_all(kafka_bootstrap, dlq_topic(topic), 3)
+    reasons = [dict(m.headers())[REASON_HEADER].decode() for m in dead]
+    assert reasons == ["not-json", "not-an-object", "over-cap"]
+    assert [m.value() for m in dead][:2] == [b"not json {", b"[1, 2]"]
+    sources = [dict(m.headers())[SOURCE_HEADER].decode() for m in dead]
+    assert all(s.startswith(f"{topic}/") for s in sources)
+
+
+async def test_a_second_worker_joining_mid_stream_loses_and_doubles_nothing(
+    kafka_bootstrap: str,
+) -> None:
+    namespace, prefix = f"kt{uuid.uuid4().hex[:8]}", f"kt{uuid.uuid4().hex[:8]}"
+
+    def store() -> CompositeStore:
+        opened = open_store(
+            f"{shared_url()}?namespace={namespace}&shard_count={SHARDS}",
+            journal=f"kafka://{kafka_bootstrap}?topic_prefix={prefix}",
+        )
+        assert isinstance(opened, CompositeStore)
+        return opened
+
+    first, second, sender = store(), store(), store()
+    client = WorkflowClient(sender)
+    sent: dict[str, list[int]] = collections.defaultdict(list)
+    workers = [await serving(first, kt_collect, worker_id="kt-first")]
+    try:
+        for n in range(1500):
+            key = f"k{n % 60}"
+            sent[key].append(n)
+            if n % 25 == 0:
+                await client.trigger_many(
+                    "kt_collect", [{"k": f"k{m % 60}", "n": m} for m in range(n, n + 25)]
+                )
+                await asyncio.sleep(0.02)
+            if n == 500:
+                workers.append(await serving(second, kt_collect, worker_id="kt-second"))
+        await until(
+            "every event in a run",
+            lambda: sum(p["count"] for p in runs_of(sender, "kt_collect")) >= 1500,
+        )
+        await asyncio.sleep(1.0)  # a doubled event would be fired by now too
+    finally:
+        for task in workers:
+            await stop(task)
+    runs = runs_of(sender, "kt_collect")
+    each_once(runs, sent)
+    assert all(p["count"] <= 5 for p in runs)
+    for opened in (first, second, sender):
+        opened.close()
+
+
+@workflow(name="kt_status", trigger=Debounce(key="k", window_seconds=600))
+async def kt_status(
+    ctx: WorkflowContext, key: str, events: list[dict[str, Any]], count: int
+) -> int:
+    return count
+
+
+async def test_trigger_status_shows_owners_commits_lag_and_open_windows(
+    composite: CompositeStore,
+) -> None:
+    spec = get_workflow("kt_status")
+    assert spec is not None
+    worker = await serving(composite, kt_status, worker_id="kt-owner")
+    client = WorkflowClient(composite)
+    try:
+        await client.trigger_many("kt_status", [{"k": "x", "n": n} for n in range(4)])
+        await client.trigger("kt_status", {"k": "y", "n": 0})
+
+        def shown() -> bool:
+            statuses = trigger_status(composite, spec)
+            return sum(len(s.windows) for s in statuses) == 2 and all(
+                s.owner == "kt-owner" for s in statuses
+            )
+
+        await until("both windows open, every partition owned", shown, 30)
+        statuses = trigger_status(composite, spec)
+    finally:
+        await stop(worker)
+    assert [s.partition for s in statuses] == list(range(SHARDS))
+    windows = {w.key: w for s in statuses for w in s.windows}
+    assert windows["x"].count == 4
+    assert windows["y"].count == 1
+    assert windows["x"].due_at > time.time() + 500
+    for status in statuses:
+        assert status.end == status.lag + (status.committed or 0)
+        if status.windows:
+            assert status.lag >= sum(w.count for w in status.windows)
