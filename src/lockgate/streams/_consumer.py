@@ -112,6 +112,9 @@ class TriggerConsumer:
         self._next_commit = 0.0
         self._dlq_unacknowledged = False
         self._producer: Any = None
+        self._consumer: Any = None
+        #: Set by a crash or a close: a revoke then neither fires nor commits.
+        self._crashed = False
         #: Set once the consumer has joined its group and been given its first assignment.
         self.assigned = threading.Event()
         #: Runs fired, and records sent to the dead-letter topic, since it started.
@@ -121,9 +124,22 @@ class TriggerConsumer:
     # -- serving -------------------------------------------------------------------------------
 
     def serve(self, stop: threading.Event) -> None:
+        """Join the group and serve until ``stop`` is set; then fire what is due, commit and
+        leave."""
+        self.open()
+        try:
+            while not stop.is_set():
+                self.step()
+        finally:
+            self.close()
+
+    def open(self, partitions: list[int] | None = None) -> None:
+        """Make the topics (or check them) and join the group; given ``partitions``, read
+        those from their commits instead, outside the group's assignment (see
+        :meth:`reassign`)."""
         prepare_trigger_topics(self.journal, self.topic)
         self._producer = shared_producer(self.journal.client_config, self.journal.delivery_timeout)
-        consumer = Consumer(
+        self._consumer = Consumer(
             {
                 **self.journal.client_config,
                 "group.id": self.group,
@@ -137,31 +153,73 @@ class TriggerConsumer:
                 **self._config,
             }
         )
-        try:
-            consumer.subscribe(
-                [self.topic],
-                on_assign=self._assign,
-                on_revoke=self._revoke,
-                on_lost=self._lose,
+        if partitions is None:
+            self._consumer.subscribe(
+                [self.topic], on_assign=self._assign, on_revoke=self._revoke, on_lost=self._lose
             )
-            while not stop.is_set():
-                messages = consumer.consume(CONSUME_BATCH, timeout=self._wait())
-                if messages:
-                    self._take(consumer, messages)
-                self._fire_due()
-                if self.clock() >= self._next_commit:
-                    self._commit(consumer)
+        else:
+            self.reassign(partitions)
+
+    def step(self, timeout: float | None = None) -> None:
+        """Take what records came (waiting up to ``timeout``, else until the soonest window is
+        due, at most POLL_MOST), fire what is due, and commit when a commit is due."""
+        consumer = self._consumer
+        assert consumer is not None, "open() first"
+        messages = consumer.consume(
+            CONSUME_BATCH, timeout=self._wait() if timeout is None else timeout
+        )
+        if messages:
+            self._take(consumer, messages)
+        self._fire_due()
+        if self.clock() >= self._next_commit:
+            self._commit(consumer)
+
+    def close(self) -> None:
+        """Fire what is due, commit what may be, and leave the group."""
+        consumer, self._consumer = self._consumer, None
+        if consumer is None:
+            return
+        try:
+            self._fire_due()
+            self._commit(consumer)
+        except (KafkaException, StoreUnavailable) as exc:
+            log.warning("trigger topic %s: stopped without a last commit: %s", self.topic, exc)
         finally:
+            self._crashed = True  # the revoke of the close below has nothing more to do
             try:
-                self._fire_due()
-                self._commit(consumer)
-            except (KafkaException, StoreUnavailable) as exc:
-                log.warning(
-                    "trigger consumer of %s stopped without a last commit: %s", self.topic, exc
-                )
-            finally:
                 consumer.close()  # leaves the group: its partitions move at once
+            finally:
                 release_producer(self._producer, self.journal.delivery_timeout)
+
+    def crash(self) -> None:
+        """Stop as a killed process does: no fire, no commit, windows gone."""
+        self._crashed = True
+        consumer, self._consumer = self._consumer, None
+        self._windows.clear()
+        self._to_fire.clear()
+        if consumer is not None:
+            consumer.close()
+            release_producer(self._producer, self.journal.delivery_timeout)
+
+    def reassign(self, partitions: list[int]) -> None:
+        """Outside the group: let go of the partitions not in ``partitions`` as a revoke does
+        (fire what is due, commit, drop their windows), and read the new ones from their
+        commits."""
+        consumer = self._consumer
+        assert consumer is not None, "open() first"
+        gone = [TopicPartition(self.topic, p) for p in self._windows if p not in partitions]
+        if gone:
+            self._revoke(consumer, gone)
+            consumer.incremental_unassign(gone)
+        new = [TopicPartition(self.topic, p) for p in partitions if p not in self._windows]
+        if new:
+            committed = consumer.committed(new, timeout=self.journal.read_timeout)
+            starts = [
+                TopicPartition(self.topic, tp.partition, tp.offset if tp.offset >= 0 else 0)
+                for tp in committed
+            ]
+            consumer.incremental_assign(starts)
+            self._assign(consumer, starts)
 
     def _wait(self) -> float:
         """Seconds to wait for records: until the soonest window is due, at most POLL_MOST."""
@@ -319,7 +377,9 @@ class TriggerConsumer:
 
     def _assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
-            self._windows[tp.partition] = PartitionWindows(tp.partition, self._policy)
+            windows = self._windows[tp.partition] = PartitionWindows(tp.partition, self._policy)
+            if tp.offset >= 0:  # read from a known offset (reassign): it is where it stands
+                windows.next_offset = tp.offset
             self._committed.pop(tp.partition, None)
         self._assigned_changed("assigned", partitions)
         self.assigned.set()
@@ -328,9 +388,10 @@ class TriggerConsumer:
         """Partitions going to another member: fire what is due, commit, and let go of their
         windows (the next owner reads their records again from the commit)."""
         gone = [tp.partition for tp in partitions]
-        with contextlib.suppress(KafkaException, StoreUnavailable):
-            self._fire_due()
-            self._commit(consumer, gone)
+        if not self._crashed:
+            with contextlib.suppress(KafkaException, StoreUnavailable):
+                self._fire_due()
+                self._commit(consumer, gone)
         self._drop(gone)
         self._assigned_changed("revoked", partitions)
 
@@ -357,6 +418,11 @@ class TriggerConsumer:
         self._on_assigned(sorted(self._windows))
 
     # -- visibility ----------------------------------------------------------------------------
+
+    def positions(self) -> dict[int, int | None]:
+        """Per owned partition, the offset of the next record it reads (None: not known yet,
+        before its first record)."""
+        return {p: w.next_offset for p, w in sorted(self._windows.items())}
 
     def open_windows(self) -> dict[int, list[tuple[str, int, float]]]:
         """Per owned partition, (key, count, due time) of each open window."""
