@@ -778,6 +778,7 @@ class CompositeStore(Store):
     def next_trigger_due(self, name: str, after: float) -> float | None:
         return self.lifecycle.next_trigger_due(name, after)
 
+    @composed
     def fire_batch(
         self,
         name: str,
@@ -788,11 +789,10 @@ class CompositeStore(Store):
         source: str,
         first: int,
         last: int,
-    ) -> FiredBatch:
-        fired = self.lifecycle.fire_batch(
-            name, key, events, policy=policy, source=source, first=first, last=last
-        )
-        self._copy(name, fired.run_id)
+    ) -> Op[FiredBatch]:
+        options = {"policy": policy, "source": source, "first": first, "last": last}
+        fired: FiredBatch = yield Call(self.lifecycle.fire_batch, (name, key, events), options)
+        yield from self._copy_op(name, fired.run_id)
         return fired
 
     def fired_through(

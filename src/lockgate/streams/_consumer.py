@@ -20,16 +20,18 @@ fires with nothing more arriving on its partition.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any, TypeVar
 
 from lockgate._clock import Clock, as_clock
 from lockgate._errors import StoreUnavailable
 from lockgate.stores._base import Store
+from lockgate.stores._calls import call_store
 from lockgate.stores._triggers import TriggerPolicy
 from lockgate.stores.kafka import KafkaEventLogStore
 from lockgate.stores.kafka._producer import release_producer, shared_producer
@@ -43,9 +45,13 @@ with contextlib.suppress(ImportError):  # the extra may be missing: no journal i
     from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 log = logging.getLogger("lockgate.triggers")
+T = TypeVar("T")
 
 #: Records taken from the consumer at once.
 CONSUME_BATCH = 2000
+#: The consumer's fetch settings: records are fetched ahead while the last batch is handled,
+#: and a fetch waits at most 10 ms for more (a window's fire waits on no fetch).
+CONSUMER_FETCH = {"queued.min.messages": 200_000, "fetch.wait.max.ms": 10}
 #: Seconds between two commits of the partitions' progress.
 COMMIT_EVERY = 0.5
 #: The longest one wait for records lasts, in seconds, with no window due sooner.
@@ -113,6 +119,7 @@ class TriggerConsumer:
         self._dlq_unacknowledged = False
         self._producer: Any = None
         self._consumer: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         #: Set by a crash or a close: a revoke then neither fires nor commits.
         self._crashed = False
         #: Set once the consumer has joined its group and been given its first assignment.
@@ -149,7 +156,7 @@ class TriggerConsumer:
                 "partition.assignment.strategy": "cooperative-sticky",
                 "session.timeout.ms": 6000,
                 "heartbeat.interval.ms": 1000,
-                "fetch.wait.max.ms": 10,
+                **CONSUMER_FETCH,
                 **self._config,
             }
         )
@@ -165,9 +172,14 @@ class TriggerConsumer:
         due, at most POLL_MOST), fire what is due, and commit when a commit is due."""
         consumer = self._consumer
         assert consumer is not None, "open() first"
-        messages = consumer.consume(
-            CONSUME_BATCH, timeout=self._wait() if timeout is None else timeout
-        )
+        # consume() waits until it has a whole batch or its time is up; a record must not wait
+        # that long (its window starts when it is read): take what is there, else wait for
+        # the first record alone and then take what came with it.
+        messages = consumer.consume(CONSUME_BATCH, timeout=0)
+        if not messages:
+            first = consumer.poll(self._wait() if timeout is None else timeout)
+            if first is not None:
+                messages = [first, *consumer.consume(CONSUME_BATCH - 1, timeout=0)]
         if messages:
             self._take(consumer, messages)
         self._fire_due()
@@ -190,6 +202,7 @@ class TriggerConsumer:
                 consumer.close()  # leaves the group: its partitions move at once
             finally:
                 release_producer(self._producer, self.journal.delivery_timeout)
+                self._close_loop()
 
     def crash(self) -> None:
         """Stop as a killed process does: no fire, no commit, windows gone."""
@@ -200,6 +213,7 @@ class TriggerConsumer:
         if consumer is not None:
             consumer.close()
             release_producer(self._producer, self.journal.delivery_timeout)
+        self._close_loop()
 
     def reassign(self, partitions: list[int]) -> None:
         """Outside the group: let go of the partitions not in ``partitions`` as a revoke does
@@ -264,8 +278,9 @@ class TriggerConsumer:
         unknown = windows.unknown(keys)
         if unknown:
             source = source_of(self.topic, windows.partition)
-            marks = self.store.fired_through(
-                self.spec.name, source, {key: self._policy(key) for key in unknown}
+            policies = {key: self._policy(key) for key in unknown}
+            marks = self._run(
+                call_store(self.store, self.store.fired_through, self.spec.name, source, policies)
             )
             windows.know(unknown, marks)
         now = self.clock()
@@ -314,19 +329,43 @@ class TriggerConsumer:
     # -- fires ---------------------------------------------------------------------------------
 
     def _fire_due(self) -> None:
+        """Fire every batch that is ready: the keys side by side on the consumer's event loop
+        (so a store that pipelines, as Valkey with a Kafka journal does, sends their fires
+        together and their journal copies share produce batches), one key's batches one after
+        another, in order. A key whose fire found the store unavailable keeps its batches for
+        the next try."""
         now = self.clock()
         for windows in self._windows.values():
             self._to_fire.extend(windows.due(now))
         if not self._to_fire or now < self._retry_at:
             return
-        while self._to_fire:
-            batch = self._to_fire[0]
+        by_key: dict[tuple[int, str], list[Batch]] = {}
+        for batch in self._to_fire:
+            if batch.partition in self._windows:  # else revoked: its next owner fires them
+                by_key.setdefault((batch.partition, batch.key), []).append(batch)
+        self._to_fire.clear()
+        left = self._run(self._fire_keys(list(by_key.values())))
+        if left:
+            self._to_fire.extend(left)
+            self._retry_at = self.clock() + RETRY_AFTER
+
+    async def _fire_keys(self, keys: list[list[Batch]]) -> list[Batch]:
+        """Fire each key's batches; those left unfired, in order."""
+        left = await asyncio.gather(*(self._fire_in_order(batches) for batches in keys))
+        return [batch for unfired in left for batch in unfired]
+
+    async def _fire_in_order(self, batches: list[Batch]) -> list[Batch]:
+        """Fire one key's batches in order; those left when the store is unavailable."""
+        pending = collections.deque(batches)
+        while pending:
+            batch = pending[0]
             owner = self._windows.get(batch.partition)
-            if owner is None:  # revoked: its next owner fires these records
-                self._to_fire.popleft()
-                continue
+            if owner is None:
+                return []
             try:
-                fired = self.store.fire_batch(
+                fired = await call_store(
+                    self.store,
+                    self.store.fire_batch,
                     self.spec.name,
                     batch.key,
                     list(batch.events),
@@ -337,15 +376,27 @@ class TriggerConsumer:
                 )
             except StoreUnavailable as exc:
                 log.debug("trigger topic %s: fire deferred: %s", self.topic, exc)
-                self._retry_at = self.clock() + RETRY_AFTER
-                return
-            self._to_fire.popleft()
+                return list(pending)
+            pending.popleft()
             rest = owner.fired(batch, fired.fired_through)
             if rest is not None:
-                self._to_fire.appendleft(rest)  # another owner fired part of it: fire the rest
+                pending.appendleft(rest)  # another owner fired part of it: fire the rest
             if fired.run_id is not None:
                 self.fires += 1
                 self._on_fired()
+        return []
+
+    def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run ``coroutine`` on the consumer's own event loop."""
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        return self._loop.run_until_complete(coroutine)
+
+    def _close_loop(self) -> None:
+        loop, self._loop = self._loop, None
+        if loop is not None:
+            loop.run_until_complete(loop.shutdown_asyncgens())  # the store's loop clients
+            loop.close()
 
     # -- commits -------------------------------------------------------------------------------
 

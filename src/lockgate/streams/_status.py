@@ -145,7 +145,8 @@ def _open_windows(
     stop = min(end, start + SCAN_MOST)
     offsets: dict[str, list[int]] = {}
     while read < stop - start:
-        messages = consumer.consume(1000, timeout=timeout)
+        # consume() waits until it has as many as asked for: ask for no more than are left.
+        messages = consumer.consume(min(1000, stop - start - read), timeout=timeout)
         if not messages:
             break
         last = start

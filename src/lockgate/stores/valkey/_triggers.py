@@ -21,7 +21,7 @@ from lockgate.stores._triggers import FiredBatch, TriggerPolicy
 from lockgate.stores.valkey._core import _scored, _text, event_args, shard_key
 from lockgate.stores.valkey._keys import SEP, member
 from lockgate.stores.valkey._lifecycle import ValkeyLifecycle, run_fields, soonest_op
-from lockgate.stores.valkey._loop import Op, operation
+from lockgate.stores.valkey._loop import Op, Script, command, operation
 
 #: Marks a slot in a template. Random per process, so no user string can pass for one.
 SLOT_MARK = f"\x1elg-slot-{uuid.uuid4().hex}:"
@@ -204,6 +204,7 @@ class ValkeyTriggers(ValkeyLifecycle):
     ) -> str | None:
         return self._trigger(name, key, "", repr(float(due_by)), policy)
 
+    @operation
     def fire_batch(
         self,
         name: str,
@@ -214,38 +215,42 @@ class ValkeyTriggers(ValkeyLifecycle):
         source: str,
         first: int,
         last: int,
-    ) -> FiredBatch:
+    ) -> Op[FiredBatch]:
         check_name("workflow name", name)
         run_id, submit = policy.submit(name, key, events, first, last, source)
         shard = self._mark_shard(key, policy)
-        fired_id, mark = self._script(
+        now = yield from self._server_now_op()
+        fired_id, mark = yield Script(
             "t_fire_batch",
-            name,
-            run_id,
-            mark_field(source, key),
-            str(first),
-            str(last),
-            dumps(run_fields(submit, fair_bucket(submit.owner, submit.gates))),
-            event_args(submit.opening_events(run_id, self._server_now(), None)),
-            shard=shard,
+            (
+                name,
+                run_id,
+                mark_field(source, key),
+                str(first),
+                str(last),
+                dumps(run_fields(submit, fair_bucket(submit.owner, submit.gates))),
+                event_args(submit.opening_events(run_id, now, None)),
+            ),
+            shard,
         )
         fired = _text(fired_id) or None
         if fired is not None and self.shard_count > 1:
             # As for a buffer's fire: the run's index entry follows its creation.
-            self._cmd("HSET", self._key("shardof"), member(name, fired), str(shard))
+            yield command("HSET", self._key("shardof"), member(name, fired), str(shard))
             self._remember(name, fired, shard)
         return FiredBatch(fired, int(mark))
 
+    @operation
     def fired_through(
         self, name: str, source: str, keys: Mapping[str, TriggerPolicy]
-    ) -> dict[str, int]:
+    ) -> Op[dict[str, int]]:
         by_shard: dict[int, list[str]] = {}
         for key, policy in keys.items():
             by_shard.setdefault(self._mark_shard(key, policy), []).append(key)
         found: dict[str, int] = {}
         for shard, wanted in by_shard.items():
             fields = [mark_field(source, key) for key in wanted]
-            marks = self._cmd("HMGET", self._key("tfired", name, shard=shard), *fields)
+            [marks] = yield command("HMGET", self._key("tfired", name, shard=shard), *fields)
             found.update((k, int(m)) for k, m in zip(wanted, marks, strict=True) if m is not None)
         return found
 
