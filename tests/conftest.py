@@ -9,7 +9,8 @@ from pathlib import Path
 # tools/ holds the scripts that start the services the suite talks to (the Kafka broker).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -99,3 +100,18 @@ def kafka_bootstrap() -> str:
             f"or set {kafka_broker.BOOTSTRAP_ENV} to a cluster's bootstrap address"
         )
     return kafka_broker.shared_bootstrap()
+
+
+@pytest.fixture(scope="session")
+def restartable_broker() -> Iterator[Any]:
+    """A broker of the tests that kill it (the shared one is never stopped), started once for
+    the session on first use; a test that stops it starts it again before it ends. Those tests
+    also keep clear of the load other tests put on the shared broker."""
+    import kafka_broker
+
+    missing = kafka_broker.missing_tools()
+    if missing:  # these tests kill the broker: they need one of their own, not a cluster's
+        pytest.fail(f"no Kafka broker can be started here: {missing}; install Java 17 and Maven")
+    broker = kafka_broker.KafkaBroker().start()
+    yield broker
+    broker.close()

@@ -72,23 +72,11 @@ class KafkaCluster(ValkeyCluster):
         return store
 
 
-@pytest.fixture(scope="module")
-def own_broker() -> Iterator[Any]:
-    """A broker of this module's own: two tests kill it (the suite's shared one is never
-    stopped), and the others keep clear of the load other tests put on the shared one."""
-    import kafka_broker
-
-    missing = kafka_broker.missing_tools()
-    if missing:  # these tests kill the broker: they need one of their own, not a cluster's
-        pytest.fail(f"no Kafka broker can be started here: {missing}; install Java 17 and Maven")
-    broker = kafka_broker.KafkaBroker().start()
-    yield broker
-    broker.close()
-
-
 @pytest.fixture
-def cluster(tmp_path: Path, own_broker: Any) -> Iterator[KafkaCluster]:
-    running = KafkaCluster(tmp_path, server_url=shared_url(), bootstrap=own_broker.bootstrap)
+def cluster(tmp_path: Path, restartable_broker: Any) -> Iterator[KafkaCluster]:
+    running = KafkaCluster(
+        tmp_path, server_url=shared_url(), bootstrap=restartable_broker.bootstrap
+    )
     yield running
     running.close()
 
@@ -366,9 +354,9 @@ def assert_nothing_acknowledged_lost(
 
 
 def test_a_broker_killed_and_restarted_mid_load_loses_no_acknowledged_append(
-    tmp_path: Path, own_broker: Any
+    tmp_path: Path, restartable_broker: Any
 ) -> None:
-    cluster = broker_cluster(tmp_path, own_broker)
+    cluster = broker_cluster(tmp_path, restartable_broker)
     try:
         store = cluster.store()
         runs = submit_steps(store, 60, steps=2, pause=0.05)
@@ -376,24 +364,24 @@ def test_a_broker_killed_and_restarted_mid_load_loses_no_acknowledged_append(
             cluster.start("--worker-id", f"w{i}", "--concurrency", "4", *BROKER_LEASE, ready=False)
         cluster.wait_ready()
         wait_for("runs are under way", lambda: len(cluster.executions()) >= 10, cluster, DEADLINE)
-        own_broker.stop(kill=True)
-        own_broker.start()  # same port, same data directory
+        restartable_broker.stop(kill=True)
+        restartable_broker.start()  # same port, same data directory
         wait_for("all runs end", all_ended(store, STEPS, list(runs)), cluster, DEADLINE)
         assert all(proc.poll() is None for proc in cluster.procs), cluster.tail()
         assert_nothing_acknowledged_lost(cluster, store, runs)
         store.close()
     finally:
         cluster.close()
-        if own_broker.process is None or own_broker.process.poll() is not None:
-            own_broker.start()  # up again for the module's other tests
+        if restartable_broker.process is None or restartable_broker.process.poll() is not None:
+            restartable_broker.start()  # up again for the module's other tests
 
 
 def test_a_broker_away_longer_than_an_append_waits_puts_runs_back_and_they_complete(
-    tmp_path: Path, own_broker: Any
+    tmp_path: Path, restartable_broker: Any
 ) -> None:
     # Appends and reads give up after 2 s (not 30): an outage longer than that, and than a
     # lease, is an outage the attempts cannot wait out.
-    cluster = broker_cluster(tmp_path, own_broker, "&delivery_timeout=2&read_timeout=2")
+    cluster = broker_cluster(tmp_path, restartable_broker, "&delivery_timeout=2&read_timeout=2")
     try:
         store = cluster.store()
         runs = submit_steps(store, 40, steps=2, pause=0.05)
@@ -401,7 +389,7 @@ def test_a_broker_away_longer_than_an_append_waits_puts_runs_back_and_they_compl
             cluster.start("--worker-id", f"w{i}", "--concurrency", "4", *BROKER_LEASE, ready=False)
         cluster.wait_ready()
         wait_for("runs are under way", lambda: len(cluster.executions()) >= 10, cluster, DEADLINE)
-        own_broker.stop(kill=True)
+        restartable_broker.stop(kill=True)
         logs = [cluster.tmp / f"worker-{i}.log" for i in range(2)]
         wait_for(
             "both workers found the journal away",
@@ -415,7 +403,7 @@ def test_a_broker_away_longer_than_an_append_waits_puts_runs_back_and_they_compl
         # Away for longer than a lease: runs must neither be claimed only to lapse nor be put
         # back again and again meanwhile.
         time.sleep(OUTAGE_S)
-        own_broker.start()
+        restartable_broker.start()
         wait_for("all runs end", all_ended(store, STEPS, list(runs)), cluster, DEADLINE)
         assert len(cluster.executions()) > during  # the runs went on after the outage
         assert all(proc.poll() is None for proc in cluster.procs), cluster.tail()
@@ -445,5 +433,5 @@ def test_a_broker_away_longer_than_an_append_waits_puts_runs_back_and_they_compl
         store.close()
     finally:
         cluster.close()
-        if own_broker.process is None or own_broker.process.poll() is not None:
-            own_broker.start()  # up again for the module's other tests
+        if restartable_broker.process is None or restartable_broker.process.poll() is not None:
+            restartable_broker.start()  # up again for the module's other tests

@@ -1,23 +1,21 @@
 """Trigger topics on a real broker and a real Valkey, workers in this process: events sent with
-``client.trigger`` or by a plain producer become Collect and Debounce runs, each event in
-exactly one run; bad records go to the dead-letter topic; a second consumer joining takes
-partitions over without losing or doubling an event.
+``client.trigger`` and ``trigger_many`` become Collect runs, each event in exactly one run; a
+second worker joining takes partitions over without losing or doubling an event; the status
+shows owners, commits, lag and open windows.
 
-The workers and their ``TriggerConsumer``s run here; ``test_kafka_trigger_processes`` kills
-worker processes."""
+``test_kafka_trigger_processes`` runs worker processes (SIGKILL, rebalances, a broker
+restart, Debounce timing, the dead-letter topic)."""
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import json
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
 
 from lockgate import (
     Collect,
@@ -30,8 +28,6 @@ from lockgate import (
 )
 from lockgate.stores import CompositeStore
 from lockgate.streams import trigger_status
-from lockgate.streams._consumer import REASON_HEADER, SOURCE_HEADER
-from lockgate.streams._topics import dlq_topic, trigger_topic
 from lockgate.worker import WorkerOptions, WorkflowWorker
 from lockgate.workflow._spec import get_workflow
 from valkey_server import shared_url
@@ -41,24 +37,6 @@ SHARDS = 4
 
 @workflow(name="kt_collect", trigger=Collect(key="k", max_events=5, window_seconds=0.5))
 async def kt_collect(
-    ctx: WorkflowContext, key: str, events: list[dict[str, Any]], count: int
-) -> int:
-    return count
-
-
-@workflow(name="kt_debounce", trigger=Debounce(key="k", window_seconds=1.0, max_wait_seconds=2.5))
-async def kt_debounce(
-    ctx: WorkflowContext, key: str, events: list[dict[str, Any]], count: int
-) -> int:
-    return count
-
-
-@workflow(
-    name="kt_capped",
-    trigger=Collect(key="k", max_events=3, window_seconds=0.3),
-    max_event_payload_bytes=200,
-)
-async def kt_capped(
     ctx: WorkflowContext, key: str, events: list[dict[str, Any]], count: int
 ) -> int:
     return count
@@ -150,124 +128,7 @@ async def test_events_sent_with_client_trigger_fire_collect_batches_each_event_o
     assert len(runs) == 12  # 15 events a key, in batches of five
 
 
-def fired_at(store: CompositeStore, name: str) -> list[tuple[float, dict[str, Any]]]:
-    """(submitted_at, params) of every run of ``name``, the earliest first."""
-    found, cursor = [], None
-    while True:
-        page, cursor = store.list_runs(name, limit=200, cursor=cursor)
-        found.extend((info.submitted_at, info.params) for info in page)
-        if not cursor:
-            return sorted(found, key=lambda pair: pair[0])
-
-
-def alone_on_partitions(count: int) -> list[str]:
-    """``count`` keys, each the only one of them on its partition of SHARDS."""
-    from lockgate.stores.kafka._partition import partition_for
-
-    keys: dict[int, str] = {}
-    n = 0
-    while len(keys) < count:
-        keys.setdefault(partition_for(f"key-{n}", SHARDS), f"key-{n}")
-        n += 1
-    return list(keys.values())
-
-
-async def test_a_quiet_debounce_key_fires_on_time_and_a_busy_one_at_max_wait(
-    composite: CompositeStore,
-) -> None:
-    quiet, busy = alone_on_partitions(2)
-    worker = await serving(composite, kt_debounce, worker_id="kt-w2")
-    client = WorkflowClient(composite)
-    try:
-        for n in range(3):
-            await client.trigger("kt_debounce", {"k": quiet, "n": n})
-        last_sent = time.time()
-        await until("the quiet key's fire", lambda: len(fired_at(composite, "kt_debounce")) == 1)
-        [(at, params)] = fired_at(composite, "kt_debounce")
-        assert params["key"] == quiet
-        assert [e["n"] for e in params["events"]] == [0, 1, 2]
-        # Nothing else arrived on its partition: the window closed on the clock.
-        assert 1.0 <= at - last_sent <= 1.2, f"fired {at - last_sent:.3f} s after the last event"
-
-        first_sent = time.time()
-        n = 0
-        while time.time() - first_sent < 3.5:  # never quiet for a second
-            await client.trigger("kt_debounce", {"k": busy, "n": n})
-            n += 1
-            await asyncio.sleep(0.2)
-        await until("the busy key's fires", lambda: len(fired_at(composite, "kt_debounce")) >= 3)
-    finally:
-        await stop(worker)
-    busy_fires = [(at, p) for at, p in fired_at(composite, "kt_debounce") if p["key"] == busy]
-    first_at, _ = busy_fires[0]
-    assert 2.5 <= first_at - first_sent <= 2.8, (
-        f"fired {first_at - first_sent:.3f} s after its first"
-    )
-    each_once([p for _, p in busy_fires], {busy: list(range(n))})
-
-
-def produce_raw(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes]]) -> None:
-    """Records sent by a plain producer (key, value), on the key's partition when it has one."""
-    from lockgate.stores.kafka._partition import partition_for
-
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-    for key, value in records:
-        partition = partition_for(key.decode(), SHARDS) if key is not None else 0
-        producer.produce(topic, value=value, key=key, partition=partition)
-    assert producer.flush(30) == 0
-
-
-def read_all(bootstrap: str, topic: str, count: int) -> list[Any]:
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex, "enable.auto.commit": False}
-    )
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(SHARDS)])
-    found: list[Any] = []
-    deadline = time.monotonic() + 30
-    while len(found) < count and time.monotonic() < deadline:
-        found.extend(m for m in consumer.consume(100, timeout=0.5) if m.error() is None)
-    consumer.close()
-    return found
-
-
-async def test_bad_records_go_to_the_dead_letter_topic_and_the_good_ones_around_them_fire(
-    composite: CompositeStore, kafka_bootstrap: str
-) -> None:
-    from lockgate.streams._produce import producer_for
-
-    spec = get_workflow("kt_capped")
-    assert spec is not None
-    topic = trigger_topic(composite.events.topic_prefix, spec)  # type: ignore[attr-defined]
-    producer_for(composite.events).prepare(topic)  # type: ignore[arg-type]
-    good = [(b"a", json.dumps({"k": "a", "n": n}).encode()) for n in range(3)]
-    produce_raw(
-        kafka_bootstrap,
-        topic,
-        [
-            good[0],
-            (b"a", b"not json {"),
-            (b"a", b"[1, 2]"),
-            good[1],
-            (b"a", json.dumps({"k": "a", "pad": "x" * 300}).encode()),
-            good[2],
-        ],
-    )
-    worker = await serving(composite, kt_capped, worker_id="kt-w3")
-    try:
-        await until("the good records' run", lambda: len(runs_of(composite, "kt_capped")) == 1)
-    finally:
-        await stop(worker)
-    [params] = runs_of(composite, "kt_capped")
-    assert [e["n"] for e in params["events"]] == [0, 1, 2]
-    dead = read_all(kafka_bootstrap, dlq_topic(topic), 3)
-    reasons = [dict(m.headers())[REASON_HEADER].decode() for m in dead]
-    assert reasons == ["not-json", "not-an-object", "over-cap"]
-    assert [m.value() for m in dead][:2] == [b"not json {", b"[1, 2]"]
-    sources = [dict(m.headers())[SOURCE_HEADER].decode() for m in dead]
-    assert all(s.startswith(f"{topic}/") for s in sources)
-
-
-async def test_a_second_worker_joining_mid_stream_loses_and_doubles_nothing(
+async def test_a_worker_joining_mid_stream_of_trigger_many_batches_loses_and_doubles_nothing(
     kafka_bootstrap: str,
 ) -> None:
     namespace, prefix = f"kt{uuid.uuid4().hex[:8]}", f"kt{uuid.uuid4().hex[:8]}"
