@@ -208,3 +208,39 @@ async def test_trigger_status_shows_owners_commits_lag_and_open_windows(
         assert status.end == status.lag + (status.committed or 0)
         if status.windows:
             assert status.lag >= sum(w.count for w in status.windows)
+
+
+async def test_two_workers_own_disjoint_partitions_and_claim_from_their_own_first(
+    kafka_bootstrap: str,
+) -> None:
+    namespace, prefix = f"kt{uuid.uuid4().hex[:8]}", f"kt{uuid.uuid4().hex[:8]}"
+    stores = [
+        open_store(
+            f"{shared_url()}?namespace={namespace}&shard_count={SHARDS}",
+            journal=f"kafka://{kafka_bootstrap}?topic_prefix={prefix}",
+        )
+        for _ in range(2)
+    ]
+    workers = [
+        WorkflowWorker(
+            workflows=[kt_collect], store=store, worker_id=f"kt-own{i}", options=options()
+        )
+        for i, store in enumerate(stores)
+    ]
+    tasks = [asyncio.create_task(worker.run()) for worker in workers]
+    try:
+
+        def split() -> bool:
+            owned = [w._rt.owned.get("kt_collect", []) for w in workers]
+            return all(owned) and sorted(owned[0] + owned[1]) == list(range(SHARDS))
+
+        await until("the partitions split between the two", split, 60)
+        for worker in workers:
+            owned = worker._rt.owned["kt_collect"]
+            assert sorted(worker._rt.prefer("kt_collect")) == owned
+            assert worker._rt.prefer("kt_collect")[0] in owned
+    finally:
+        for task in tasks:
+            await stop(task)
+        for store in stores:
+            store.close()
