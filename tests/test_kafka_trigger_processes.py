@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import re
 import shutil
 import signal
 import subprocess
@@ -24,7 +25,7 @@ from confluent_kafka.admin import AdminClient
 from lockgate import RunStatus, WorkflowClient
 from lockgate.stores import CompositeStore
 from lockgate.stores.kafka._partition import partition_for
-from lockgate.streams._consumer import REASON_HEADER, SOURCE_HEADER
+from lockgate.streams._dead_letters import REASON_HEADER, SOURCE_HEADER
 from test_kafka_processes import KafkaCluster
 from test_worker_processes import wait_for
 from valkey_server import shared_url
@@ -160,7 +161,7 @@ def test_a_second_worker_joining_mid_stream_loses_and_doubles_nothing(
         time.sleep(0.15)
     assert_each_event_once(cluster, store, sent)
     joined = (cluster.tmp / "worker-1.log").read_text(errors="replace")
-    assert "assigned partition(s)" in joined, cluster.tail()
+    assert re.search(r"partition\(s\) \[[0-9, ]+\] assigned to joiner", joined), cluster.tail()
     store.close()
 
 

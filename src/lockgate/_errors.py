@@ -415,7 +415,7 @@ class TriggerTopicMismatch(ConfigurationError):
         super().__init__(
             f"the trigger topic {topic!r} has {partitions} partition(s) but the store has "
             f"{expected} shard(s); a trigger topic needs one partition per shard: name "
-            f"another topic on the Collect/Debounce (topic=...), or delete this one"
+            f"another topic on the Collect/Debounce (topic=...)"
         )
         self.topic = topic
         self.partitions = partitions

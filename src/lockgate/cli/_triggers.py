@@ -10,8 +10,9 @@ import sys
 import time
 from typing import Any
 
+from lockgate._errors import LockgateError, one_line
 from lockgate.cli._commands import check_workflow
-from lockgate.cli._exits import OK, USAGE, Failure
+from lockgate.cli._exits import OK, USAGE, Failure, exit_code_for
 from lockgate.cli._output import json_line, out
 from lockgate.cli._params import FROM_FILE, Subparsers, json_object
 from lockgate.client._client import WorkflowClient, recorded_spec
@@ -72,14 +73,36 @@ async def trigger(args: argparse.Namespace, store: Store) -> int:
         out(handle.run_id if handle is not None else ("sent" if journal else "buffered"))
         return OK
     events = _json_lines(args.file)
+    for number, event in enumerate(events, start=1):
+        try:  # each event as the send will check it, so a bad one is named by its line
+            await client.trigger_many(args.name, [event], key=args.key, check_only=True)
+        except (LockgateError, ValueError) as exc:
+            raise Failure(f"--file event {number}: {one_line(exc)}") from None
     bar = _Bar(len(events)) if sys.stderr.isatty() else None
-    fired = await client.trigger_many(
-        args.name, events, key=args.key, progress=bar.show if bar is not None else None
-    )
+    sent = [0]
+
+    def progress(done: int) -> None:
+        sent[0] = done
+        if bar is not None:
+            bar.show(done)
+
+    try:
+        fired = await client.trigger_many(args.name, events, key=args.key, progress=progress)
+    except LockgateError as exc:
+        if bar is not None:
+            print(file=sys.stderr)  # off the bar's line
+        raise Failure(
+            f"{one_line(exc)}; {sent[0]} of {len(events)} event(s) were sent before it: send "
+            f"the rest, from event {sent[0] + 1} on",
+            exit_code_for(exc),
+        ) from None
     for handle in fired:
         out(handle.run_id)
-    where = f" to {trigger_topic(journal.topic_prefix, _spec(store, args.name))}" if journal else ""
-    out(f"sent {len(events)} event(s){where}")
+    if journal:
+        topic = trigger_topic(journal.topic_prefix, _spec(store, args.name))
+        out(f"sent {len(events)} event(s) to {topic}")
+    else:
+        out(f"buffered {len(events)} event(s)")
     return OK
 
 
@@ -101,8 +124,11 @@ def _json_lines(path: str) -> list[dict[str, Any]]:
             continue
         try:
             event = json.loads(line, parse_constant=_not_json)
-        except ValueError as exc:
-            raise Failure(f"--file {where} line {number} is not a JSON object: {exc}") from None
+        except (ValueError, RecursionError) as exc:
+            raise Failure(
+                f"--file {where} line {number} is not a JSON object: {one_line(exc)}; nothing "
+                f"was sent"
+            ) from None
         if not isinstance(event, dict):
             raise Failure(
                 f"--file {where} line {number} must be a JSON object, not "

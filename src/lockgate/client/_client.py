@@ -250,13 +250,16 @@ class WorkflowClient:
         *,
         key: str | None = None,
         progress: Callable[[int], None] | None = None,
+        check_only: bool = False,
     ) -> list[RunHandle]:
         """:meth:`trigger` for many events, in order: every event is checked before any is
         sent, so a bad one sends none. ``progress(sent so far)`` is called as they go. On a
         store with a Kafka journal they are produced in batches, each acknowledged before the
         next, and this returns []; else the handles of the runs completed Collect batches
-        started."""
+        started. With ``check_only`` the events are checked and none is sent."""
         targets = [(await self._trigger_target(name, event, key), event) for event in events]
+        if check_only:
+            return []
         journal = kafka_journal(self.store)
         if journal is not None:
             if targets:
@@ -310,6 +313,14 @@ class WorkflowClient:
                     workflow=name,
                 )
             return spec, key
+        declared = spec.trigger.key
+        if isinstance(declared, str) and event.get(declared) is None and kafka_journal(self.store):
+            # Its consumers would send it to the dead-letter topic (no resolvable key).
+            raise InvalidParamsError(
+                f"a trigger event of {name!r} needs its key field {declared!r} (or give the "
+                f"key); nothing was sent",
+                workflow=name,
+            )
         try:
             return spec, spec.trigger.resolve(event)
         except Exception as exc:

@@ -94,14 +94,16 @@ class Rate:
 
 
 #: A Kafka topic name: what brokers accept.
-_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
+_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,245}")  # room for the dead-letter topic's ".dlq"
 
 
 def _check_topic(policy: str, topic: object) -> None:
-    if topic is not None and (not isinstance(topic, str) or not _TOPIC.fullmatch(topic)):
+    if topic is None:
+        return
+    if not isinstance(topic, str) or not _TOPIC.fullmatch(topic) or topic in (".", ".."):
         raise ConfigurationError(
-            f"{policy}(topic=...) must be a Kafka topic name, 1-249 of A-Z a-z 0-9 . _ -, "
-            f"got {topic!r}"
+            f"{policy}(topic=...) must be a Kafka topic name, 1-245 of A-Z a-z 0-9 . _ - "
+            f"(not . or ..), got {topic!r}"
         )
 
 

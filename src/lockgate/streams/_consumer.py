@@ -23,20 +23,25 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import json
 import logging
 import threading
+import time
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
 from lockgate._clock import Clock, as_clock
-from lockgate._errors import StoreUnavailable
+from lockgate._errors import StoreUnavailable, one_line
 from lockgate.stores._base import Store
 from lockgate.stores._calls import call_store
 from lockgate.stores._triggers import TriggerPolicy
 from lockgate.stores.kafka import KafkaEventLogStore
 from lockgate.stores.kafka._producer import release_producer, shared_producer
+from lockgate.streams._dead_letters import (
+    DeadLetters,
+)
 from lockgate.streams._produce import prepare_trigger_topics
-from lockgate.streams._records import Event, Refused, read_record
+from lockgate.streams._records import NO_KEY, UNFIREABLE, Event, Refused, read_record
 from lockgate.streams._topics import dlq_topic, group_id, trigger_topic
 from lockgate.streams._windows import Batch, PartitionWindows
 from lockgate.workflow._spec import WorkflowSpec, trigger_policy
@@ -58,12 +63,12 @@ COMMIT_EVERY = 0.5
 POLL_MOST = 0.1
 #: Seconds a fire that found the store unavailable waits before it is tried again.
 RETRY_AFTER = 0.5
+#: A batch's events, in bytes, at most (or the workflow's cap, if smaller): its run's params
+#: hold them, and its ``run:init`` is one journal record, which Kafka takes up to 1 MB of by
+#: default.
+BATCH_MOST_BYTES = 900_000
 #: Trigger policies kept per key; past it the memory starts over.
 POLICIES_KEPT = 100_000
-#: Headers of a dead-lettered record.
-REASON_HEADER = "lockgate.dlq.reason"
-DETAIL_HEADER = "lockgate.dlq.detail"
-SOURCE_HEADER = "lockgate.dlq.source"
 
 
 def offset_of(message: Message) -> int:
@@ -111,13 +116,15 @@ class TriggerConsumer:
         self._config = dict(config or {})
         self._windows: dict[int, PartitionWindows] = {}
         self._policies: dict[str, TriggerPolicy] = {}
+        cap = spec.max_event_payload_bytes
+        self._most_bytes = min(cap, BATCH_MOST_BYTES) if cap is not None else BATCH_MOST_BYTES
         #: Batches taken from their windows, in the order they are fired.
         self._to_fire: collections.deque[Batch] = collections.deque()
         self._retry_at = 0.0
         self._committed: dict[int, int] = {}
         self._next_commit = 0.0
-        self._dlq_unacknowledged = False
         self._producer: Any = None
+        self._dead: DeadLetters = DeadLetters(None, self.dlq)
         self._consumer: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
         #: Set by a crash or a close: a revoke then neither fires nor commits.
@@ -133,8 +140,8 @@ class TriggerConsumer:
     def serve(self, stop: threading.Event) -> None:
         """Join the group and serve until ``stop`` is set; then fire what is due, commit and
         leave."""
-        self.open()
         try:
+            self.open()
             while not stop.is_set():
                 self.step()
         finally:
@@ -146,6 +153,8 @@ class TriggerConsumer:
         :meth:`reassign`)."""
         prepare_trigger_topics(self.journal, self.topic)
         self._producer = shared_producer(self.journal.client_config, self.journal.delivery_timeout)
+        self._dead = DeadLetters(self._producer, self.dlq)
+        self._crashed = False
         self._consumer = Consumer(
             {
                 **self.journal.client_config,
@@ -190,6 +199,10 @@ class TriggerConsumer:
         """Fire what is due, commit what may be, and leave the group."""
         consumer, self._consumer = self._consumer, None
         if consumer is None:
+            if self._producer is not None:  # open() failed after taking the producer
+                release_producer(self._producer, self.journal.delivery_timeout)
+                self._producer = None
+            self._close_loop()
             return
         try:
             self._fire_due()
@@ -268,12 +281,14 @@ class TriggerConsumer:
             try:
                 self._take_partition(windows, records)
             except StoreUnavailable as exc:
-                # The marks could not be read: read these records again later.
+                # The marks could not be read: read these records again, after a pause (this
+                # thread is the consumer's own; Kafka's heartbeats go on without it).
                 log.debug("trigger topic %s: %s", self.topic, exc)
                 consumer.seek(TopicPartition(self.topic, partition, offset_of(records[0])))
+                time.sleep(RETRY_AFTER)
 
     def _take_partition(self, windows: PartitionWindows, records: list[Message]) -> None:
-        read = [(m, read_record(self.spec, m.value(), m.key())) for m in records]
+        read = [(m, self._read(m)) for m in records]
         keys = [r.key for _, r in read if isinstance(r, Event)]
         unknown = windows.unknown(keys)
         if unknown:
@@ -290,9 +305,19 @@ class TriggerConsumer:
                 windows.skipped(offset)
                 self._dead_letter(message, record)
                 continue
-            batch = windows.add(offset, record.key, record.event, now)
-            if batch is not None:
-                self._to_fire.append(batch)
+            size = len(message.value() or b"")
+            self._to_fire.extend(windows.add(offset, record.key, record.event, now, size))
+
+    def _read(self, message: Message) -> Event | Refused:
+        """The record as an event, refused as well when the workflow's gates cannot be
+        resolved for its key (a gate key function that fails on it)."""
+        record = read_record(self.spec, message.value(), message.key())
+        if isinstance(record, Event):
+            try:
+                self._policy(record.key)
+            except Exception as exc:  # the declaration's function, failing on this key
+                return Refused(NO_KEY, f"the workflow's gates fail on key {record.key!r}: {exc}")
+        return record
 
     def _dead_letter(self, message: Message, refused: Refused) -> None:
         source = f"{message.topic()}/{message.partition()}/{message.offset()}"
@@ -304,18 +329,7 @@ class TriggerConsumer:
             refused.detail,
             self.dlq,
         )
-        self._producer.produce(
-            self.dlq,
-            value=message.value(),
-            key=message.key(),
-            partition=message.partition(),
-            headers=[
-                (REASON_HEADER, refused.reason.encode()),
-                (DETAIL_HEADER, refused.detail.encode()),
-                (SOURCE_HEADER, source.encode()),
-            ],
-        )
-        self._dlq_unacknowledged = True
+        self._dead.send(message, refused.reason, refused.detail, source)
         self.dead_lettered += 1
 
     def _policy(self, key: str) -> TriggerPolicy:
@@ -377,6 +391,11 @@ class TriggerConsumer:
             except StoreUnavailable as exc:
                 log.debug("trigger topic %s: fire deferred: %s", self.topic, exc)
                 return list(pending)
+            except Exception as exc:  # not the store being away: firing it again cannot help
+                pending.popleft()
+                owner.fired(batch, batch.last)
+                self._unfireable(batch, exc)
+                continue
             pending.popleft()
             rest = owner.fired(batch, fired.fired_through)
             if rest is not None:
@@ -385,6 +404,28 @@ class TriggerConsumer:
                 self.fires += 1
                 self._on_fired()
         return []
+
+    def _unfireable(self, batch: Batch, error: Exception) -> None:
+        """A batch the store refused (not for being away): its events go to the dead-letter
+        topic, as their JSON, so the partition moves on."""
+        detail = one_line(error)
+        log.error(
+            "trigger topic %s: the batch of key %r at offsets %d..%d could not be fired (%s); "
+            "its events are sent to %s",
+            self.topic,
+            batch.key,
+            batch.first,
+            batch.last,
+            detail,
+            self.dlq,
+        )
+        for offset, event in zip(batch.offsets, batch.events, strict=True):
+            source = f"{self.topic}/{batch.partition}/{offset}"
+            value = json.dumps(event, separators=(",", ":")).encode()
+            self._dead.send_value(
+                batch.partition, offset, batch.key.encode(), value, UNFIREABLE, detail, source
+            )
+            self.dead_lettered += 1
 
     def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Run ``coroutine`` on the consumer's own event loop."""
@@ -407,15 +448,13 @@ class TriggerConsumer:
         for partition in partitions if partitions is not None else list(self._windows):
             windows = self._windows.get(partition)
             at = windows.committable() if windows is not None else None
+            held = self._dead.held_at(partition)  # not past a record whose copy is not in
+            if at is not None and held is not None:
+                at = min(at, held)
             if at is not None and at > self._committed.get(partition, -1):
                 offsets.append(TopicPartition(self.topic, partition, at))
         if not offsets:
             return
-        if self._dlq_unacknowledged:
-            if self._producer.flush(self.journal.delivery_timeout) > 0:
-                log.warning("trigger topic %s: dead-letter copies unacknowledged", self.dlq)
-                return  # not past a dead-lettered record before its copy is in
-            self._dlq_unacknowledged = False
         try:
             consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as exc:
@@ -428,11 +467,13 @@ class TriggerConsumer:
 
     def _assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
-            windows = self._windows[tp.partition] = PartitionWindows(tp.partition, self._policy)
+            windows = self._windows[tp.partition] = PartitionWindows(
+                tp.partition, self._policy, self._most_bytes
+            )
             if tp.offset >= 0:  # read from a known offset (reassign): it is where it stands
                 windows.next_offset = tp.offset
             self._committed.pop(tp.partition, None)
-        self._assigned_changed("assigned", partitions)
+        self._assigned_changed("assigned to", partitions)
         self.assigned.set()
 
     def _revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -444,26 +485,27 @@ class TriggerConsumer:
                 self._fire_due()
                 self._commit(consumer, gone)
         self._drop(gone)
-        self._assigned_changed("revoked", partitions)
+        self._assigned_changed("revoked from", partitions)
 
     def _lose(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Partitions taken away without a revoke (the session lapsed): no commit."""
         self._drop([tp.partition for tp in partitions])
-        self._assigned_changed("lost", partitions)
+        self._assigned_changed("lost by", partitions)
 
     def _drop(self, partitions: list[int]) -> None:
         for partition in partitions:
             self._windows.pop(partition, None)
             self._committed.pop(partition, None)
+            self._dead.forget(partition)
         self._to_fire = collections.deque(b for b in self._to_fire if b.partition in self._windows)
 
     def _assigned_changed(self, what: str, partitions: list[TopicPartition]) -> None:
         if partitions:
             log.info(
-                "trigger topic %s: %s partition(s) %s to %s",
+                "trigger topic %s: partition(s) %s %s %s",
                 self.topic,
-                what,
                 sorted(tp.partition for tp in partitions),
+                what,
                 self.worker_id,
             )
         self._on_assigned(sorted(self._windows))

@@ -4,9 +4,11 @@ dead-letter topic records."""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
+from lockgate._errors import one_line
 from lockgate.journal._events import payload_size
 from lockgate.workflow._spec import WorkflowSpec
 
@@ -15,6 +17,8 @@ NOT_JSON = "not-json"
 NOT_AN_OBJECT = "not-an-object"
 OVER_CAP = "over-cap"
 NO_KEY = "no-key"
+#: A batch the store refused to fire for good (not for being away): its events, as JSON.
+UNFIREABLE = "unfireable"
 
 
 @dataclass(frozen=True)
@@ -37,22 +41,36 @@ def _not_strict(constant: str) -> Any:
     raise ValueError(f"{constant} is not strict JSON")
 
 
+def _finite(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"{text} is out of a double's range")
+    return number
+
+
+#: A value's bytes, times this, bound its size as compact ASCII JSON: a character of two UTF-8
+#: bytes becomes a six-byte escape, and a number such as ``1e15`` is written out in full
+#: (``1000000000000000.0``). Only a value within this fraction of the cap needs no measuring.
+GROWTH = 6
+
+
 def read_record(spec: WorkflowSpec, value: bytes | None, key: bytes | None) -> Event | Refused:
-    """The event in a record's ``value`` (a UTF-8 JSON object) under its trigger key: the
-    record's ``key`` when it has one, else what the workflow's trigger resolves from the
-    event."""
+    """The event in a record's ``value`` (a UTF-8 JSON object, strict: no NaN, no infinities,
+    no lone surrogates) under its trigger key: the record's ``key`` when it has one, else what
+    the workflow's trigger resolves from the event, which must be there (a missing or null
+    field is no key)."""
     assert spec.trigger is not None
+    raw = value or b""
     try:
-        event = json.loads(value or b"", parse_constant=_not_strict)
-    except (UnicodeDecodeError, ValueError) as exc:
-        return Refused(NOT_JSON, f"the value is not UTF-8 JSON: {exc}")
+        event = json.loads(raw, parse_constant=_not_strict, parse_float=_finite)
+        if b"\\u" in raw:  # an escape may spell a lone surrogate, which UTF-8 cannot carry
+            json.dumps(event, ensure_ascii=False).encode()
+    except (UnicodeError, ValueError, RecursionError) as exc:
+        return Refused(NOT_JSON, f"the value is not strict UTF-8 JSON: {one_line(exc)}")
     if not isinstance(event, dict):
         return Refused(NOT_AN_OBJECT, f"the value is a JSON {type(event).__name__}, not an object")
     cap = spec.max_event_payload_bytes
-    # The cap counts the event as compact ASCII JSON, which a valid JSON text at most triples
-    # (a character of two UTF-8 bytes becomes a six-byte escape): only a value within a third of
-    # the cap needs no measuring.
-    if cap is not None and len(value or b"") * 3 > cap:
+    if cap is not None and len(raw) * GROWTH > cap:
         size = payload_size(event)
         if size > cap:
             return Refused(
@@ -63,8 +81,12 @@ def read_record(spec: WorkflowSpec, value: bytes | None, key: bytes | None) -> E
             return Event(key.decode(), event)
         except UnicodeDecodeError:
             return Refused(NO_KEY, "the record key is not UTF-8")
+    declared = spec.trigger.key
+    if isinstance(declared, str) and event.get(declared) is None:
+        return Refused(NO_KEY, f"the event has no {declared!r} and the record no key")
     try:
         resolved = spec.trigger.resolve(event)
+        resolved.encode()
     except Exception as exc:  # a key function's own error: the record's fault, not ours
-        return Refused(NO_KEY, f"no trigger key could be resolved from the event: {exc}")
+        return Refused(NO_KEY, f"no trigger key could be resolved from the event: {one_line(exc)}")
     return Event(resolved, event)

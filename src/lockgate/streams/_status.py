@@ -91,7 +91,7 @@ def trigger_status(
         for partition in partitions:
             low, high = watermarks(consumer, topic, partition, timeout)
             done = committed[partition]
-            start = done if done is not None else low
+            start = max(done, low) if done is not None else low  # retention may have passed it
             windows = _open_windows(store, consumer, spec, topic, partition, start, high, timeout)
             statuses.append(
                 PartitionStatus(

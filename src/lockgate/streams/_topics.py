@@ -3,17 +3,30 @@ group, and the journal store they hang off."""
 
 from __future__ import annotations
 
+import re
+
 from lockgate._errors import ConfigurationError
 from lockgate.stores.kafka import KafkaEventLogStore
 from lockgate.workflow._spec import WorkflowSpec
 
+#: What Kafka takes in a topic name, with room left for ``.dlq``.
+TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,245}")
+
 
 def trigger_topic(topic_prefix: str, spec: WorkflowSpec) -> str:
     """The topic of ``spec``'s trigger events: the one its ``Collect``/``Debounce`` names,
-    else ``{topic_prefix}.trigger.{workflow name}``."""
+    else ``{topic_prefix}.trigger.{workflow name}``. :class:`ConfigurationError` when that is
+    no name Kafka takes (with its dead-letter topic's ``.dlq``)."""
     if spec.trigger is None:
         raise ConfigurationError(f"workflow {spec.name!r} has no Collect or Debounce trigger")
-    return spec.trigger.topic or f"{topic_prefix}.trigger.{spec.name}"
+    topic = spec.trigger.topic or f"{topic_prefix}.trigger.{spec.name}"
+    if not TOPIC_NAME.fullmatch(topic) or topic in (".", ".."):
+        raise ConfigurationError(
+            f"the trigger topic of {spec.name!r} would be {topic!r}, which Kafka does not take: "
+            f"a topic name is 1-245 of A-Z a-z 0-9 . _ - (before its '.dlq'); name one with "
+            f"Collect/Debounce(topic=...)"
+        )
+    return topic
 
 
 def dlq_topic(topic: str) -> str:

@@ -51,10 +51,11 @@ class Batch:
 
 @dataclass
 class Window:
-    """One key's open window: its records, when its first came, when it is due."""
+    """One key's open window: its records, their size, when its first came, when it is due."""
 
     offsets: list[int] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
+    size: int = 0
     first_at: float = 0.0
     due_at: float = 0.0
 
@@ -66,17 +67,26 @@ class PartitionWindows:
     key's records are added: :meth:`unknown` names the keys to ask the store about, and
     :meth:`know` records the answers (a key with no mark has none, -1)."""
 
-    def __init__(self, partition: int, policy_of: Callable[[str], TriggerPolicy]) -> None:
+    def __init__(
+        self,
+        partition: int,
+        policy_of: Callable[[str], TriggerPolicy],
+        most_bytes: int | None = None,
+    ) -> None:
         self.partition = partition
         self._policy_of = policy_of
+        #: A window whose records would pass this many bytes fires first: a run's params
+        #: hold its events, and one journal record holds its params.
+        self.most_bytes = most_bytes
         self.windows: dict[str, Window] = {}
         self.marks: dict[str, int] = {}
         #: (due_at, key) of every open window, with stale entries skipped when popped.
         self._due: list[tuple[float, str]] = []
         #: One past the last offset added; None before any.
         self.next_offset: int | None = None
-        #: Batches taken from their window and not yet fired: they hold the commit back too.
-        self.in_flight: list[Batch] = []
+        #: Batches taken from their window and not yet fired (by identity): they hold the
+        #: commit back too.
+        self.in_flight: dict[int, Batch] = {}
 
     def unknown(self, keys: list[str]) -> list[str]:
         """Those of ``keys`` whose fired-through mark is not known yet."""
@@ -86,13 +96,25 @@ class PartitionWindows:
         for key in keys:
             self.marks[key] = max(self.marks.get(key, -1), marks.get(key, -1))
 
-    def add(self, offset: int, key: str, event: dict[str, Any], now: float) -> Batch | None:
-        """Add a record read at ``now``; the batch it completes, if it fills a ``Collect``."""
+    def add(
+        self, offset: int, key: str, event: dict[str, Any], now: float, size: int = 0
+    ) -> list[Batch]:
+        """Add a record of ``size`` bytes read at ``now``; the batches ready because of it: the
+        window before it when the record would take it past ``most_bytes``, and the window it
+        fills, for a ``Collect`` at ``max_events``."""
         self.next_offset = offset + 1
         if offset <= self.marks[key]:
-            return None  # in a run already: read again after a takeover
+            return []  # in a run already: read again after a takeover
         policy = self._policy_of(key)
+        ready = []
         window = self.windows.get(key)
+        if (
+            window is not None
+            and self.most_bytes is not None
+            and window.size + size > self.most_bytes
+        ):
+            ready.append(self._take(key))
+            window = None
         if window is None:
             window = self.windows[key] = Window(first_at=now)
             current = None
@@ -100,13 +122,14 @@ class PartitionWindows:
             current = window.due_at
         window.offsets.append(offset)
         window.events.append(event)
+        window.size += size
         due = policy.due_at(window.first_at, now, current)
         if due != current:
             window.due_at = due
             heapq.heappush(self._due, (due, key))
         if policy.full(len(window.offsets)):
-            return self._take(key)
-        return None
+            ready.append(self._take(key))
+        return ready
 
     def skipped(self, offset: int) -> None:
         """A record that is no event of this partition's windows (sent to the dead-letter
@@ -138,17 +161,17 @@ class PartitionWindows:
         mark; the rest of the batch still to fire (in flight now), if the mark did not cover
         it all."""
         self.marks[batch.key] = max(self.marks.get(batch.key, -1), mark)
-        self.in_flight = [b for b in self.in_flight if b is not batch]
+        self.in_flight.pop(id(batch), None)
         rest = batch.after(mark)
         if rest is not None:
-            self.in_flight.append(rest)
+            self.in_flight[id(rest)] = rest
         return rest
 
     def committable(self) -> int | None:
         """The offset the partition may be committed at: the oldest record still in an open
         window, else one past the last read. None before any record."""
         held = [w.offsets[0] for w in self.windows.values()]
-        held.extend(batch.first for batch in self.in_flight)
+        held.extend(batch.first for batch in self.in_flight.values())
         return min(held) if held else self.next_offset
 
     def open_keys(self) -> list[tuple[str, int, float]]:
@@ -158,5 +181,5 @@ class PartitionWindows:
     def _take(self, key: str) -> Batch:
         window = self.windows.pop(key)
         batch = Batch(self.partition, key, tuple(window.offsets), tuple(window.events))
-        self.in_flight.append(batch)
+        self.in_flight[id(batch)] = batch
         return batch

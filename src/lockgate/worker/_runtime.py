@@ -182,7 +182,7 @@ class Runtime:
         """The shards a claim of ``name`` tries first: the trigger partitions this worker owns
         for it, else its leased shards; starting one further along at each claim, so no one
         of them always goes first."""
-        shards = self.owned.get(name, self.shards) if name is not None else self.shards
+        shards = (self.owned.get(name) if name is not None else None) or self.shards
         if not shards:
             return []
         self._claims += 1

@@ -5,6 +5,7 @@ its own, for as long as the worker serves."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -68,14 +69,16 @@ def _serve(consumer: TriggerConsumer, stop: threading.Event) -> None:
 
 def _soon(loop: asyncio.AbstractEventLoop, call: Callable[[], None]) -> Callable[[], None]:
     def soon() -> None:
-        loop.call_soon_threadsafe(call)
+        with contextlib.suppress(RuntimeError):  # the worker's loop closed: nothing to nudge
+            loop.call_soon_threadsafe(call)
 
     return soon
 
 
 def _owned(loop: asyncio.AbstractEventLoop, rt: Runtime, name: str) -> Callable[[list[int]], None]:
     def assigned(partitions: list[int]) -> None:
-        loop.call_soon_threadsafe(rt.owned.__setitem__, name, partitions)
+        with contextlib.suppress(RuntimeError):  # the worker's loop closed: no claims to aim
+            loop.call_soon_threadsafe(rt.owned.__setitem__, name, partitions)
 
     return assigned
 
@@ -102,9 +105,11 @@ def _on_thread(
         try:
             fn(consumer, stop)
         except BaseException as exc:  # handed to the loop: the worker's loop fails with it
-            loop.call_soon_threadsafe(settle, exc)
+            with contextlib.suppress(RuntimeError):  # unless that loop is gone already
+                loop.call_soon_threadsafe(settle, exc)
         else:
-            loop.call_soon_threadsafe(settle, None)
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(settle, None)
 
     threading.Thread(target=main, name=f"lockgate-trigger:{consumer.topic}", daemon=True).start()
     return done

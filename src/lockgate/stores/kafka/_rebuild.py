@@ -66,7 +66,7 @@ Progress = Callable[[int, int], None]
 
 #: What Valkey kept that no journal holds, so a rebuild cannot bring back.
 NOT_JOURNALED = (
-    "Collect/Debounce trigger buffers (events not yet fired as a run)",
+    "Collect/Debounce buffers kept in the store (events on a trigger topic are read again from it)",
     "Rate token buckets (they start full)",
     "signals sent but not yet received by their run, and signals' send keys",
     "updates not yet received by their run, and update outcomes",
@@ -364,6 +364,7 @@ class RebuildReport:
     present: int = 0
     positions_kept: int = 0
     idempotency_keys: int = 0
+    fired_marks: int = 0
     not_restored: list[tuple[str, str, str]] = field(default_factory=list)
     not_journaled: tuple[str, ...] = NOT_JOURNALED
 
@@ -397,6 +398,7 @@ class RebuildReport:
         lines.append(f"already in the store, left as they are: {self.present} runs")
         lines.append(f"journal positions kept: {self.positions_kept}")
         lines.append(f"idempotency keys kept: {self.idempotency_keys}")
+        lines.append(f"trigger fired-through marks raised: {self.fired_marks}")
         for workflow, run_id, why in self.not_restored:
             lines.append(f"not restored: run {run_id} of {workflow}: {why}")
         lines.append("not in the journal, so not restored: " + "; ".join(self.not_journaled))
@@ -462,4 +464,11 @@ def rebuild_lifecycle(store: CompositeStore, *, progress: Progress | None = None
             key, body_hash, until = run.idempotency
             if lifecycle.restore_idempotency(run.name, key, run.run_id, body_hash, until):
                 report.idempotency_keys += 1
+        fired = (run.submit.provenance or {}).get("trigger") or {}
+        if fired.get("source"):
+            # Fired by a trigger topic's consumer: its records are in this run, and the mark
+            # saying so went with Valkey; without it they would fire again when read again.
+            source, key, last = str(fired["source"]), str(fired["key"]), int(fired["last"])
+            if lifecycle.restore_fired_mark(run.name, source, key, last, run.shard):
+                report.fired_marks += 1
     return report

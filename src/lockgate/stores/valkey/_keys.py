@@ -84,3 +84,9 @@ def layout_refusal(namespace: str, layout: str, env: str) -> str:
         f"then delete the namespace's keys (lg:{{{namespace}}}:* and lg:{{{namespace}:<shard>}}:*)"
         f" or give this store a new namespace (namespace=... or {env})"
     )
+
+
+def mark_field(source: str, key: str) -> str:
+    """The field of ``key``'s fired-through mark in ``source`` (a trigger topic's partition), in
+    its workflow's ``tfired`` hash."""
+    return f"{source}{SEP}{key}"

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from lockgate.journal._events import RunEvent
 from lockgate.stores._types import RunControls, Written
 from lockgate.stores.valkey._core import _text
-from lockgate.stores.valkey._keys import member
+from lockgate.stores.valkey._keys import mark_field, member
 from lockgate.stores.valkey._loop import Commands, Op, Script, command, operation
 from lockgate.stores.valkey._restore import JournaledRun, restore_args
 from lockgate.stores.valkey._store import ValkeyStore
@@ -117,6 +117,17 @@ class ValkeyLifecycleStore(ValkeyStore):
             self._cmd("HSETNX", self._key("shardof"), member(run.name, run.run_id), run.shard)
             self._remember(run.name, run.run_id, run.shard)
         return answer == "restored"
+
+    def restore_fired_mark(self, name: str, source: str, key: str, last: int, shard: int) -> bool:
+        """Raise ``key``'s fired-through mark in ``source`` to ``last`` (a restored run fired
+        from a trigger topic covered the records through it), in ``shard``: whether it moved."""
+        return bool(
+            int(
+                self._script(
+                    "t_restore_mark", name, mark_field(source, key), str(last), shard=shard
+                )
+            )
+        )
 
     def restore_idempotency(
         self, name: str, key: str, run_id: str, body_hash: str, until: float

@@ -19,7 +19,7 @@ from lockgate._names import check_name
 from lockgate.stores._gates import fair_bucket
 from lockgate.stores._triggers import FiredBatch, TriggerPolicy
 from lockgate.stores.valkey._core import _scored, _text, event_args, shard_key
-from lockgate.stores.valkey._keys import SEP, member
+from lockgate.stores.valkey._keys import mark_field, member
 from lockgate.stores.valkey._lifecycle import ValkeyLifecycle, run_fields, soonest_op
 from lockgate.stores.valkey._loop import Op, Script, command, operation
 
@@ -66,11 +66,6 @@ def fired_run(policy: TriggerPolicy, name: str, key: str) -> list[str]:
         dumps(template(params)),
         dumps([init.kind, template(payload), init.schema_version, dumps(dict(init.headers))]),
     ]
-
-
-def mark_field(source: str, key: str) -> str:
-    """The field of ``key``'s fired-through mark in ``source``, in its workflow's hash."""
-    return f"{source}{SEP}{key}"
 
 
 def policy_args(policy: TriggerPolicy) -> list[str]:
@@ -244,14 +239,18 @@ class ValkeyTriggers(ValkeyLifecycle):
     def fired_through(
         self, name: str, source: str, keys: Mapping[str, TriggerPolicy]
     ) -> Op[dict[str, int]]:
-        by_shard: dict[int, list[str]] = {}
-        for key, policy in keys.items():
-            by_shard.setdefault(self._mark_shard(key, policy), []).append(key)
+        # Every shard, the highest mark of each: a key's marks live in the shard of its runs,
+        # which moves when the workflow's gates change (a deploy adding a Limit).
+        wanted = list(keys)
         found: dict[str, int] = {}
-        for shard, wanted in by_shard.items():
-            fields = [mark_field(source, key) for key in wanted]
+        if not wanted:
+            return found
+        fields = [mark_field(source, key) for key in wanted]
+        for shard in self._shards():
             [marks] = yield command("HMGET", self._key("tfired", name, shard=shard), *fields)
-            found.update((k, int(m)) for k, m in zip(wanted, marks, strict=True) if m is not None)
+            for key, mark in zip(wanted, marks, strict=True):
+                if mark is not None:
+                    found[key] = max(found.get(key, -1), int(mark))
         return found
 
     def _mark_shard(self, key: str, policy: TriggerPolicy) -> int:
