@@ -44,6 +44,20 @@ def open_composite(urls: tuple[str, str]) -> CompositeStore:
     return store
 
 
+def served_until(store: CompositeStore, runs: int) -> list[dict[str, Any]]:
+    """Serve ``kt_collect`` in a worker here until it completed ``runs`` runs; their params."""
+
+    async def fire() -> list[dict[str, Any]]:
+        worker = await serving(store, kt_collect, worker_id=f"kc-{uuid.uuid4().hex[:6]}")
+        try:
+            await until(f"{runs} fired runs", lambda: len(runs_of(store, "kt_collect")) == runs)
+        finally:
+            await stop(worker)
+        return runs_of(store, "kt_collect")
+
+    return asyncio.run(fire())
+
+
 def test_trigger_file_sends_every_event_and_a_worker_fires_them(
     urls: tuple[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -56,16 +70,7 @@ def test_trigger_file_sends_every_event_and_a_worker_fires_them(
     assert out.strip() == f"sent 10 event(s) to {prefix}.trigger.kt_collect"
 
     store = open_composite(urls)
-
-    async def fire() -> list[dict[str, Any]]:
-        worker = await serving(store, kt_collect, worker_id="kc-w")
-        try:
-            await until("both keys fired", lambda: len(runs_of(store, "kt_collect")) == 2)
-        finally:
-            await stop(worker)
-        return runs_of(store, "kt_collect")
-
-    runs = asyncio.run(fire())
+    runs = served_until(store, 2)
     assert sorted((p["key"], [e["n"] for e in p["events"]]) for p in runs) == [
         ("u0", [0, 2, 4, 6, 8]),
         ("u1", [1, 3, 5, 7, 9]),
@@ -101,16 +106,7 @@ def test_trigger_key_overrides_the_resolved_key(
     assert main([*argv, "--store", urls[0], "--journal", urls[1]]) == 0
     assert capsys.readouterr().out.strip() == "sent"
     store = open_composite(urls)
-
-    async def fire() -> list[dict[str, Any]]:
-        worker = await serving(store, kt_collect, worker_id="kc-k")
-        try:
-            await until("the window's fire", lambda: len(runs_of(store, "kt_collect")) == 1)
-        finally:
-            await stop(worker)
-        return runs_of(store, "kt_collect")
-
-    [params] = asyncio.run(fire())
+    [params] = served_until(store, 1)
     assert params["key"] == "chosen"
     assert params["events"] == [{"n": 1}]
     store.close()

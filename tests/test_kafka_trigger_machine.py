@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test
 
 from lockgate import Collect, Debounce, ManualClock, MemoryStore, WorkflowContext, workflow
+from lockgate._errors import StoreUnavailable
 from lockgate.stores.kafka import KafkaEventLogStore
 from lockgate.stores.kafka._partition import partition_for
 from lockgate.streams import TriggerConsumer
@@ -200,3 +201,74 @@ def test_every_event_lands_in_exactly_one_fire_whatever_the_history(kafka_bootst
             suppress_health_check=[HealthCheck.too_slow],
         ),
     )
+
+
+class AwayStore(MemoryStore):
+    """A MemoryStore whose fires and marks fail as a store that does not answer, while
+    ``away`` is set."""
+
+    away = False
+
+    def fire_batch(self, *args: Any, **kwargs: Any) -> Any:
+        if self.away:
+            raise StoreUnavailable("the store is away (the test says so)")
+        return super().fire_batch(*args, **kwargs)
+
+    def fired_through(self, *args: Any, **kwargs: Any) -> Any:
+        if self.away:
+            raise StoreUnavailable("the store is away (the test says so)")
+        return super().fired_through(*args, **kwargs)
+
+
+def test_fires_wait_for_a_store_that_is_away_with_reading_paused_and_lose_nothing(
+    kafka_bootstrap: str,
+) -> None:
+    spec = get_workflow("ktm_collect")
+    assert spec is not None
+    clock = ManualClock()
+    store = AwayStore(clock=clock)
+    journal = KafkaEventLogStore(
+        kafka_bootstrap, topic_prefix=f"ktm{uuid.uuid4().hex[:8]}", shard_count=PARTITIONS
+    )
+    consumer = TriggerConsumer(store, journal, spec, worker_id="away", clock=clock)
+    consumer.open(partitions=list(range(PARTITIONS)))
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True})
+
+    def send(first: int, count: int) -> None:
+        for n in range(first, first + count):
+            value = json.dumps({"k": "a", "n": n}).encode()
+            producer.produce(
+                consumer.topic, value=value, key=b"a", partition=partition_for("a", PARTITIONS)
+            )
+        assert producer.flush(30) == 0
+
+    def steps(until: Any) -> None:
+        deadline = time.monotonic() + 30
+        while not until():
+            consumer.step(timeout=0.05)
+            clock.advance(0.1)
+            assert time.monotonic() < deadline
+
+    try:
+        send(0, 3)
+        steps(lambda: consumer.fires == 1)  # known key, one full batch
+        store.away = True
+        send(3, 6)
+        steps(lambda: consumer._holding)  # a fire failed: reading pauses
+        assert consumer.fires == 1
+        store.away = False
+        steps(lambda: consumer.fires == 3)
+        assert not consumer._holding
+        send(9, 3)
+        steps(lambda: consumer.fires == 4)  # reading again
+    finally:
+        consumer.close()
+        journal.close()
+    runs, cursor = [], None
+    while True:
+        page, cursor = store.list_runs(spec.name, limit=100, cursor=cursor)
+        runs.extend(page)
+        if not cursor:
+            break
+    got = sorted(e["n"] for info in runs for e in info.params["events"])
+    assert got == list(range(12))

@@ -86,6 +86,7 @@ EXPECTED = {
     "TerminateOutcome",
     "TerminateResult",
     "Transient",
+    "TriggerTopicMismatch",
     "UnboundContextError",
     "UpdateError",
     "UpdateRejected",

@@ -126,6 +126,8 @@ class TriggerConsumer:
         self._producer: Any = None
         self._dead: DeadLetters = DeadLetters(None, self.dlq)
         self._consumer: Any = None
+        #: Whether reading is paused while fires wait for the store (see ``_hold``).
+        self._holding = False
         self._loop: asyncio.AbstractEventLoop | None = None
         #: Set by a crash or a close: a revoke then neither fires nor commits.
         self._crashed = False
@@ -155,6 +157,7 @@ class TriggerConsumer:
         self._producer = shared_producer(self.journal.client_config, self.journal.delivery_timeout)
         self._dead = DeadLetters(self._producer, self.dlq)
         self._crashed = False
+        self._holding = False
         self._consumer = Consumer(
             {
                 **self.journal.client_config,
@@ -362,6 +365,24 @@ class TriggerConsumer:
         if left:
             self._to_fire.extend(left)
             self._retry_at = self.clock() + RETRY_AFTER
+        self._hold(bool(left))
+
+    def _hold(self, holding: bool) -> None:
+        """While fires wait for the store, read nothing more (``pause``): the records would
+        only pile up in memory as more batches to fire. Reading resumes after the next fire
+        that goes through."""
+        consumer = self._consumer
+        if consumer is None or holding == self._holding:
+            return
+        assigned = [TopicPartition(self.topic, p) for p in self._windows]
+        with contextlib.suppress(KafkaException):
+            if holding:
+                consumer.pause(assigned)
+                log.warning("trigger topic %s: the store is away; reading paused", self.topic)
+            else:
+                consumer.resume(assigned)
+                log.info("trigger topic %s: the store answers; reading again", self.topic)
+            self._holding = holding
 
     async def _fire_keys(self, keys: list[list[Batch]]) -> list[Batch]:
         """Fire each key's batches; those left unfired, in order."""

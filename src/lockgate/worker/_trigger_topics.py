@@ -10,9 +10,9 @@ import logging
 import threading
 from collections.abc import Callable
 
-from lockgate._errors import StoreUnavailable
+from lockgate._errors import ConfigurationError, StoreUnavailable
 from lockgate.stores.kafka import KafkaEventLogStore
-from lockgate.streams import TriggerConsumer
+from lockgate.streams import TriggerConsumer, trigger_topic
 from lockgate.worker._runtime import Runtime
 from lockgate.worker._status import backoff
 
@@ -29,6 +29,16 @@ async def serve_trigger_topics(rt: Runtime, journal: KafkaEventLogStore) -> None
     its claims try first (``Runtime.owned``)."""
     loop = asyncio.get_running_loop()
     stop = threading.Event()
+    served_by: dict[str, str] = {}
+    for name, spec in rt.specs.items():
+        if spec.trigger is not None:
+            topic = trigger_topic(journal.topic_prefix, spec)
+            other = served_by.setdefault(topic, name)
+            if other != name:  # one group would split the topic's events between the two
+                raise ConfigurationError(
+                    f"workflows {other!r} and {name!r} both take their events from {topic!r}: "
+                    f"give each a topic of its own (Collect/Debounce(topic=...))"
+                )
     consumers = [
         TriggerConsumer(
             rt.store,

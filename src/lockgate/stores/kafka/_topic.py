@@ -68,7 +68,8 @@ def prepare_topic(
             found = _listed_after_creation(admin, topic, timeout)
     except KafkaException as exc:
         raise StoreUnavailable(
-            f"Kafka at {bootstrap} could not list or create the topic {topic!r}: {exc}"
+            f"Kafka at {bootstrap} could not list or create the "
+            f"{'journal' if journal else 'trigger'} topic {topic!r}: {exc}"
         ) from exc
     if found is not None and found != partitions:
         raise mismatch(topic, found, partitions)
