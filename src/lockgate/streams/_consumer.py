@@ -37,9 +37,7 @@ from lockgate.stores._calls import call_store
 from lockgate.stores._triggers import TriggerPolicy
 from lockgate.stores.kafka import KafkaEventLogStore
 from lockgate.stores.kafka._producer import release_producer, shared_producer
-from lockgate.streams._dead_letters import (
-    DeadLetters,
-)
+from lockgate.streams._dead_letters import DeadLetters
 from lockgate.streams._produce import prepare_trigger_topics
 from lockgate.streams._records import NO_KEY, UNFIREABLE, Event, Refused, read_record
 from lockgate.streams._topics import dlq_topic, group_id, trigger_topic
@@ -201,10 +199,8 @@ class TriggerConsumer:
     def close(self) -> None:
         """Fire what is due, commit what may be, and leave the group."""
         consumer, self._consumer = self._consumer, None
-        if consumer is None:
-            if self._producer is not None:  # open() failed after taking the producer
-                release_producer(self._producer, self.journal.delivery_timeout)
-                self._producer = None
+        if consumer is None:  # closed already, or open() failed part way
+            self._release_producer()
             self._close_loop()
             return
         try:
@@ -217,7 +213,7 @@ class TriggerConsumer:
             try:
                 consumer.close()  # leaves the group: its partitions move at once
             finally:
-                release_producer(self._producer, self.journal.delivery_timeout)
+                self._release_producer()
                 self._close_loop()
 
     def crash(self) -> None:
@@ -228,8 +224,13 @@ class TriggerConsumer:
         self._to_fire.clear()
         if consumer is not None:
             consumer.close()
-            release_producer(self._producer, self.journal.delivery_timeout)
+        self._release_producer()
         self._close_loop()
+
+    def _release_producer(self) -> None:
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            release_producer(producer, self.journal.delivery_timeout)
 
     def reassign(self, partitions: list[int]) -> None:
         """Outside the group: let go of the partitions not in ``partitions`` as a revoke does
