@@ -48,6 +48,10 @@ def _finite(text: str) -> float:
     return number
 
 
+#: The strict reader of every record (one, not one per record: ``json.loads`` with options
+#: makes a decoder on each call).
+_STRICT = json.JSONDecoder(parse_constant=_not_strict, parse_float=_finite)
+
 #: A value's bytes, times this, bound its size as compact ASCII JSON: a character of two UTF-8
 #: bytes becomes a six-byte escape, and a number such as ``1e15`` is written out in full
 #: (``1000000000000000.0``). Only a value within this fraction of the cap needs no measuring.
@@ -62,7 +66,7 @@ def read_record(spec: WorkflowSpec, value: bytes | None, key: bytes | None) -> E
     assert spec.trigger is not None
     raw = value or b""
     try:
-        event = json.loads(raw, parse_constant=_not_strict, parse_float=_finite)
+        event = _STRICT.decode(raw.decode())
         if b"\\u" in raw:  # an escape may spell a lone surrogate, which UTF-8 cannot carry
             json.dumps(event, ensure_ascii=False).encode()
     except (UnicodeError, ValueError, RecursionError) as exc:
