@@ -19,6 +19,7 @@ import uuid
 from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_state_machine_as_test
@@ -28,7 +29,8 @@ from lockgate._errors import StoreUnavailable
 from lockgate.stores.kafka import KafkaEventLogStore
 from lockgate.stores.kafka._partition import partition_for
 from lockgate.streams import TriggerConsumer
-from lockgate.workflow._spec import get_workflow
+from lockgate.streams._consumer import PRUNE_EVERY
+from lockgate.workflow._spec import get_workflow, trigger_policy
 
 PARTITIONS = 2
 KEYS = ["a", "b", "c", "d", "e"]
@@ -63,9 +65,9 @@ class TriggerTopicMachine(RuleBasedStateMachine):
         self.sent: dict[str, list[int]] = collections.defaultdict(list)
         self.n = 0
         self.names = iter(f"c{i}" for i in range(10_000))
+        self.watermarks = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "ktm-marks"})
         self._join(next(self.names), list(range(PARTITIONS)))
         self.topic = self.consumers[self.owners[0]].topic
-        self.watermarks = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "ktm-marks"})
 
     def _join(self, name: str, partitions: list[int]) -> None:
         consumer = TriggerConsumer(
@@ -272,3 +274,39 @@ def test_fires_wait_for_a_store_that_is_away_with_reading_paused_and_lose_nothin
             break
     got = sorted(e["n"] for info in runs for e in info.params["events"])
     assert got == list(range(12))
+
+
+def test_marks_of_records_retention_deleted_are_forgotten_here_and_in_the_store(
+    kafka_bootstrap: str,
+) -> None:
+    spec = get_workflow("ktm_collect")
+    assert spec is not None
+    clock = ManualClock()
+    store = MemoryStore(clock=clock)
+    journal = KafkaEventLogStore(
+        kafka_bootstrap, topic_prefix=f"ktm{uuid.uuid4().hex[:8]}", shard_count=1
+    )
+    consumer = TriggerConsumer(store, journal, spec, worker_id="prune", clock=clock)
+    consumer.open(partitions=[0])
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True})
+    for n, key in enumerate("aaabbb"):  # a at offsets 0..2, b at 3..5: both fire full
+        producer.produce(consumer.topic, value=json.dumps({"k": key, "n": n}).encode(), partition=0)
+    assert producer.flush(30) == 0
+    source = f"{consumer.topic}/0"
+    keys = {"a": trigger_policy(spec, "a"), "b": trigger_policy(spec, "b")}
+    try:
+        deadline = time.monotonic() + 30
+        while consumer.fires < 2:
+            consumer.step(timeout=0.05)
+            assert time.monotonic() < deadline
+        assert store.fired_through(spec.name, source, keys) == {"a": 2, "b": 5}
+        admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+        deleted = admin.delete_records([TopicPartition(consumer.topic, 0, 3)])  # as retention does
+        for done in deleted.values():
+            done.result(30)
+        clock.advance(PRUNE_EVERY + 1)
+        consumer.step(timeout=0)
+    finally:
+        consumer.close()
+        journal.close()
+    assert store.fired_through(spec.name, source, keys) == {"b": 5}  # a's records are gone

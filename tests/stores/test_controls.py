@@ -330,7 +330,7 @@ GROUP_CALLS: dict[str, Callable[[Any], object]] = {
     "policies": lambda s: s.get_workflow_policy(NAME),
     "triggers": lambda s: s.due_triggers(NAME, 0.0),
     "trigger_due": lambda s: s.next_trigger_due(NAME, 0.0),
-    "trigger_marks": lambda s: s.fired_through(NAME, "t/0", {}),
+    "trigger_marks": lambda s: s.forget_marks(NAME, "t/0", 0),
 }
 
 

@@ -204,3 +204,16 @@ def test_a_fired_batchs_run_takes_its_gates(store: Store) -> None:
     assert store.fired_through(NAME, SOURCE, {"u1": gated}) == {"u1": 1}
     assert store.claim_next_run(NAME, "l0") in (one.run_id, two.run_id)
     assert store.claim_next_run(NAME, "l1") is None  # the Limit on "key" holds the other
+
+
+def test_marks_below_a_sources_oldest_kept_position_are_forgotten(store: Store) -> None:
+    for key, last in (("u1", 4), ("u2", 9), ("u3", 15)):
+        store.fire_batch(
+            NAME, key, [{"n": 1}], policy=COLLECT, source=SOURCE, first=last, last=last
+        )
+    store.fire_batch(NAME, "u1", [{"n": 1}], policy=COLLECT, source="other/0", first=1, last=1)
+    keys = {"u1": COLLECT, "u2": COLLECT, "u3": COLLECT}
+    assert store.forget_marks(NAME, SOURCE, 10) == 2  # u1 at 4 and u2 at 9: never read again
+    assert store.fired_through(NAME, SOURCE, keys) == {"u3": 15}
+    assert store.fired_through(NAME, "other/0", {"u1": COLLECT}) == {"u1": 1}  # another source
+    assert store.forget_marks(NAME, SOURCE, 10) == 0

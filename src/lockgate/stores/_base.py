@@ -625,6 +625,11 @@ class TriggerStore:
         with the policy its fires are submitted with, which places the mark)."""
         raise _missing(self, "trigger_marks")
 
+    def forget_marks(self, name: str, source: str, below: int) -> int:
+        """Drop the marks in ``source`` that are below ``below`` (the source's oldest position
+        still kept: the records they cover can never be read again); how many went."""
+        raise _missing(self, "trigger_marks")
+
 
 CAPABILITY_GROUPS: dict[str, tuple[type, tuple[str, ...]]] = {
     "idempotency": (
@@ -647,7 +652,7 @@ CAPABILITY_GROUPS: dict[str, tuple[type, tuple[str, ...]]] = {
     "policies": (PolicyStore, ("record_workflow_policy", "get_workflow_policy")),
     "triggers": (TriggerStore, ("trigger_event", "due_triggers", "fire_trigger")),
     "trigger_due": (TriggerStore, ("next_trigger_due",)),
-    "trigger_marks": (TriggerStore, ("fire_batch", "fired_through")),
+    "trigger_marks": (TriggerStore, ("fire_batch", "fired_through", "forget_marks")),
 }
 
 

@@ -800,6 +800,9 @@ class CompositeStore(Store):
     ) -> dict[str, int]:
         return self.lifecycle.fired_through(name, source, keys)
 
+    def forget_marks(self, name: str, source: str, below: int) -> int:
+        return self.lifecycle.forget_marks(name, source, below)
+
 
 def _as_kept(event: RunEvent, run_seq: int, epoch: str | None) -> RunEvent:
     """``event`` as a lifecycle's outbox keeps it once appended at ``run_seq``: its payload as

@@ -40,7 +40,7 @@ from lockgate.stores.kafka._producer import release_producer, shared_producer
 from lockgate.streams._dead_letters import DeadLetters
 from lockgate.streams._produce import prepare_trigger_topics
 from lockgate.streams._records import NO_KEY, UNFIREABLE, Event, Refused, read_record
-from lockgate.streams._topics import dlq_topic, group_id, trigger_topic
+from lockgate.streams._topics import committed_offsets, dlq_topic, group_id, trigger_topic
 from lockgate.streams._windows import Batch, PartitionWindows
 from lockgate.workflow._spec import WorkflowSpec, trigger_policy
 
@@ -65,6 +65,8 @@ RETRY_AFTER = 0.5
 #: hold them, and its ``run:init`` is one journal record, which Kafka takes up to 1 MB of by
 #: default.
 BATCH_MOST_BYTES = 900_000
+#: Seconds between two prunes of the marks no record can need any more (see ``_prune``).
+PRUNE_EVERY = 600.0
 #: Trigger policies kept per key; past it the memory starts over.
 POLICIES_KEPT = 100_000
 
@@ -121,6 +123,7 @@ class TriggerConsumer:
         self._retry_at = 0.0
         self._committed: dict[int, int] = {}
         self._next_commit = 0.0
+        self._next_prune = self.clock() + PRUNE_EVERY
         self._producer: Any = None
         self._dead: DeadLetters = DeadLetters(None, self.dlq)
         self._consumer: Any = None
@@ -195,6 +198,8 @@ class TriggerConsumer:
         self._fire_due()
         if self.clock() >= self._next_commit:
             self._commit(consumer)
+        if self.clock() >= self._next_prune:
+            self._prune(consumer)
 
     def close(self) -> None:
         """Fire what is due, commit what may be, and leave the group."""
@@ -244,7 +249,7 @@ class TriggerConsumer:
             consumer.incremental_unassign(gone)
         new = [TopicPartition(self.topic, p) for p in partitions if p not in self._windows]
         if new:
-            committed = consumer.committed(new, timeout=self.journal.read_timeout)
+            committed = committed_offsets(consumer, new, self.journal.read_timeout)
             starts = [
                 TopicPartition(self.topic, tp.partition, tp.offset if tp.offset >= 0 else 0)
                 for tp in committed
@@ -484,6 +489,35 @@ class TriggerConsumer:
             return
         for tp in offsets:
             self._committed[tp.partition] = tp.offset
+
+    def _prune(self, consumer: Consumer) -> None:
+        """Forget, here and in the store, the marks of each owned partition below its oldest
+        record still kept (retention deleted the records they cover: none can be read again),
+        so marks do not pile up for keys that come and go."""
+        self._next_prune = self.clock() + PRUNE_EVERY
+        for partition, windows in list(self._windows.items()):
+            try:
+                low, _ = consumer.get_watermark_offsets(
+                    TopicPartition(self.topic, partition),
+                    timeout=self.journal.read_timeout,
+                    cached=False,
+                )
+                source = source_of(self.topic, partition)
+                gone = self._run(
+                    call_store(self.store, self.store.forget_marks, self.spec.name, source, low)
+                )
+            except (KafkaException, StoreUnavailable) as exc:
+                log.debug("trigger topic %s: marks not pruned: %s", self.topic, exc)
+                return
+            windows.forget_marks(low)
+            if gone:
+                log.info(
+                    "trigger topic %s: %d mark(s) of partition %d forgotten, below offset %d",
+                    self.topic,
+                    gone,
+                    partition,
+                    low,
+                )
 
     # -- rebalances ----------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from lockgate.stores.kafka import KafkaEventLogStore
 from lockgate.stores.kafka._topic import watermarks
 from lockgate.streams._consumer import offset_of, source_of
 from lockgate.streams._records import Event, read_record
-from lockgate.streams._topics import group_id, kafka_journal, trigger_topic
+from lockgate.streams._topics import committed_offsets, group_id, kafka_journal, trigger_topic
 from lockgate.workflow._spec import WorkflowSpec, trigger_policy
 
 with contextlib.suppress(ImportError):  # the extra may be missing: no journal is made then
@@ -83,8 +83,8 @@ def trigger_status(
         partitions = sorted(listed.partitions)
         committed = {
             tp.partition: (tp.offset if tp.offset >= 0 else None)
-            for tp in consumer.committed(
-                [TopicPartition(topic, p) for p in partitions], timeout=timeout
+            for tp in committed_offsets(
+                consumer, [TopicPartition(topic, p) for p in partitions], timeout
             )
         }
         statuses = []

@@ -3,11 +3,17 @@ group, and the journal store they hang off."""
 
 from __future__ import annotations
 
+import contextlib
 import re
+import time
+from typing import Any
 
-from lockgate._errors import ConfigurationError
+from lockgate._errors import ConfigurationError, StoreUnavailable
 from lockgate.stores.kafka import KafkaEventLogStore
 from lockgate.workflow._spec import WorkflowSpec
+
+with contextlib.suppress(ImportError):  # the extra may be missing: no journal is made then
+    from confluent_kafka import KafkaException
 
 #: What Kafka takes in a topic name, with room left for ``.dlq``.
 TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,245}")
@@ -43,3 +49,18 @@ def kafka_journal(store: object) -> KafkaEventLogStore | None:
     """The Kafka journal of ``store`` (a composite whose event log is Kafka), else None."""
     events = getattr(store, "events", None)
     return events if isinstance(events, KafkaEventLogStore) else None
+
+
+def committed_offsets(consumer: Any, partitions: list[Any], timeout: float) -> list[Any]:
+    """``consumer.committed(partitions)``, asked again while the group's coordinator is not
+    ready (a broker just started, or the coordinator moving: Kafka says so with a retriable
+    error); :class:`StoreUnavailable` when it is not ready within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            found: list[Any] = consumer.committed(partitions, timeout=timeout)
+            return found
+        except KafkaException as exc:
+            if not exc.args[0].retriable() or time.monotonic() > deadline:
+                raise StoreUnavailable(f"Kafka did not say where the group stands: {exc}") from exc
+            time.sleep(0.1)

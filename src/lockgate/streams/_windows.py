@@ -96,6 +96,12 @@ class PartitionWindows:
         for key in keys:
             self.marks[key] = max(self.marks.get(key, -1), marks.get(key, -1))
 
+    def forget_marks(self, below: int) -> None:
+        """Drop the marks below ``below``, the partition's oldest record kept: they cover
+        records that can never be read again. A key that comes back has its mark asked of the
+        store again (and the store dropped it too, or keeps a higher one)."""
+        self.marks = {key: at for key, at in self.marks.items() if at >= below}
+
     def add(
         self, offset: int, key: str, event: dict[str, Any], now: float, size: int = 0
     ) -> list[Batch]:

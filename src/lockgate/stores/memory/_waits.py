@@ -456,6 +456,13 @@ class MemoryWaits(MemoryState):
             if (name, source, key) in self._marks
         }
 
+    @_locked
+    def forget_marks(self, name: str, source: str, below: int) -> int:
+        gone = [m for m, at in self._marks.items() if m[:2] == (name, source) and at < below]
+        for mark in gone:
+            del self._marks[mark]
+        return len(gone)
+
     def _fire(self, name: str, key: str, buffer: _Buffer, policy: TriggerPolicy) -> str:
         events = [event for _, event in buffer.events]
         run_id, submit = policy.submit(name, key, events, buffer.events[0][0], buffer.events[-1][0])

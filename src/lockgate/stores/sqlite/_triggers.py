@@ -153,6 +153,15 @@ class SQLiteTriggers(SQLiteRows):
                 found.update((str(r["key"]), int(r["fired_through"])) for r in rows)
         return found
 
+    @translated
+    def forget_marks(self, name: str, source: str, below: int) -> int:
+        with self._write() as db:
+            gone = db.execute(
+                "DELETE FROM lg_trigger_marks WHERE name = ? AND source = ? AND fired_through < ?",
+                (name, source, below),
+            )
+        return int(gone.rowcount)
+
     def _fire(
         self, db: sqlite3.Connection, name: str, key: str, policy: TriggerPolicy, now: float
     ) -> str | None:

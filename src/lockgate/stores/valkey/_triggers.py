@@ -253,6 +253,20 @@ class ValkeyTriggers(ValkeyLifecycle):
                     found[key] = max(found.get(key, -1), int(mark))
         return found
 
+    def forget_marks(self, name: str, source: str, below: int) -> int:
+        prefix = mark_field(source, "")
+        gone = 0
+        for shard in self._shards():
+            cursor = "0"
+            while True:
+                answer = self._script(
+                    "t_forget_marks", name, prefix, str(below), cursor, shard=shard
+                )
+                cursor, gone = _text(answer[0]), gone + int(answer[1])
+                if cursor == "0":
+                    break
+        return gone
+
     def _mark_shard(self, key: str, policy: TriggerPolicy) -> int:
         """The shard of a batch's run, and so of its key's fired-through marks: that of the
         run's gate key, else of the trigger key, as for a buffer (:meth:`_buffer_shard`)."""
