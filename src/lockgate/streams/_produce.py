@@ -29,7 +29,7 @@ with contextlib.suppress(ImportError):  # the extra may be missing: no journal i
     from confluent_kafka.admin import AdminClient
 
 #: Records one send hands to the producer before it waits for their acknowledgements.
-SEND_BATCH = 10_000
+SEND_BATCH = 1_000
 
 
 class TriggerProducer:
