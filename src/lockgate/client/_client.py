@@ -30,6 +30,7 @@ from lockgate._errors import (
     UpdateTimeout,
 )
 from lockgate._names import check_name, check_optional
+from lockgate.client._trigger_key import trigger_key
 from lockgate.flow import Collect, Debounce, Limit, Rate
 from lockgate.journal._events import (
     EventKind,
@@ -303,32 +304,7 @@ class WorkflowClient:
                     else " (it is not imported here and no worker serving it recorded its policy)"
                 )
             )
-        if not isinstance(event, dict) or not json_ready(event):
-            raise ValueError(f"a trigger event of {name!r} must be a JSON object")
-        spec.check_payload(payload_size(event), f"trigger event of {name!r}")
-        if key is not None:
-            if not isinstance(key, str):
-                raise InvalidParamsError(
-                    f"a trigger key of {name!r} must be a string, not {type(key).__name__}",
-                    workflow=name,
-                )
-            return spec, key
-        declared = spec.trigger.key
-        if isinstance(declared, str) and event.get(declared) is None and kafka_journal(self.store):
-            # Its consumers would send it to the dead-letter topic (no resolvable key).
-            raise InvalidParamsError(
-                f"a trigger event of {name!r} needs its key field {declared!r} (or give the "
-                f"key); nothing was sent",
-                workflow=name,
-            )
-        try:
-            return spec, spec.trigger.resolve(event)
-        except Exception as exc:
-            raise InvalidParamsError(
-                f"the trigger key of {name!r} could not be resolved from this event: {exc}; "
-                f"nothing was buffered",
-                workflow=name,
-            ) from exc
+        return spec, trigger_key(spec, event, key, keyed=kafka_journal(self.store) is not None)
 
     def handle(self, name: str, run_id: str) -> RunHandle:
         """A handle to an existing run."""

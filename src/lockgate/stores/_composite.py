@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from lockgate._errors import ConfigurationError, RunNotFoundError, StoreUnavailable
-from lockgate.journal._events import EPOCH_HEADER, RunEvent, as_stored
+from lockgate.journal._events import RunEvent
 from lockgate.stores._base import EventLogStore, Store
 from lockgate.stores._composed import (
     Call,
@@ -33,6 +33,7 @@ from lockgate.stores._composed import (
 )
 from lockgate.stores._drops import OutboxDrops
 from lockgate.stores._gates import WaitReason
+from lockgate.stores._outbox import CopyingLog, Outbox, as_kept
 from lockgate.stores._records import Submit
 from lockgate.stores._triggers import FiredBatch, TriggerPolicy
 from lockgate.stores._types import (
@@ -48,36 +49,6 @@ from lockgate.stores._types import (
 
 #: Live runs whose last copied ``run_seq`` a composite remembers, at most.
 COPIED_KEPT = 100_000
-
-
-@runtime_checkable
-class Outbox(Protocol):
-    """What a lifecycle backend offers a composite: each live run's events, to copy, and
-    writes that answer what they left there (:class:`Written`), so that the composite knows
-    their events as kept without reading them back."""
-
-    def events_after(self, name: str, run_id: str, after_seq: int) -> list[RunEvent]: ...
-
-    def drop_outbox(self, name: str, run_id: str) -> None: ...
-
-    def append_written(
-        self, name: str, run_id: str, events: list[RunEvent], *, fence: str | None = None
-    ) -> Written: ...
-
-    def append_and_poll_written(
-        self, name: str, run_id: str, events: list[RunEvent], *, fence: str
-    ) -> tuple[RunControls, Written]: ...
-
-    def finish_if_quiet_written(
-        self, name: str, run_id: str, events: list[RunEvent], *, fence: str
-    ) -> tuple[RunControls | None, Written]: ...
-
-
-@runtime_checkable
-class CopyingLog(Protocol):
-    """What an event log offers a composite: copies kept by ``run_seq``, once each."""
-
-    def append_copies(self, name: str, run_id: str, events: Sequence[RunEvent]) -> None: ...
 
 
 class CompositeStore(Store):
@@ -210,7 +181,7 @@ class CompositeStore(Store):
         have = self._copied.get((name, run_id))
         if have is None or written.last_seq != have + len(events):
             return (yield from self._copy_op(name, run_id, wrote=bool(events)))
-        fresh = [_as_kept(event, have + n, written.epoch) for n, event in enumerate(events, 1)]
+        fresh = [as_kept(event, have + n, written.epoch) for n, event in enumerate(events, 1)]
         return (yield from self._copy_fresh_op(name, run_id, have, fresh))
 
     def _check_kept_op(self, name: str, run_id: str, wrote: bool) -> Op[None]:
@@ -802,11 +773,3 @@ class CompositeStore(Store):
 
     def forget_marks(self, name: str, source: str, below: int) -> int:
         return self.lifecycle.forget_marks(name, source, below)
-
-
-def _as_kept(event: RunEvent, run_seq: int, epoch: str | None) -> RunEvent:
-    """``event`` as a lifecycle's outbox keeps it once appended at ``run_seq``: its payload as
-    JSON gives it back, its headers stamped with the fencing ``epoch`` of a fenced write."""
-    payload = as_stored(event.payload)
-    headers = {**event.headers, EPOCH_HEADER: epoch} if epoch is not None else dict(event.headers)
-    return RunEvent(event.kind, payload, event.run_id, event.schema_version, run_seq, headers)
