@@ -22,6 +22,21 @@ class FiredBatch:
     fired_through: int
 
 
+def settled_fire(
+    run_id: str, exists: bool, mark: int, first: int, last: int
+) -> tuple[FiredBatch, bool]:
+    """What ``Store.fire_batch`` answers for the batch ``first``..``last`` whose run is
+    ``run_id``, given whether that run ``exists`` and the key's ``mark`` (-1 for none), and
+    whether the run is to be submitted now; the answer's mark is the key's mark after. A
+    repeated fire is the same run; a stale one is no run. The rule ``t_fire_batch.lua`` keeps
+    on Valkey, for the backends that keep it in Python."""
+    if exists:
+        return FiredBatch(run_id, max(mark, last)), False
+    if mark >= first:
+        return FiredBatch(None, mark), False
+    return FiredBatch(run_id, last), True
+
+
 @dataclass(frozen=True)
 class TriggerPolicy:
     """How one workflow turns trigger events into runs, and what its runs are stamped with."""

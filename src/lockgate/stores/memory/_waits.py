@@ -23,7 +23,7 @@ from lockgate.stores._records import (
     successor_submit,
     terminated_payload,
 )
-from lockgate.stores._triggers import FiredBatch, TriggerPolicy
+from lockgate.stores._triggers import FiredBatch, TriggerPolicy, settled_fire
 from lockgate.stores._types import (
     TerminateOutcome,
     WaitOutcome,
@@ -436,15 +436,12 @@ class MemoryWaits(MemoryState):
         check_name("workflow name", name)
         run_id, submit = policy.submit(name, key, events, first, last, source)
         mark = self._marks.get((name, source, key), -1)
-        if (name, run_id) in self._runs:
-            self._marks[(name, source, key)] = max(mark, last)
-            return FiredBatch(run_id, max(mark, last))
-        if mark >= first:
-            return FiredBatch(None, mark)
-        submit = replace(submit, params=json.loads(json.dumps(submit.params, allow_nan=False)))
-        self._insert_run(submit, run_id, None, self._clock())
-        self._marks[(name, source, key)] = last
-        return FiredBatch(run_id, last)
+        answer, submit_now = settled_fire(run_id, (name, run_id) in self._runs, mark, first, last)
+        if submit_now:
+            params = json.loads(json.dumps(submit.params, allow_nan=False))
+            self._insert_run(replace(submit, params=params), run_id, None, self._clock())
+        self._marks[(name, source, key)] = answer.fired_through
+        return answer
 
     @_locked
     def fired_through(

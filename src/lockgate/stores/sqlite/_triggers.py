@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lockgate._names import check_name
-from lockgate.stores._triggers import FiredBatch, TriggerPolicy
+from lockgate.stores._triggers import FiredBatch, TriggerPolicy, settled_fire
 from lockgate.stores.sqlite._rows import SQLiteRows, dumps
 from lockgate.stores.sqlite._translate import translated
 
@@ -123,18 +123,18 @@ class SQLiteTriggers(SQLiteRows):
             exists = db.execute(
                 "SELECT 1 FROM lg_runs WHERE name = ? AND run_id = ?", (name, run_id)
             ).fetchone()
-            if exists is None and mark >= first:
-                return FiredBatch(None, mark)
-            if exists is None:
+            answer, submit_now = settled_fire(run_id, exists is not None, mark, first, last)
+            if answer.fired_through == mark:
+                return answer  # nothing moves: a stale fire, or a repeat the mark already covers
+            if submit_now:
                 self._insert_run(db, submit, run_id, None, self._clock())
-            mark = max(mark, last)
             db.execute(
                 "INSERT INTO lg_trigger_marks (name, source, key, fired_through) "
                 "VALUES (?, ?, ?, ?) ON CONFLICT (name, source, key) "
                 "DO UPDATE SET fired_through = excluded.fired_through",
-                (name, source, key, mark),
+                (name, source, key, answer.fired_through),
             )
-        return FiredBatch(run_id, mark)
+        return answer
 
     @translated
     def fired_through(
