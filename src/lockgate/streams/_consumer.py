@@ -36,7 +36,6 @@ from lockgate.stores._base import Store
 from lockgate.stores._calls import call_store
 from lockgate.stores._triggers import TriggerPolicy
 from lockgate.stores.kafka import KafkaEventLogStore
-from lockgate.stores.kafka._producer import release_producer, shared_producer
 from lockgate.streams._dead_letters import DeadLetters
 from lockgate.streams._produce import prepare_trigger_topics
 from lockgate.streams._records import NO_KEY, UNFIREABLE, Event, Refused, read_record
@@ -124,8 +123,8 @@ class TriggerConsumer:
         self._committed: dict[int, int] = {}
         self._next_commit = 0.0
         self._next_prune = self.clock() + PRUNE_EVERY
-        self._producer: Any = None
-        self._dead: DeadLetters = DeadLetters(None, self.dlq)
+        # Dead-letter copies go through the journal's producer: the journal outlives this.
+        self._dead = DeadLetters(journal.producer, self.dlq)
         self._consumer: Any = None
         #: Whether reading is paused while fires wait for the store (see ``_hold``).
         self._holding = False
@@ -155,8 +154,7 @@ class TriggerConsumer:
         those from their commits instead, outside the group's assignment (see
         :meth:`reassign`)."""
         prepare_trigger_topics(self.journal, self.topic)
-        self._producer = shared_producer(self.journal.client_config, self.journal.delivery_timeout)
-        self._dead = DeadLetters(self._producer, self.dlq)
+        self._dead = DeadLetters(self.journal.producer, self.dlq)
         self._crashed = False
         self._holding = False
         self._consumer = Consumer(
@@ -205,7 +203,6 @@ class TriggerConsumer:
         """Fire what is due, commit what may be, and leave the group."""
         consumer, self._consumer = self._consumer, None
         if consumer is None:  # closed already, or open() failed part way
-            self._release_producer()
             self._close_loop()
             return
         try:
@@ -218,7 +215,6 @@ class TriggerConsumer:
             try:
                 consumer.close()  # leaves the group: its partitions move at once
             finally:
-                self._release_producer()
                 self._close_loop()
 
     def crash(self) -> None:
@@ -229,13 +225,7 @@ class TriggerConsumer:
         self._to_fire.clear()
         if consumer is not None:
             consumer.close()
-        self._release_producer()
         self._close_loop()
-
-    def _release_producer(self) -> None:
-        producer, self._producer = self._producer, None
-        if producer is not None:
-            release_producer(producer, self.journal.delivery_timeout)
 
     def reassign(self, partitions: list[int]) -> None:
         """Outside the group: let go of the partitions not in ``partitions`` as a revoke does
