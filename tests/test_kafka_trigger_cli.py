@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -126,15 +127,14 @@ def test_triggers_status_prints_each_partition_and_its_open_windows(
                 "kt_status", [{"k": "x", "n": 1}, {"k": "x", "n": 2}]
             )
             argv = ["triggers", "status", "kt_status", "--store", urls[0], "--journal", urls[1]]
-
-            def shown() -> bool:
-                code = main(argv)
+            deadline = time.monotonic() + 30
+            while True:  # the command as a shell runs it: outside this loop, on a thread
+                code = await asyncio.to_thread(main, argv)
                 text = capsys.readouterr().out
-                shown.last = (code, text)  # type: ignore[attr-defined]
-                return code == 0 and "x: 2 event(s)" in text and "owner kc-owner" in text
-
-            await until("the window in the status", shown, 30)
-            return shown.last  # type: ignore[attr-defined,no-any-return]
+                if code == 0 and "x: 2 event(s)" in text and "owner kc-owner" in text:
+                    return code, text
+                assert time.monotonic() < deadline, f"the window not in the status: {text}"
+                await asyncio.sleep(0.2)
         finally:
             await stop(worker)
 

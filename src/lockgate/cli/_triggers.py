@@ -5,6 +5,7 @@ see them."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 import time
@@ -12,14 +13,13 @@ from typing import Any
 
 from lockgate._errors import LockgateError, one_line
 from lockgate.cli._commands import check_workflow
-from lockgate.cli._exits import OK, USAGE, Failure, exit_code_for
+from lockgate.cli._exits import OK, Failure, exit_code_for
 from lockgate.cli._output import json_line, out
 from lockgate.cli._params import FROM_FILE, Subparsers, json_object
-from lockgate.client._client import WorkflowClient, recorded_spec
+from lockgate.client._client import WorkflowClient
 from lockgate.stores._base import Store
 from lockgate.streams import trigger_status
 from lockgate.streams._topics import kafka_journal, trigger_topic
-from lockgate.workflow._spec import WorkflowSpec, get_workflow
 
 #: Width of the progress bar, in characters.
 BAR = 30
@@ -99,7 +99,7 @@ async def trigger(args: argparse.Namespace, store: Store) -> int:
     for handle in fired:
         out(handle.run_id)
     if journal:
-        topic = trigger_topic(journal.topic_prefix, _spec(store, args.name))
+        topic = trigger_topic(journal.topic_prefix, await client.triggered_workflow(args.name))
         out(f"sent {len(events)} event(s) to {topic}")
     else:
         out(f"buffered {len(events)} event(s)")
@@ -165,25 +165,15 @@ class _Bar:
         )
 
 
-def _spec(store: Store, name: str) -> WorkflowSpec:
-    """``name``'s spec: imported here, else as its workers recorded it."""
-    spec = get_workflow(name)
-    if spec is None and "policies" in store.capabilities():
-        record = store.get_workflow_policy(name)
-        spec = recorded_spec(name, record) if record is not None else None
-    if spec is None or spec.trigger is None:
-        raise Failure(f"workflow {name} has no Collect or Debounce trigger", USAGE)
-    return spec
-
-
-def triggers_status(args: argparse.Namespace, store: Store) -> int:
+async def triggers_status(args: argparse.Namespace, store: Store) -> int:
     check_workflow(store, args.name, args.app)
     if kafka_journal(store) is None:
         raise Failure(
             "triggers status needs a Kafka journal: pass --journal kafka://HOST:PORT (or set "
             "$LOCKGATE_JOURNAL_URL) with a valkey:// --store"
         )
-    for status in trigger_status(store, _spec(store, args.name)):
+    spec = await WorkflowClient(store).triggered_workflow(args.name)
+    for status in await asyncio.to_thread(trigger_status, store, spec):
         windows = [{"key": w.key, "count": w.count, "due_at": w.due_at} for w in status.windows]
         if args.json:
             json_line(

@@ -287,9 +287,14 @@ class WorkflowClient:
     async def _trigger_target(
         self, name: str, event: dict[str, Any], key: str | None
     ) -> tuple[WorkflowSpec, str]:
-        """The triggered workflow ``name`` (imported, else as its workers recorded it) and the
-        key ``event`` goes under, once the event is checked: a JSON object within the cap,
-        with a key given or resolvable."""
+        """The triggered workflow ``name`` and the key ``event`` goes under, once the event is
+        checked: a JSON object within the cap, with a key given or resolvable."""
+        spec = await self.triggered_workflow(name)
+        return spec, trigger_key(spec, event, key, keyed=kafka_journal(self.store) is not None)
+
+    async def triggered_workflow(self, name: str) -> WorkflowSpec:
+        """The ``Collect`` or ``Debounce`` workflow ``name``: as imported here, else as its
+        workers recorded it. :class:`ConfigurationError` for a workflow with no trigger."""
         check_name("workflow name", name)
         spec = get_workflow(name)
         if spec is None and "policies" in self.store.capabilities():
@@ -304,7 +309,7 @@ class WorkflowClient:
                     else " (it is not imported here and no worker serving it recorded its policy)"
                 )
             )
-        return spec, trigger_key(spec, event, key, keyed=kafka_journal(self.store) is not None)
+        return spec
 
     def handle(self, name: str, run_id: str) -> RunHandle:
         """A handle to an existing run."""
