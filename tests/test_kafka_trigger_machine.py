@@ -31,6 +31,7 @@ from lockgate.stores.kafka._partition import partition_for
 from lockgate.streams import TriggerConsumer
 from lockgate.streams._consumer import PRUNE_EVERY
 from lockgate.workflow._spec import get_workflow, trigger_policy
+from test_kafka_triggers import every_run
 
 PARTITIONS = 2
 KEYS = ["a", "b", "c", "d", "e"]
@@ -167,14 +168,7 @@ class TriggerTopicMachine(RuleBasedStateMachine):
             self.journal.close()
 
     def _check(self) -> None:
-        runs = []
-        cursor = None
-        while True:
-            page, cursor = self.store.list_runs(self.spec.name, limit=500, cursor=cursor)
-            runs.extend(page)
-            if not cursor:
-                break
-        runs.reverse()  # in the order they were fired
+        runs = every_run(self.store, self.spec.name)  # in the order they were fired
         got: dict[str, list[int]] = collections.defaultdict(list)
         last: dict[tuple[str, str], int] = {}
         for info in runs:
@@ -266,13 +260,7 @@ def test_fires_wait_for_a_store_that_is_away_with_reading_paused_and_lose_nothin
     finally:
         consumer.close()
         journal.close()
-    runs, cursor = [], None
-    while True:
-        page, cursor = store.list_runs(spec.name, limit=100, cursor=cursor)
-        runs.extend(page)
-        if not cursor:
-            break
-    got = sorted(e["n"] for info in runs for e in info.params["events"])
+    got = sorted(e["n"] for info in every_run(store, spec.name) for e in info.params["events"])
     assert got == list(range(12))
 
 

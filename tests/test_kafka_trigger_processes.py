@@ -22,11 +22,12 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from lockgate import RunStatus, WorkflowClient
+from lockgate import WorkflowClient
 from lockgate.stores import CompositeStore
 from lockgate.stores.kafka._partition import partition_for
 from lockgate.streams._dead_letters import REASON_HEADER, SOURCE_HEADER
 from test_kafka_processes import KafkaCluster
+from test_kafka_triggers import every_run, runs_of
 from test_worker_processes import wait_for
 from valkey_server import shared_url
 
@@ -59,7 +60,7 @@ def cluster(tmp_path: Path, kafka_bootstrap: str) -> Iterator[TriggerCluster]:
 
 
 def completed(store: CompositeStore) -> list[dict[str, Any]]:
-    return completed_of(store, NAME)
+    return runs_of(store, NAME)
 
 
 def topic_ready(bootstrap: str, topic: str) -> bool:
@@ -195,12 +196,8 @@ def test_a_broker_killed_and_restarted_mid_stream_loses_and_doubles_nothing(
 
 def runs_by_time(store: CompositeStore, name: str) -> list[tuple[float, dict[str, Any]]]:
     """(submitted_at, params) of every run of ``name``, the earliest first."""
-    found, cursor = [], None
-    while True:
-        page, cursor = store.list_runs(name, limit=200, cursor=cursor)
-        found.extend((info.submitted_at, info.params) for info in page)
-        if not cursor:
-            return sorted(found, key=lambda pair: pair[0])
+    found = [(info.submitted_at, info.params) for info in every_run(store, name)]
+    return sorted(found, key=lambda pair: pair[0])
 
 
 def alone_on_partitions(count: int) -> list[str]:
@@ -272,10 +269,8 @@ def test_bad_records_go_to_the_dead_letter_topic_and_the_good_ones_around_them_f
     for value in records:  # all keyed "a", on a's partition
         producer.produce(topic, value=value, key=b"a", partition=partition_for("a", SHARDS))
     assert producer.flush(30) == 0
-    wait_for(
-        "the good records' run", lambda: len(completed_of(store, "proc_capped")) == 1, cluster, 60
-    )
-    [params] = completed_of(store, "proc_capped")
+    wait_for("the good records' run", lambda: len(runs_of(store, "proc_capped")) == 1, cluster, 60)
+    [params] = runs_of(store, "proc_capped")
     assert [e["n"] for e in params["events"]] == [0, 1, 2]
     dead = read_records(cluster.bootstrap, f"{topic}.dlq", 3)
     assert [dict(m.headers())[REASON_HEADER] for m in dead] == [
@@ -291,15 +286,6 @@ def test_bad_records_go_to_the_dead_letter_topic_and_the_good_ones_around_them_f
     log = "".join(p.read_text(errors="replace") for p in cluster.tmp.glob("worker-*.log"))
     assert log.count("is no event") == 3, cluster.tail()  # each logged once
     store.close()
-
-
-def completed_of(store: CompositeStore, name: str) -> list[dict[str, Any]]:
-    found, cursor = [], None
-    while True:
-        page, cursor = store.list_runs(name, limit=500, cursor=cursor)
-        found.extend(info.params for info in page if info.status == RunStatus.COMPLETE)
-        if not cursor:
-            return found
 
 
 def read_records(bootstrap: str, topic: str, count: int) -> list[Any]:

@@ -26,7 +26,7 @@ from lockgate import (
     open_store,
     workflow,
 )
-from lockgate.stores import CompositeStore
+from lockgate.stores import CompositeStore, RunInfo, Store
 from lockgate.streams import trigger_status
 from lockgate.worker import WorkerOptions, WorkflowWorker
 from lockgate.workflow._spec import get_workflow
@@ -72,16 +72,20 @@ async def stop(task: asyncio.Task[None]) -> None:
         await task
 
 
-def runs_of(store: CompositeStore, name: str) -> list[dict[str, Any]]:
-    """The params of every completed run of ``name``."""
-    found, cursor = [], None
+def every_run(store: Store, name: str) -> list[RunInfo]:
+    """Every run of ``name``, the oldest first (``list_runs`` pages the newest first)."""
+    found: list[RunInfo] = []
+    cursor = None
     while True:
-        page, cursor = store.list_runs(name, limit=200, cursor=cursor)
-        for info in page:
-            if info.status == RunStatus.COMPLETE:
-                found.append(info.params)
+        page, cursor = store.list_runs(name, limit=500, cursor=cursor)
+        found.extend(page)
         if not cursor:
-            return found
+            return found[::-1]
+
+
+def runs_of(store: Store, name: str) -> list[dict[str, Any]]:
+    """The params of every completed run of ``name``."""
+    return [info.params for info in every_run(store, name) if info.status == RunStatus.COMPLETE]
 
 
 async def until(what: str, check: Callable[[], bool], seconds: float = 60.0) -> None:
