@@ -18,7 +18,7 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from lockgate._errors import StoreUnavailable, TriggerTopicMismatch
+from lockgate._errors import StoreUnavailable
 from lockgate.stores.kafka import KafkaEventLogStore
 from lockgate.stores.kafka._delivery import Delivery
 from lockgate.stores.kafka._partition import partition_for
@@ -146,6 +146,5 @@ def prepare_trigger_topics(journal: KafkaEventLogStore, topic: str) -> None:
             replication_factor=journal.replication_factor,
             config={"cleanup.policy": "delete"},
             timeout=journal.read_timeout,
-            mismatch=TriggerTopicMismatch,
             journal=False,
         )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 with contextlib.suppress(ImportError):  # the extra may be missing: no store is made then
     from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -23,10 +23,10 @@ with contextlib.suppress(ImportError):  # the extra may be missing: no store is 
     from confluent_kafka.cimpl import NewTopic
 
 from lockgate._errors import (
-    ConfigurationError,
     JournalTopicMismatch,
     JournalTopicUnsafe,
     StoreUnavailable,
+    TriggerTopicMismatch,
 )
 
 #: The settings a journal topic is created with: a journal must outlive its run, so records are
@@ -49,13 +49,12 @@ def prepare_topic(
     replication_factor: int,
     config: Mapping[str, str],
     timeout: float,
-    mismatch: Callable[[str, int, int], ConfigurationError] = JournalTopicMismatch,
     journal: bool = True,
 ) -> None:
     """Create ``topic`` with ``partitions`` and ``config``, or check the one there (see the
-    module docstring; ``mismatch`` makes the error for another partition count, and a topic
-    that is not a ``journal`` has its settings left unchecked); :class:`StoreUnavailable` when
-    Kafka (at ``bootstrap``) does not answer in ``timeout``."""
+    module docstring). A topic that is not a ``journal`` (a trigger topic) has its settings
+    left unchecked, and another partition count is a :class:`TriggerTopicMismatch` for it;
+    :class:`StoreUnavailable` when Kafka (at ``bootstrap``) does not answer in ``timeout``."""
     try:
         found = _partition_count(admin, topic, timeout)
         if found is None:
@@ -72,6 +71,7 @@ def prepare_topic(
             f"{'journal' if journal else 'trigger'} topic {topic!r}: {exc}"
         ) from exc
     if found is not None and found != partitions:
+        mismatch = JournalTopicMismatch if journal else TriggerTopicMismatch
         raise mismatch(topic, found, partitions)
     if journal:
         _check_config(admin, topic, bootstrap, timeout)
