@@ -19,6 +19,7 @@ import pytest
 
 from lockgate import (
     Collect,
+    ConfigurationError,
     Debounce,
     RunStatus,
     WorkflowClient,
@@ -26,8 +27,8 @@ from lockgate import (
     open_store,
     workflow,
 )
-from lockgate.stores import CompositeStore, RunInfo, Store
-from lockgate.streams import trigger_status
+from lockgate.stores import CompositeStore, KafkaEventLogStore, RunInfo, Store
+from lockgate.streams import trigger_status, trigger_topic
 from lockgate.worker import WorkerOptions, WorkflowWorker
 from lockgate.workflow._spec import get_workflow
 from valkey_server import shared_url
@@ -248,3 +249,27 @@ async def test_two_workers_own_disjoint_partitions_and_claim_from_their_own_firs
             await stop(task)
         for store in stores:
             store.close()
+
+
+def test_a_trigger_topic_with_another_partition_count_is_refused_and_bad_names_too(
+    composite: CompositeStore, kafka_bootstrap: str
+) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from lockgate import TriggerTopicMismatch
+    from lockgate.streams._produce import producer_for
+
+    spec = get_workflow("kt_collect")
+    assert spec is not None
+    journal = composite.events
+    assert isinstance(journal, KafkaEventLogStore)
+    topic = trigger_topic(journal.topic_prefix, spec)
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin.create_topics([NewTopic(topic, 1)])[topic].result(30)
+    with pytest.raises(TriggerTopicMismatch) as refused:
+        producer_for(journal).prepare(topic)
+    assert (refused.value.partitions, refused.value.expected) == (1, SHARDS)
+    with pytest.raises(ConfigurationError, match=r"topic=\.\.\."):
+        Collect(key="k", max_events=2, window_seconds=1, topic="has spaces")
+    with pytest.raises(ConfigurationError, match=r"topic=\.\.\."):
+        Debounce(key="k", window_seconds=1, topic="x" * 246)  # no room left for ".dlq"
