@@ -46,9 +46,9 @@ from lockgate import Collect, CompositeStore, Debounce, WorkflowContext, open_st
 from lockgate.stores.kafka import KafkaEventLogStore
 from lockgate.stores.kafka._partition import partition_for
 from lockgate.streams import TriggerConsumer
-from lockgate.streams._consumer import CONSUMER_FETCH
-from lockgate.streams._produce import prepare_trigger_topics
 from lockgate.streams._topics import trigger_topic
+from lockgate.streams.triggers._consumer import CONSUMER_FETCH
+from lockgate.streams.triggers._produce import prepare_trigger_topics
 from lockgate.workflow._spec import spec_of
 
 HERE = Path(__file__).resolve().parent

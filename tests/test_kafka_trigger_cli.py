@@ -93,7 +93,7 @@ def test_a_bad_line_sends_nothing_and_exits_2_with_one_line(
     prefix = urls[1].rsplit("=", 1)[1]
     topic = f"{prefix}.trigger.kt_collect"
     store = open_composite(urls)  # the topic may not exist yet: make it, then count
-    from lockgate.streams._produce import producer_for
+    from lockgate.streams.triggers._produce import producer_for
 
     producer_for(store.events).prepare(topic)  # type: ignore[arg-type]
     assert records_in(kafka_bootstrap, topic) == 0

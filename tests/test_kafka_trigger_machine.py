@@ -29,7 +29,7 @@ from lockgate._errors import StoreUnavailable
 from lockgate.stores.kafka import KafkaEventLogStore
 from lockgate.stores.kafka._partition import partition_for
 from lockgate.streams import TriggerConsumer
-from lockgate.streams._consumer import PRUNE_EVERY
+from lockgate.streams.triggers._consumer import PRUNE_EVERY
 from lockgate.workflow._spec import get_workflow, trigger_policy
 from test_kafka_triggers import every_run
 

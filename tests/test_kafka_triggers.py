@@ -257,7 +257,7 @@ def test_a_trigger_topic_with_another_partition_count_is_refused_and_bad_names_t
     from confluent_kafka.admin import AdminClient, NewTopic
 
     from lockgate import TriggerTopicMismatch
-    from lockgate.streams._produce import producer_for
+    from lockgate.streams.triggers._produce import producer_for
 
     spec = get_workflow("kt_collect")
     assert spec is not None

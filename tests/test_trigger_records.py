@@ -1,5 +1,6 @@
 """A trigger topic's records read into events, or refused with the dead-letter reason, and the
-windows of one partition (``lockgate.streams._records``, ``_windows``): no broker needed."""
+windows of one partition (``lockgate.streams.triggers._records``, ``_windows``): no broker
+needed."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from hypothesis import strategies as st
 
 from lockgate import Collect, Debounce, WorkflowContext, workflow
 from lockgate.stores import TriggerPolicy
-from lockgate.streams._records import (
+from lockgate.streams.triggers._records import (
     NO_KEY,
     NOT_AN_OBJECT,
     NOT_JSON,
@@ -20,7 +21,7 @@ from lockgate.streams._records import (
     Refused,
     read_record,
 )
-from lockgate.streams._windows import PartitionWindows
+from lockgate.streams.triggers._windows import PartitionWindows
 from lockgate.workflow._spec import spec_of
 
 

@@ -43,8 +43,8 @@ from lockgate.stores._base import Store
 from lockgate.stores._calls import call_store
 from lockgate.stores._gates import WaitReason
 from lockgate.stores._types import RunInfo, TerminateOutcome
-from lockgate.streams._produce import producer_for
 from lockgate.streams._topics import kafka_journal, trigger_topic
+from lockgate.streams.triggers._produce import producer_for
 from lockgate.workflow._spec import (
     DEFAULT_PAYLOAD_CAP,
     WorkflowSpec,

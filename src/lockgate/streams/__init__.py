@@ -9,10 +9,10 @@ and firing their runs. See docs/kafka.md, "Trigger topics".
 
 from __future__ import annotations
 
-from lockgate.streams._consumer import TriggerConsumer
-from lockgate.streams._produce import TriggerProducer
-from lockgate.streams._status import PartitionStatus, trigger_status
 from lockgate.streams._topics import dlq_topic, group_id, trigger_topic
+from lockgate.streams.triggers._consumer import TriggerConsumer
+from lockgate.streams.triggers._produce import TriggerProducer
+from lockgate.streams.triggers._status import PartitionStatus, trigger_status
 
 __all__ = [
     "PartitionStatus",

@@ -18,9 +18,9 @@ from lockgate._errors import ConfigurationError, StoreUnavailable
 from lockgate.stores._base import Store
 from lockgate.stores.kafka import KafkaEventLogStore
 from lockgate.stores.kafka._topic import watermarks
-from lockgate.streams._consumer import offset_of, source_of
-from lockgate.streams._records import Event, read_record
 from lockgate.streams._topics import committed_offsets, group_id, kafka_journal, trigger_topic
+from lockgate.streams.triggers._consumer import offset_of, source_of
+from lockgate.streams.triggers._records import Event, read_record
 from lockgate.workflow._spec import WorkflowSpec, trigger_policy
 
 with contextlib.suppress(ImportError):  # the extra may be missing: no journal is made then

@@ -37,10 +37,10 @@ from lockgate.stores._calls import call_store
 from lockgate.stores._triggers import TriggerPolicy
 from lockgate.stores.kafka import KafkaEventLogStore
 from lockgate.streams._dead_letters import DeadLetters
-from lockgate.streams._produce import prepare_trigger_topics
-from lockgate.streams._records import NO_KEY, UNFIREABLE, Event, Refused, read_record
 from lockgate.streams._topics import committed_offsets, dlq_topic, group_id, trigger_topic
-from lockgate.streams._windows import Batch, PartitionWindows
+from lockgate.streams.triggers._produce import prepare_trigger_topics
+from lockgate.streams.triggers._records import NO_KEY, UNFIREABLE, Event, Refused, read_record
+from lockgate.streams.triggers._windows import Batch, PartitionWindows
 from lockgate.workflow._spec import WorkflowSpec, trigger_policy
 
 with contextlib.suppress(ImportError):  # the extra may be missing: no journal is made then
