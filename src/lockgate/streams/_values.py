@@ -97,7 +97,8 @@ def record_of(message: Any, decode: Decoder) -> KafkaRecord[Any]:
     kind, stamp = message.timestamp()
     offset = message.offset()
     partition = message.partition()
-    assert offset is not None and partition is not None  # a record always has both
+    assert offset is not None  # a record always has both
+    assert partition is not None
     return KafkaRecord(
         topic=message.topic(),
         partition=partition,
