@@ -85,6 +85,7 @@ class LifecycleStore(abc.ABC):
         headers: dict[str, str] | None = None,
         start_at: float | None = None,
         gates_unknown: bool = False,
+        shard_key: str | None = None,
     ) -> str:
         """Create the run and journal its ``run:init`` atomically; return its id.
 
@@ -96,6 +97,8 @@ class LifecycleStore(abc.ABC):
         are journaled in ``run:init`` and enforced at every claim. ``gates_unknown`` stamps a
         submit by name made before any policy was recorded: no gate is enforced, ``run:init``
         says ``{"unknown": true}``, and the claiming worker hands the run on with its own.
+        ``shard_key`` places a run without gates in a sharded store: the shard its key hashes
+        to instead of its run id's (a bound run's: its topic partition's).
         Nothing is written when it raises; a name, id or idempotency key the naming rules
         refuse (``lockgate._names``) raises :class:`InvalidNameError`.
         """
@@ -116,6 +119,7 @@ class LifecycleStore(abc.ABC):
                 provenance,
                 start_at,
                 gates_unknown,
+                shard_key,
             ),
             run_id,
             headers=headers,

@@ -67,6 +67,9 @@ class Submit:
     #: Submitted by name before any worker recorded the workflow's policy: the gates are not
     #: known, so none is enforced and the first worker to claim it hands it on with its own.
     gates_unknown: bool = False
+    #: What the run's shard is hashed from when it has no gate: a bound run's topic partition,
+    #: so the runs of one partition share a shard (None: its run id).
+    shard_key: str | None = None
 
     @property
     def gates(self) -> Gates:
@@ -94,6 +97,8 @@ class Submit:
             payload["provenance"] = dict(self.provenance)
         if self.start_at is not None:
             payload["start_at"] = self.start_at
+        if self.shard_key is not None:
+            payload["shard_key"] = self.shard_key
         return payload
 
     def opening_events(

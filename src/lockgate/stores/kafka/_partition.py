@@ -17,9 +17,15 @@ from lockgate.stores.valkey._core import shard_for, shard_key
 
 
 def gate_key(init: RunEvent) -> str:
-    """The gate key a run's ``run:init`` names (the run id when it names no gate)."""
+    """The gate key a run's ``run:init`` names (when it names no gate: its shard key, else its
+    run id)."""
     gates: Mapping[str, Any] = init.payload.get("gates") or {}
-    return shard_key(_key_of(gates.get("concurrency")), _key_of(gates.get("rate")), init.run_id)
+    fallback = init.payload.get("shard_key")
+    return shard_key(
+        _key_of(gates.get("concurrency")),
+        _key_of(gates.get("rate")),
+        fallback if isinstance(fallback, str) and fallback else init.run_id,
+    )
 
 
 def _key_of(gate: Any) -> str | None:

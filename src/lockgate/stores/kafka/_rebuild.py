@@ -285,6 +285,7 @@ def _submit_of(name: str, init: RunEvent) -> Submit:
         provenance=p.get("provenance"),
         start_at=p.get("start_at"),
         gates_unknown=bool(gates.get("unknown")),
+        shard_key=p.get("shard_key"),
     )
 
 

@@ -184,7 +184,9 @@ class ValkeyLifecycle(ValkeyCore):
         return run_id
 
     def _submit_shard(self, submit: Submit, run_id: str) -> int:
-        return self._home(shard_key(submit.concurrency_key, submit.rate_key, run_id))
+        return self._home(
+            shard_key(submit.concurrency_key, submit.rate_key, submit.shard_key or run_id)
+        )
 
     def _route_op(
         self, name: str, run_id: str, shard: int, key: str = "", body: str = "", keep: str = "0"
