@@ -19,6 +19,16 @@ from lockgate.workflow._unwind import AttemptOutcome
 
 log = logging.getLogger("lockgate.worker")
 
+#: The outcomes of an attempt after which its run is over.
+RUN_ENDED = frozenset(
+    {
+        AttemptOutcome.COMPLETED,
+        AttemptOutcome.FAILED,
+        AttemptOutcome.CANCELLED,
+        AttemptOutcome.ALREADY_ENDED,
+    }
+)
+
 #: Seconds between tries to requeue a run while the store stays unreachable: doubling from
 #: the first to the most (each try also waits out the store's own retries).
 REQUEUE_RETRY_FIRST = 0.2
@@ -191,6 +201,10 @@ class AttemptPool:
                 )
             return
         self.outcomes[outcome.value] += 1
+        if outcome in RUN_ENDED:
+            told = rt.run_ended.get(spec.name)
+            if told is not None:
+                told(claim.run_id)
         if outcome == AttemptOutcome.SUSPENDED:
             # It may have parked on a deadline sooner than the timer loops here sleep towards.
             notices.post(rt.store, notices.WAITS)

@@ -147,6 +147,8 @@ class Runtime:
     #: Per triggered workflow, the partitions of its trigger topic (the shards) this worker
     #: owns in the topic's consumer group; its claims of the workflow try them first.
     owned: dict[str, list[int]] = field(default_factory=dict)
+    #: Per bound workflow, what is told each run of it this worker finished (its consumer).
+    run_ended: dict[str, Callable[[str], None]] = field(default_factory=dict)
     _claims: int = 0
     _leases: int = 0
     _nonce: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
@@ -179,9 +181,9 @@ class Runtime:
                 pending.cancel()
 
     def prefer(self, name: str | None = None) -> list[int]:
-        """The shards a claim of ``name`` tries first: the trigger partitions this worker owns
-        for it, else its leased shards; starting one further along at each claim, so no one
-        of them always goes first."""
+        """The shards a claim of ``name`` tries first: those of the trigger or bound topic
+        partitions this worker owns for it, else its leased shards; starting one further along
+        at each claim, so no one of them always goes first."""
         shards = (self.owned.get(name) if name is not None else None) or self.shards
         if not shards:
             return []

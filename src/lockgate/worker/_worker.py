@@ -20,6 +20,7 @@ from lockgate.client._client import WorkflowClient
 from lockgate.stores._base import Store
 from lockgate.streams._topics import kafka_journal
 from lockgate.worker._attempts import AttemptPool
+from lockgate.worker._bound_topics import check_bindings, serve_bound_topics
 from lockgate.worker._deadlines import timer_loop, trigger_loop
 from lockgate.worker._health import HealthServer
 from lockgate.worker._loops import (
@@ -158,6 +159,7 @@ class WorkflowWorker:
             worker_id=self.worker_id,
             specs=_served(workflows),
         )
+        check_bindings(self._rt, kafka_journal(store))
         self._pool = AttemptPool(self._rt)
         #: A client over the worker's store, on the worker's clock.
         self.client = WorkflowClient(store, clock=self.clock)
@@ -350,6 +352,10 @@ class WorkflowWorker:
                 asyncio.create_task(
                     serve_trigger_topics(rt, journal), name="lockgate-trigger-topics"
                 )
+            )
+        if journal is not None and any(spec.topic is not None for spec in rt.specs.values()):
+            loops.append(
+                asyncio.create_task(serve_bound_topics(rt, journal), name="lockgate-bound-topics")
             )
         loops.append(
             asyncio.create_task(

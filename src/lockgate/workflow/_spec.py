@@ -18,6 +18,7 @@ from lockgate.flow import Collect, Debounce, Limit, Rate
 from lockgate.journal._events import payload_size
 from lockgate.stores._gates import Gates
 from lockgate.stores._triggers import TriggerPolicy
+from lockgate.workflow._binding import VALUE_PARAM, KafkaTopic, as_binding
 from lockgate.workflow._params import check_params
 
 VersionBehavior = Literal["pinned", "auto_upgrade"]
@@ -46,6 +47,8 @@ class WorkflowSpec:
     concurrency: Limit | None = None
     rate_limit: Rate | None = None
     trigger: Collect | Debounce | None = None
+    #: The Kafka topic the workflow is bound to: one run per record.
+    topic: KafkaTopic | None = None
     fn: WorkflowFn | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -158,6 +161,7 @@ def _validate(
     concurrency: object,
     rate_limit: object,
     trigger: object,
+    topic: KafkaTopic | None = None,
 ) -> None:
     if not inspect.iscoroutinefunction(fn):
         raise TypeError(f"@workflow needs an 'async def' body; {name!r} is a plain function")
@@ -190,6 +194,8 @@ def _validate(
         )
     names = {p.name for p in parameters[1:]}
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
+    if topic is not None:
+        _check_bound(name, topic, names, takes_any, concurrency, rate_limit, trigger)
     for field_name, value, kind in (
         ("concurrency", concurrency, Limit),
         ("rate_limit", rate_limit, Rate),
@@ -220,6 +226,38 @@ def _validate(
             )
 
 
+def _check_bound(
+    name: str,
+    topic: KafkaTopic,
+    names: set[str],
+    takes_any: bool,
+    concurrency: object,
+    rate_limit: object,
+    trigger: object,
+) -> None:
+    """A bound workflow runs each record as it is consumed: no gate or trigger of its own, and
+    a body that takes the record's value."""
+    for field_name, value in (
+        ("concurrency", concurrency),
+        ("rate_limit", rate_limit),
+        ("trigger", trigger),
+    ):
+        if value is not None:
+            raise ConfigurationError(
+                f"workflow {name!r} is bound to Kafka topic {topic.name!r}, so it cannot take "
+                f"{field_name}=: its records are run as they are consumed. Throttle it with "
+                f"KafkaTopic(max_concurrency=N) (runs of this binding in flight per worker, "
+                f"now {topic.max_concurrency}) and the topic's partition count (one worker "
+                f"reads a partition)"
+            )
+    if VALUE_PARAM not in names and not takes_any:
+        raise ConfigurationError(
+            f"workflow {name!r} is bound to Kafka topic {topic.name!r} and must take the "
+            f"parameter {VALUE_PARAM!r}: each run receives its record's decoded value there "
+            f"(ctx.record has the key, partition, offset, timestamp and headers)"
+        )
+
+
 @overload
 def workflow(fn: F, /) -> F: ...
 
@@ -239,6 +277,7 @@ def workflow(
     concurrency: Limit | None = None,
     rate_limit: Rate | None = None,
     trigger: Collect | Debounce | None = None,
+    topic: KafkaTopic | str | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -256,6 +295,7 @@ def workflow(
     concurrency: Limit | None = None,
     rate_limit: Rate | None = None,
     trigger: Collect | Debounce | None = None,
+    topic: KafkaTopic | str | None = None,
 ) -> F | Callable[[F], F]:
     """Declare a durable workflow.
 
@@ -263,7 +303,12 @@ def workflow(
     keyword arguments after it. Without ``version`` the version is a hash of the body and runs
     follow new code (``auto_upgrade``); with one they stay on it (``pinned``). The declaration is
     validated here, so a mistake fails at import rather than when a run starts.
+
+    ``topic`` binds the workflow to a Kafka topic (a name, or a :class:`KafkaTopic` with its
+    options): each record becomes one run of it, whose ``value`` parameter is the record's
+    decoded value. A bound workflow takes no ``concurrency``, ``rate_limit`` or ``trigger``.
     """
+    binding = as_binding(topic)
 
     def register(body: F, stacklevel: int = 2) -> F:
         wf_name = name if name is not None else getattr(body, "__name__", "")
@@ -279,6 +324,7 @@ def workflow(
             concurrency=concurrency,
             rate_limit=rate_limit,
             trigger=trigger,
+            topic=binding,
         )
         behavior: VersionBehavior = version_behavior or (
             "pinned" if version is not None else "auto_upgrade"
@@ -294,6 +340,7 @@ def workflow(
             concurrency=concurrency,
             rate_limit=rate_limit,
             trigger=trigger,
+            topic=binding,
             fn=body,
         )
         previous = _REGISTRY.get(wf_name)

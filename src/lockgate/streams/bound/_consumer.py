@@ -1,0 +1,535 @@
+"""A worker's member of a bound workflow's consumer group: each record it reads becomes one run
+of the workflow, submitted through the store; records that start no run go to the dead-letter
+topic; offsets are committed behind the runs.
+
+Exactly one run per record, across crashes and rebalances, rests on two rules:
+
+- a record's run id is its topic, partition and offset (:func:`bound_run_id`), so a record read
+  again (its partition was not committed past it when its owner died) finds its run made
+  already (``DuplicateRunError``) instead of making a second one;
+- a partition is committed only up to its oldest record whose run is not yet durably
+  submitted, or, when the binding is ``ordered``, not yet finished (and never past a
+  dead-lettered record whose copy Kafka has not acknowledged).
+
+At most ``max_concurrency`` runs this consumer submitted are unfinished at once. It learns that
+a run finished from the worker that ran it when that is its own (:meth:`BoundConsumer.ended`),
+else by asking the store. A bound run's shard is its partition's
+(:func:`partition_shard_key`), so the worker owning a partition claims there first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import hashlib
+import json
+import logging
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import Any, TypeVar
+
+from lockgate._clock import Clock, as_clock
+from lockgate._errors import DuplicateRunError, LockgateError, StoreUnavailable, one_line
+from lockgate._names import MAX_NAME_LENGTH
+from lockgate.stores._base import Store
+from lockgate.stores._calls import call_store
+from lockgate.stores.kafka import KafkaEventLogStore
+from lockgate.stores.kafka._topic import prepare_topic
+from lockgate.streams._dead_letters import DeadLetters
+from lockgate.streams._topics import group_id
+from lockgate.streams._values import RECORD_METADATA, Undecodable, decoder_for, record_of
+from lockgate.streams.bound._flow import PartitionFlow, Pending
+from lockgate.workflow._spec import WorkflowSpec
+
+with contextlib.suppress(ImportError):  # the extra may be missing: no journal is made then
+    from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+log = logging.getLogger("lockgate.bound")
+T = TypeVar("T")
+
+#: Records taken from the consumer at once, at most.
+CONSUME_BATCH = 1000
+#: Records read ahead of their submits, at most, across the owned partitions; reading pauses
+#: there and resumes below half of it.
+READ_AHEAD = 5000
+#: Seconds one wait for records lasts: short while runs are open (a finished run's news
+#: arrives between two waits), longer when there is nothing in flight.
+WAIT_OPEN = 0.005
+WAIT_IDLE = 0.1
+#: Seconds between two commits of the partitions' progress.
+COMMIT_EVERY = 0.5
+#: Seconds after which an open run no worker here reported is asked about in the store, and
+#: between two such asks.
+ASK_AFTER = 0.25
+#: Seconds a submit that found the store unavailable waits before it is tried again.
+RETRY_AFTER = 0.5
+#: Why a record went to the dead-letter topic besides its value not decoding.
+UNSUBMITTABLE = "unsubmittable"
+
+
+def bound_run_id(topic: str, partition: int, offset: int) -> str:
+    """The run id of the record at ``offset`` of ``topic``'s ``partition``:
+    ``{topic}:{partition}:{offset}``; a topic name too long for a run id is cut, a hash of it
+    kept in its place."""
+    run_id = f"{topic}:{partition}:{offset}"
+    if len(run_id) <= MAX_NAME_LENGTH:
+        return run_id
+    digest = hashlib.sha256(topic.encode()).hexdigest()[:16]
+    return f"{topic[:180]}~{digest}:{partition}:{offset}"
+
+
+def partition_shard_key(topic: str, partition: int) -> str:
+    """What the runs of one partition's records are sharded by: they share a shard."""
+    return f"{topic}:{partition}"
+
+
+async def _together(calls: list[Coroutine[Any, Any, T]]) -> list[T]:
+    """``calls`` side by side, on the loop running this."""
+    return list(await asyncio.gather(*calls))
+
+
+class BoundConsumer:
+    """Serves ``spec``'s bound topic for one worker (see the module docstring): call
+    :meth:`serve` on a thread of its own; it returns once ``stop`` is set, after committing
+    what it may and leaving the group.
+
+    ``on_submitted()`` is called after each batch of submits (a claim loop may start the
+    runs at once) and ``on_assigned(partitions)`` whenever the partitions it owns change, both
+    on its thread. :meth:`ended` may be called from any thread."""
+
+    def __init__(
+        self,
+        store: Store,
+        journal: KafkaEventLogStore,
+        spec: WorkflowSpec,
+        *,
+        worker_id: str,
+        clock: Clock | None = None,
+        on_submitted: Callable[[], None] = lambda: None,
+        on_assigned: Callable[[list[int]], None] = lambda partitions: None,
+        config: Mapping[str, Any] | None = None,
+    ) -> None:
+        binding = spec.topic
+        if binding is None:
+            raise ValueError(f"workflow {spec.name!r} is bound to no topic")
+        self.store = store
+        self.journal = journal
+        self.spec = spec
+        self.binding = binding
+        self.topic = binding.name
+        self.dlq = binding.dlq
+        self.group = group_id(self.topic)
+        self.worker_id = worker_id
+        self.clock = as_clock(clock)
+        self._decode = decoder_for(binding.avro_schema)
+        self._on_submitted = on_submitted
+        self._on_assigned = on_assigned
+        self._config = dict(config or {})
+        self._flows: dict[int, PartitionFlow] = {}
+        self._committed: dict[int, int] = {}
+        self._next_commit = 0.0
+        self._next_ask = 0.0
+        self._retry_at = 0.0
+        #: When each open run was submitted, to ask the store about it later.
+        self._opened_at: dict[str, float] = {}
+        #: Run id -> (partition, offset) of every open run.
+        self._where: dict[str, tuple[int, int]] = {}
+        #: Runs reported finished by this worker, from its attempts' thread (the event loop).
+        self._ended: collections.deque[str] = collections.deque()
+        self._dead = DeadLetters(journal.producer, self.dlq)
+        self._consumer: Any = None
+        self._paused = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._crashed = False
+        #: Set once the consumer has been given its first assignment.
+        self.assigned = threading.Event()
+        #: Runs submitted, records read again whose run was there, and dead-lettered records.
+        self.submitted = 0
+        self.found = 0
+        self.dead_lettered = 0
+
+    # -- serving -------------------------------------------------------------------------------
+
+    def serve(self, stop: threading.Event) -> None:
+        """Join the group and serve until ``stop`` is set; then commit and leave."""
+        try:
+            self.open()
+            while not stop.is_set():
+                self.step()
+        finally:
+            self.close()
+
+    def open(self) -> None:
+        """Check the topic (it must exist: it is the user's), make its dead-letter topic, and
+        join the group."""
+        self._prepare_topics()
+        self._dead = DeadLetters(self.journal.producer, self.dlq)
+        self._crashed = False
+        self._paused = False
+        self._consumer = Consumer(
+            {
+                **self.journal.client_config,
+                "group.id": self.group,
+                "client.id": self.worker_id,
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "partition.assignment.strategy": "cooperative-sticky",
+                "session.timeout.ms": 6000,
+                "heartbeat.interval.ms": 1000,
+                "fetch.wait.max.ms": 10,
+                **self._config,
+            }
+        )
+        self._consumer.subscribe(
+            [self.topic], on_assign=self._assign, on_revoke=self._revoke, on_lost=self._lose
+        )
+
+    def step(self) -> None:
+        """Take news of finished runs, read what came, submit what may be, commit when due."""
+        consumer = self._consumer
+        assert consumer is not None, "open() first"
+        self._settle_ended()
+        if self._where and self.clock() >= self._next_ask:
+            self._ask_open()
+        self._pace(consumer)
+        messages = consumer.consume(CONSUME_BATCH, timeout=0)
+        if not messages and not self._submittable():
+            first = consumer.poll(WAIT_OPEN if self._where else WAIT_IDLE)
+            if first is not None:
+                messages = [first, *consumer.consume(CONSUME_BATCH - 1, timeout=0)]
+        if messages:
+            self._take(messages)
+        self._submit_ready()
+        if self.clock() >= self._next_commit:
+            self._commit(consumer)
+
+    def close(self) -> None:
+        """Commit what may be, and leave the group."""
+        consumer, self._consumer = self._consumer, None
+        if consumer is None:
+            self._close_loop()
+            return
+        try:
+            self._commit(consumer)
+        except KafkaException as exc:
+            log.warning("bound topic %s: stopped without a last commit: %s", self.topic, exc)
+        finally:
+            self._crashed = True
+            try:
+                consumer.close()
+            finally:
+                self._close_loop()
+
+    def ended(self, run_id: str) -> None:
+        """This worker finished the run ``run_id`` (any thread)."""
+        self._ended.append(run_id)
+
+    @property
+    def in_flight(self) -> int:
+        return sum(flow.in_flight for flow in self._flows.values())
+
+    def _prepare_topics(self) -> None:
+        admin = AdminClient(dict(self.journal.client_config))
+        try:
+            listed = admin.list_topics(self.topic, timeout=self.journal.read_timeout).topics
+        except KafkaException as exc:
+            raise StoreUnavailable(f"Kafka did not list topic {self.topic!r}: {exc}") from exc
+        found = listed.get(self.topic)
+        if found is None or found.error is not None or not found.partitions:
+            raise StoreUnavailable(
+                f"bound topic {self.topic!r} of workflow {self.spec.name!r} does not exist yet: "
+                f"create it (its partition count is how many workers can share it)"
+            )
+        prepare_topic(
+            admin,
+            self.dlq,
+            bootstrap=self.journal.bootstrap_servers,
+            partitions=len(found.partitions),
+            replication_factor=self.journal.replication_factor,
+            config={"cleanup.policy": "delete"},
+            timeout=self.journal.read_timeout,
+            journal=False,
+        )
+
+    # -- records -------------------------------------------------------------------------------
+
+    def _take(self, messages: list[Message]) -> None:
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                if error.code() != KafkaError._PARTITION_EOF:
+                    log.warning("bound topic %s: %s", self.topic, error)
+                continue
+            partition, offset = message.partition(), message.offset()
+            assert partition is not None
+            assert offset is not None
+            flow = self._flows.get(partition)
+            if flow is None:
+                continue  # revoked while these were in flight
+            flow.read(offset)
+            try:
+                record = record_of(message, self._decode)
+            except Undecodable as refused:
+                self._dead_letter(message, refused.reason, refused.detail)
+                continue
+            flow.waiting.append(
+                Pending(
+                    offset,
+                    bound_run_id(self.topic, partition, offset),
+                    record.value,
+                    {RECORD_METADATA: record.to_metadata()},
+                )
+            )
+
+    def _dead_letter(self, message: Message, reason: str, detail: str) -> None:
+        source = f"{message.topic()}/{message.partition()}/{message.offset()}"
+        log.warning(
+            "bound topic %s: the record at %s starts no run (%s: %s); sent to %s",
+            self.topic,
+            source,
+            reason,
+            detail,
+            self.dlq,
+        )
+        self._dead.send(message, reason, detail, source)
+        self.dead_lettered += 1
+
+    def _pace(self, consumer: Consumer) -> None:
+        """Pause reading while READ_AHEAD records wait for their submits; resume below half."""
+        waiting = sum(len(flow.waiting) for flow in self._flows.values())
+        pause = waiting >= READ_AHEAD if not self._paused else waiting >= READ_AHEAD // 2
+        if pause == self._paused:
+            return
+        assigned = [TopicPartition(self.topic, p) for p in self._flows]
+        with contextlib.suppress(KafkaException):
+            (consumer.pause if pause else consumer.resume)(assigned)
+            self._paused = pause
+
+    # -- submits -------------------------------------------------------------------------------
+
+    def _room(self) -> int:
+        return self.binding.max_concurrency - self.in_flight
+
+    def _submittable(self) -> bool:
+        if self._room() <= 0 or self.clock() < self._retry_at:
+            return False
+        return any(flow.can_start() for flow in self._flows.values())
+
+    def _submit_ready(self) -> None:
+        """Submit the runs of the records that may start, side by side on the consumer's
+        event loop, partitions taking turns, up to the room ``max_concurrency`` leaves."""
+        if self.clock() < self._retry_at:
+            return
+        room = self._room()
+        taken: list[tuple[PartitionFlow, Pending]] = []
+        flows = [flow for flow in self._flows.values() if flow.waiting]
+        while room > 0 and flows:
+            share = max(1, room // len(flows))
+            for flow in list(flows):
+                ready = flow.ready(min(share, room))
+                taken.extend((flow, pending) for pending in ready)
+                room -= len(ready)
+                if not ready or not flow.waiting or flow.ordered:
+                    flows.remove(flow)
+                if room <= 0:
+                    break
+        if not taken:
+            return
+        outcomes = self._run(_together([self._submit(p) for _, p in taken]))
+        away: dict[int, list[Pending]] = {}
+        for (flow, pending), outcome in zip(taken, outcomes, strict=True):
+            if outcome is None:
+                away.setdefault(flow.partition, []).append(pending)
+            elif outcome == "dropped":
+                flow.dropped(pending)
+            else:
+                flow.submitted(pending)
+                self._opened(flow.partition, pending, checked=outcome == "made")
+        for partition, unsent in away.items():
+            self._flows[partition].put_back(unsent)
+        if away:
+            self._retry_at = self.clock() + RETRY_AFTER
+        if sum(map(len, away.values())) < len(taken):
+            self._on_submitted()
+
+    async def _submit(self, pending: Pending) -> str | None:
+        """Submit ``pending``'s run: ``"made"``, ``"found"`` (it was made before),
+        ``"dropped"`` (the store refused it: its record went to the dead-letter topic), or None
+        when the store is away."""
+        spec = self.spec
+        partition = pending.metadata[RECORD_METADATA]["partition"]
+        try:
+            params = spec.validate_params({"value": pending.value})
+            await call_store(
+                self.store,
+                self.store.submit_run,
+                spec.name,
+                pending.run_id,
+                params,
+                metadata=pending.metadata,
+                version=spec.version,
+                version_behavior=spec.version_behavior,
+                shard_key=partition_shard_key(self.topic, partition),
+            )
+        except DuplicateRunError:
+            self.found += 1
+            return "found"
+        except StoreUnavailable as exc:
+            log.debug("bound topic %s: submit deferred: %s", self.topic, exc)
+            return None
+        except LockgateError as exc:  # a value its workflow refuses: submitting again cannot help
+            self._unsubmittable(partition, pending, one_line(exc))
+            return "dropped"
+        self.submitted += 1
+        return "made"
+
+    def _unsubmittable(self, partition: int, pending: Pending, detail: str) -> None:
+        source = f"{self.topic}/{partition}/{pending.offset}"
+        log.error(
+            "bound topic %s: the record at %s starts no run (%s); sent to %s",
+            self.topic,
+            source,
+            detail,
+            self.dlq,
+        )
+        key = pending.metadata[RECORD_METADATA].get("key")
+        value = json.dumps(pending.value, separators=(",", ":"), default=str).encode()
+        self._dead.send_value(
+            partition,
+            pending.offset,
+            None if key is None else str(key).encode(),
+            value,
+            UNSUBMITTABLE,
+            detail,
+            source,
+        )
+        self.dead_lettered += 1
+
+    # -- finished runs -------------------------------------------------------------------------
+
+    def _opened(self, partition: int, pending: Pending, *, checked: bool) -> None:
+        self._where[pending.run_id] = (partition, pending.offset)
+        # A run found made before may have finished long ago: ask about it at once.
+        self._opened_at[pending.run_id] = self.clock() if checked else -ASK_AFTER
+
+    def _finish(self, run_id: str) -> None:
+        where = self._where.pop(run_id, None)
+        self._opened_at.pop(run_id, None)
+        if where is not None:
+            flow = self._flows.get(where[0])
+            if flow is not None:
+                flow.finished(where[1])
+
+    def _settle_ended(self) -> None:
+        while self._ended:
+            self._finish(self._ended.popleft())
+
+    def _ask_open(self) -> None:
+        """Ask the store about the open runs no worker here reported within ASK_AFTER: those
+        another worker ran (or is running)."""
+        now = self.clock()
+        self._next_ask = now + ASK_AFTER
+        asked = [run for run, at in self._opened_at.items() if now - at >= ASK_AFTER]
+        if not asked:
+            return
+        try:
+            infos = self._run(
+                _together(
+                    [call_store(self.store, self.store.get_run, self.spec.name, r) for r in asked]
+                )
+            )
+        except StoreUnavailable as exc:
+            log.debug("bound topic %s: runs not asked about: %s", self.topic, exc)
+            return
+        for run_id, info in zip(asked, infos, strict=True):
+            if info is None or info.status.is_terminal:
+                self._finish(run_id)
+            else:
+                self._opened_at[run_id] = now
+
+    def _run(self, awaitable: Awaitable[T]) -> T:
+        """Run ``awaitable`` on the consumer's own event loop."""
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        return self._loop.run_until_complete(awaitable)
+
+    def _close_loop(self) -> None:
+        loop, self._loop = self._loop, None
+        if loop is not None:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+
+    # -- commits -------------------------------------------------------------------------------
+
+    def _commit(self, consumer: Consumer, partitions: list[int] | None = None) -> None:
+        self._next_commit = self.clock() + COMMIT_EVERY
+        offsets = []
+        for partition in partitions if partitions is not None else list(self._flows):
+            flow = self._flows.get(partition)
+            at = flow.committable() if flow is not None else None
+            held = self._dead.held_at(partition)
+            if at is not None and held is not None:
+                at = min(at, held)
+            if at is not None and at > self._committed.get(partition, -1):
+                offsets.append(TopicPartition(self.topic, partition, at))
+        if not offsets:
+            return
+        try:
+            consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as exc:
+            log.debug("bound topic %s: commit failed: %s", self.topic, exc)
+            return
+        for tp in offsets:
+            self._committed[tp.partition] = tp.offset
+
+    # -- rebalances ----------------------------------------------------------------------------
+
+    def _assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            self._flows[tp.partition] = PartitionFlow(tp.partition, self.binding.ordered)
+            self._committed.pop(tp.partition, None)
+        self._changed("assigned to", partitions)
+        self.assigned.set()
+
+    def _revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Partitions going to another member: commit, and let go of them (the next owner
+        reads their records again from the commit; their runs are made already)."""
+        gone = [tp.partition for tp in partitions]
+        if not self._crashed:
+            with contextlib.suppress(KafkaException):
+                self._commit(consumer, gone)
+        self._drop(gone)
+        self._changed("revoked from", partitions)
+
+    def _lose(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._drop([tp.partition for tp in partitions])
+        self._changed("lost by", partitions)
+
+    def _drop(self, partitions: list[int]) -> None:
+        for partition in partitions:
+            flow = self._flows.pop(partition, None)
+            self._committed.pop(partition, None)
+            self._dead.forget(partition)
+            if flow is not None:
+                for run_id in flow.open.values():
+                    self._where.pop(run_id, None)
+                    self._opened_at.pop(run_id, None)
+
+    def _changed(self, what: str, partitions: list[TopicPartition]) -> None:
+        if partitions:
+            log.info(
+                "bound topic %s: partition(s) %s %s %s",
+                self.topic,
+                sorted(tp.partition for tp in partitions),
+                what,
+                self.worker_id,
+            )
+        self._on_assigned(sorted(self._flows))
+
+    # -- visibility ----------------------------------------------------------------------------
+
+    def positions(self) -> dict[int, int | None]:
+        """Per owned partition, the offset of the next record it reads."""
+        return {p: f.next_offset for p, f in sorted(self._flows.items())}

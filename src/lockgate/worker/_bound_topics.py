@@ -1,0 +1,81 @@
+"""The worker's loop over bound topics: with a Kafka journal, one
+:class:`~lockgate.streams.bound.BoundConsumer` per served workflow bound to a topic, each on a
+thread of its own, for as long as the worker serves."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+
+from lockgate._errors import ConfigurationError
+from lockgate.stores.kafka import KafkaEventLogStore
+from lockgate.stores.valkey._core import shard_for
+from lockgate.streams.bound import BoundConsumer, partition_shard_key
+from lockgate.worker._consumer_threads import on_thread, serve_consumers, soon
+from lockgate.worker._runtime import Runtime
+
+
+def check_bindings(rt: Runtime, journal: KafkaEventLogStore | None) -> None:
+    """Refuse what cannot serve the bound workflows of ``rt``: no Kafka journal to reach the
+    broker through, or two workflows bound to one topic (one group would split its records
+    between them)."""
+    bound_by: dict[str, str] = {}
+    for name, spec in rt.specs.items():
+        if spec.topic is None:
+            continue
+        if journal is None:
+            raise ConfigurationError(
+                f"workflow {name!r} is bound to Kafka topic {spec.topic.name!r}: serve it on a "
+                f"store with a Kafka journal (lockgate worker ... --journal kafka://HOST:PORT)"
+            )
+        other = bound_by.setdefault(spec.topic.name, name)
+        if other != name:
+            raise ConfigurationError(
+                f"workflows {other!r} and {name!r} are both bound to topic {spec.topic.name!r}: "
+                f"bind each to a topic of its own"
+            )
+
+
+async def serve_bound_topics(rt: Runtime, journal: KafkaEventLogStore) -> None:
+    """Serve the topic of every bound workflow of ``rt`` until the worker stops. Submits wake
+    the workflow's claim loop, the runs this worker finishes are told to their consumer, and
+    the shards of the partitions each consumer owns are the ones its claims try first
+    (``Runtime.owned``)."""
+    check_bindings(rt, journal)
+    loop = asyncio.get_running_loop()
+    stop = threading.Event()
+    consumers = []
+    for name, spec in rt.specs.items():
+        if spec.topic is None:
+            continue
+        consumer = BoundConsumer(
+            rt.store,
+            journal,
+            spec,
+            worker_id=rt.worker_id,
+            clock=rt.clock,
+            on_submitted=soon(loop, rt.wakeup(f"claim:{name}").set),
+            on_assigned=soon(loop, _owner_of(rt, name, spec.topic.name)),
+        )
+        rt.run_ended[name] = consumer.ended
+        consumers.append(consumer)
+    served = [on_thread(loop, consumer, stop, "bound") for consumer in consumers]
+    try:
+        await serve_consumers(asyncio.ensure_future(rt.stop.wait()), served, stop)
+    finally:
+        for consumer in consumers:
+            rt.run_ended.pop(consumer.spec.name, None)
+
+
+def _owner_of(rt: Runtime, name: str, topic: str) -> Callable[[list[int]], None]:
+    """What tells ``rt`` the shards of the partitions of ``topic`` its consumer owns."""
+    count = getattr(rt.store, "shard_count", 1)
+    shards = count if isinstance(count, int) and count > 1 else 1
+
+    def owned(partitions: list[int]) -> None:
+        rt.owned[name] = sorted(
+            {shard_for(partition_shard_key(topic, p), shards) for p in partitions}
+        )
+
+    return owned
