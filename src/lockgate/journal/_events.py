@@ -65,6 +65,8 @@ class StepKind(enum.StrEnum):
     SLEEP = "sleep"
     SIGNAL = "signal"
     EMIT = "emit"
+    #: One poll of a stream by ``ctx.consume``: a batch handled, or an empty poll.
+    STREAM = "stream"
 
 
 class RunStatus(enum.StrEnum):

@@ -10,11 +10,13 @@ from lockgate.workflow._spec import (
     workflow,
 )
 from lockgate.workflow._step import step
+from lockgate.workflow._stream import StreamProgress
 
 __all__ = [
     "DuplicateWorkflowWarning",
     "RetryPolicy",
     "StepContext",
+    "StreamProgress",
     "WorkflowContext",
     "WorkflowSpec",
     "check_replay",

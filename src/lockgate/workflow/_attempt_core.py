@@ -76,6 +76,9 @@ class AttemptCore:
         self.event_count = len(events)
         self.queries: dict[str, Callable[..., Any]] = {}
         self.updates: dict[str, tuple[Callable[..., Any], Callable[..., Any] | None]] = {}
+        #: Per stream name, where each partition stands after the batches handled so far in
+        #: the run (``ctx.consume``, see ``_stream``).
+        self.stream_positions: dict[str, dict[tuple[str, int], int]] = {}
         self._buffer: list[RunEvent] = []
         self._has_updates = "updates" in store.capabilities()
         # A store that keeps only so many events of a run lowers the cap to that, so a run ends

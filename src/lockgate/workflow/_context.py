@@ -14,7 +14,10 @@ from typing import TYPE_CHECKING, Any
 from lockgate._errors import NestedDurableOperationError, UnboundContextError
 
 if TYPE_CHECKING:
+    from lockgate.streams.sources._source import Batch, Source
     from lockgate.workflow._executor import Attempt
+    from lockgate.workflow._retry import RetryPolicy
+    from lockgate.workflow._stream import StreamProgress
 
 
 @dataclass(frozen=True)
@@ -193,3 +196,34 @@ class WorkflowContext:
     def random(self) -> float:
         """A random float in [0, 1), journaled."""
         return self._bound("random", "random").random()
+
+    async def consume(
+        self,
+        source: Source[Any],
+        handler: Callable[[Batch[Any]], Any],
+        /,
+        *,
+        name: str | None = None,
+        max_batches: int | None = None,
+        poll_timeout: float = 1.0,
+        retry: RetryPolicy | None = None,
+    ) -> StreamProgress:
+        """Read ``source`` in batches, handing each to ``handler(batch)`` (sync or async) in a
+        journaled step, until ``max_batches`` were handled or a poll finds nothing within
+        ``poll_timeout`` seconds. Each batch is committed to the source once its step's
+        outcome is durable; a resumed run seeks the source past every batch already handled,
+        so each batch is journaled once (its handler may run again if the run dies while it
+        is in flight). ``name`` (the source's id by default) names the stream in the
+        journal; ``retry`` retries a failing poll or handler. Returns what was handled."""
+        from lockgate.workflow._stream import consume, stream_name
+
+        stream = stream_name(source, name)
+        return await consume(
+            self._bound("consume", stream),
+            source,
+            handler,
+            name=stream,
+            max_batches=max_batches,
+            poll_timeout=poll_timeout,
+            retry=retry,
+        )
