@@ -86,11 +86,13 @@ from lockgate.stores import (
     open_store,
     replay_journal,
 )
+from lockgate.streams.sources import Batch, InMemorySource, KafkaSource, Source
 from lockgate.worker import WorkerOptions, WorkflowWorker
 from lockgate.workflow import (
     DuplicateWorkflowWarning,
     RetryPolicy,
     StepContext,
+    StreamProgress,
     WorkflowContext,
     WorkflowSpec,
     check_replay,
@@ -103,6 +105,7 @@ __version__ = "0.1.0"
 __all__ = [
     "CAPABILITY_GROUPS",
     "EVENT_SCHEMA_VERSION",
+    "Batch",
     "CapabilityMissing",
     "Clock",
     "Collect",
@@ -121,6 +124,7 @@ __all__ = [
     "EventLogStore",
     "Fatal",
     "IdempotencyConflict",
+    "InMemorySource",
     "InlineWorkflowRunner",
     "InvalidNameError",
     "InvalidParamsError",
@@ -132,6 +136,7 @@ __all__ = [
     "JournalTopicMismatch",
     "JournalTopicUnsafe",
     "KafkaEventLogStore",
+    "KafkaSource",
     "LifecycleStore",
     "Limit",
     "LockLost",
@@ -158,6 +163,7 @@ __all__ = [
     "RunStatus",
     "SQLiteStore",
     "SchemaVersionMismatch",
+    "Source",
     "StepContext",
     "StepFailedError",
     "StepKind",
@@ -168,6 +174,7 @@ __all__ = [
     "StoreFileGone",
     "StoreProtocolError",
     "StoreUnavailable",
+    "StreamProgress",
     "SystemClock",
     "TerminateOutcome",
     "TerminateResult",
