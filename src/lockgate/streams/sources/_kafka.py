@@ -12,30 +12,21 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from lockgate._errors import ConfigurationError, StoreUnavailable
-from lockgate.streams._dead_letters import DeadLetters
 from lockgate.streams._topics import TOPIC_NAME, committed_offsets, dlq_topic
 from lockgate.streams._values import KafkaRecord, Undecodable, decoder_for, record_of
+from lockgate.streams.sources._kafka_dead import SourceDeadLetters
 from lockgate.streams.sources._memory import check_offset, check_timeout
 from lockgate.streams.sources._source import Batch
 
 with contextlib.suppress(ImportError):  # the extra may be missing: KafkaSource() says so
-    from confluent_kafka import (
-        Consumer,
-        KafkaError,
-        KafkaException,
-        Message,
-        Producer,
-        TopicPartition,
-    )
-    from confluent_kafka.admin import AdminClient
-    from confluent_kafka.cimpl import NewTopic
+    from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 log = logging.getLogger("lockgate.sources")
 
@@ -119,16 +110,18 @@ class KafkaSource:
         self._asked = sorted(set(partitions)) if partitions is not None else None
         self._consumer: Consumer | None = None
         self._partitions: list[int] = []
+        #: How many partitions the topic has (its dead-letter topic needs as many).
+        self._width = 0
         self._assigned = False
         #: Where a partition starts once assigned, for seeks made before that.
         self._starts: dict[int, int] = {}
         #: Records read ahead, per partition in turn order (a partition served goes last).
         self._buffered: dict[int, list[Message]] = {}
-        self._producer: Producer | None = None
-        self._dead: DeadLetters | None = None
+        self._dead = SourceDeadLetters(self._client, self.dlq, timeout=REQUEST_TIMEOUT)
         self._closed = False
-        #: Records copied to the dead-letter topic since the source was made.
-        self.dead_lettered = 0
+        # One call at a time: a close waits for a poll still running on a worker thread (its
+        # task cancelled) instead of closing the consumer under it.
+        self._lock = threading.RLock()
 
     # -- the Source protocol -------------------------------------------------------------------
 
@@ -136,51 +129,50 @@ class KafkaSource:
         """The next batch: up to ``batch_size`` records of one partition, read ahead ones
         first; None when no record came within ``timeout_ms``."""
         timeout = check_timeout(timeout_ms) / 1000
-        consumer = self._open()
-        if not self._assigned:
-            consumer.assign(
-                [
-                    TopicPartition(self.topic, p, self._starts[p])
-                    if p in self._starts
-                    else TopicPartition(self.topic, p)  # from the group's commit
-                    for p in self._partitions
-                ]
-            )
-            self._assigned, self._starts = True, {}
-        if not self._buffered:
-            self._fetch(consumer, timeout)
-        if not self._buffered:
-            return None
-        return self._take()
+        with self._lock:
+            consumer = self._open()
+            if not self._assigned:
+                consumer.assign(
+                    [
+                        TopicPartition(self.topic, p, self._starts[p])
+                        if p in self._starts
+                        else TopicPartition(self.topic, p)  # from the group's commit
+                        for p in self._partitions
+                    ]
+                )
+                self._assigned, self._starts = True, {}
+            if not self._buffered:
+                self._fetch(consumer, timeout)
+            return self._take() if self._buffered else None
 
     def seek(self, source_id: str, partition: int, offset: int) -> None:
         """Read ``partition`` from ``offset`` on; what was read ahead of it is dropped."""
-        self._check(source_id, partition)
         offset = check_offset("seek offset", offset)
-        consumer = self._open()
-        self._buffered.pop(partition, None)
-        if not self._assigned:
-            self._starts[partition] = offset
-            return
-        place = TopicPartition(self.topic, partition, offset)
-        try:
-            consumer.seek(place)
-        except KafkaException:
-            # A partition assigned but not fetching yet cannot seek (librdkafka's _STATE):
-            # assigning it again at the offset does the same.
-            consumer.incremental_unassign([TopicPartition(self.topic, partition)])
-            consumer.incremental_assign([place])
+        with self._lock:
+            consumer = self._check(source_id, partition)
+            self._buffered.pop(partition, None)
+            if not self._assigned:
+                self._starts[partition] = offset
+                return
+            place = TopicPartition(self.topic, partition, offset)
+            try:
+                consumer.seek(place)
+            except KafkaException:
+                # A partition assigned but not fetching yet cannot seek (librdkafka's
+                # _STATE): assigning it again at the offset does the same.
+                consumer.incremental_unassign([TopicPartition(self.topic, partition)])
+                consumer.incremental_assign([place])
 
     def commit(self, source_id: str, partition: int, offset: int) -> None:
         """Commit ``offset`` for ``partition`` in Kafka, synchronously."""
-        self._check(source_id, partition)
         offset = check_offset("commit offset", offset)
-        consumer = self._open()
-        self._settle_dead_letters(partition, offset)
         try:
-            consumer.commit(
-                offsets=[TopicPartition(self.topic, partition, offset)], asynchronous=False
-            )
+            with self._lock:
+                consumer = self._check(source_id, partition)
+                self._dead.settle(partition, offset)
+                consumer.commit(
+                    offsets=[TopicPartition(self.topic, partition, offset)], asynchronous=False
+                )
         except KafkaException as exc:
             raise StoreUnavailable(
                 f"Kafka did not take the commit of {self.topic!r} partition {partition} at "
@@ -188,30 +180,36 @@ class KafkaSource:
             ) from exc
 
     def get_committed(self, source_id: str, partition: int) -> int | None:
-        self._check(source_id, partition)
-        consumer = self._open()
-        (found,) = committed_offsets(
-            consumer, [TopicPartition(self.topic, partition)], REQUEST_TIMEOUT
-        )
+        with self._lock:
+            consumer = self._check(source_id, partition)
+            (found,) = committed_offsets(
+                consumer, [TopicPartition(self.topic, partition)], REQUEST_TIMEOUT
+            )
         return found.offset if found.offset >= 0 else None
 
     def partitions(self) -> list[tuple[str, int]]:
-        self._open()
-        return [(self.topic, p) for p in self._partitions]
+        with self._lock:
+            self._open()
+            return [(self.topic, p) for p in self._partitions]
+
+    @property
+    def dead_lettered(self) -> int:
+        """Records copied to the dead-letter topic since the source was made."""
+        return self._dead.sent
 
     # -- life ----------------------------------------------------------------------------------
 
     def close(self) -> None:
         """Send what dead-letter copies are left and close the connections (again: no-op)."""
-        self._closed = True
-        producer, self._producer = self._producer, None
-        consumer, self._consumer = self._consumer, None
-        try:
-            if producer is not None and producer.flush(REQUEST_TIMEOUT) > 0:
-                log.warning("source %s: closed with dead-letter copies not sent", self.topic)
-        finally:
-            if consumer is not None:
-                consumer.close()
+        with self._lock:
+            self._closed = True
+            consumer, self._consumer = self._consumer, None
+            try:
+                if self._dead.close() > 0:
+                    log.warning("source %s: closed with dead-letter copies not sent", self.topic)
+            finally:
+                if consumer is not None:
+                    consumer.close()
 
     def __enter__(self) -> KafkaSource:
         return self
@@ -268,6 +266,7 @@ class KafkaSource:
                 f"{', '.join(map(str, missing))}"
             )
         self._partitions = self._asked or present
+        self._width = present[-1] + 1
         self._consumer = consumer
         return consumer
 
@@ -280,25 +279,29 @@ class KafkaSource:
                 return
             more = consumer.consume(self.batch_size - 1, timeout=0) if self.batch_size > 1 else []
             messages = [first, *more]
+        failure: Exception | None = None
         for message in messages:
             error = message.error()
             if error is not None:
-                self._refuse(error)
+                failure = failure or self._failure(error)
                 continue
             partition = message.partition()
             assert partition is not None
             self._buffered.setdefault(partition, []).append(message)
+        if failure is not None:  # raised once the records that came with it are kept
+            raise failure
 
-    def _refuse(self, error: KafkaError) -> None:
-        """An error the consumer reported in place of a record: raised when the topic is
-        gone or the client cannot go on; else logged (librdkafka retries the others)."""
+    def _failure(self, error: KafkaError) -> Exception | None:
+        """What an error the consumer reported in place of a record raises: the topic gone,
+        or a client that cannot go on; None for the others, logged (librdkafka retries)."""
         if error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-            raise ConfigurationError(
+            return ConfigurationError(
                 f"topic {self.topic!r} is gone from {self.bootstrap_servers}: {error.str()}"
             )
         if error.fatal():
-            raise StoreUnavailable(f"the consumer of {self.topic!r} failed: {error.str()}")
+            return StoreUnavailable(f"the consumer of {self.topic!r} failed: {error.str()}")
         log.warning("source %s: %s", self.topic, error.str())
+        return None
 
     def _take(self) -> Batch[KafkaRecord[Any]]:
         """The next partition's run of buffered records as a batch; the rest stays buffered
@@ -308,103 +311,47 @@ class KafkaSource:
         run, rest = messages[: self.batch_size], messages[self.batch_size :]
         if rest:
             self._buffered[partition] = rest
+        try:
+            records = self._decoded(partition, run)
+        except Exception:
+            # Handed out later, once the dead-letter copies are in: the partition's records
+            # go back to the front, to be read (and copied) again.
+            self._buffered.pop(partition, None)
+            self._buffered = {partition: messages, **self._buffered}
+            raise
+        end = _offset(run[-1]) + 1
+        return Batch(self.topic, partition, _offset(run[0]), records, end_offset=end)
+
+    def _decoded(self, partition: int, run: list[Message]) -> list[KafkaRecord[Any]]:
+        """The records of ``run`` that decode; the others copied to the dead-letter topic,
+        and acknowledged there."""
         records = []
-        dead = False
         for message in run:
             try:
                 records.append(record_of(message, self._decode))
             except Undecodable as refused:
-                self._dead_letter(message, refused)
-                dead = True
-        end = _offset(run[-1]) + 1
-        if dead:
-            try:
-                self._settle_dead_letters(partition, end)
-            except StoreUnavailable:
-                # Handed out later, once the copies are in: the partition's records go back
-                # to the front, to be read (and copied) again.
-                self._buffered.pop(partition, None)
-                self._buffered = {partition: messages, **self._buffered}
-                raise
-        return Batch(self.topic, partition, _offset(run[0]), records, end_offset=end)
-
-    # -- dead letters --------------------------------------------------------------------------
-
-    def _dead_letter(self, message: Message, refused: Undecodable) -> None:
-        if self._dead is None:
-            self._prepare_dead_letters()
-        assert self._dead is not None
-        where = f"{self.topic}/{message.partition()}/{message.offset()}"
-        log.warning(
-            "source %s: the record at %s does not decode (%s: %s); copied to %s",
-            self.topic,
-            where,
-            refused.reason,
-            refused.detail,
-            self.dlq,
-        )
-        self._dead.send(message, refused.reason, refused.detail, where)
-        self.dead_lettered += 1
-
-    def _prepare_dead_letters(self) -> None:
-        """Make the dead-letter topic when missing, with the topic's partition count (a copy
-        goes to its record's partition number), and the producer that sends the copies."""
-        admin = AdminClient(dict(self._client))
-        needed = max(self._partitions) + 1
-        try:
-            found = self._partition_count(admin)
-            if found is None:
-                future = admin.create_topics([NewTopic(self.dlq, needed, -1)])[self.dlq]
-                with contextlib.suppress(KafkaException):  # made meanwhile by another source
-                    future.result(timeout=REQUEST_TIMEOUT)
-                deadline = time.monotonic() + REQUEST_TIMEOUT
-                while found is None and time.monotonic() < deadline:
-                    found = self._partition_count(admin)  # listed a moment after it is made
-                    if found is None:
-                        time.sleep(0.05)
-        except KafkaException as exc:
-            raise StoreUnavailable(
-                f"Kafka did not list or make the dead-letter topic {self.dlq!r}: {exc}"
-            ) from exc
-        if found is None:
-            raise StoreUnavailable(f"the dead-letter topic {self.dlq!r} could not be made")
-        if found < needed:
-            raise ConfigurationError(
-                f"the dead-letter topic {self.dlq!r} has {found} partitions; copies of "
-                f"{self.topic!r} need {needed} (one per partition of the topic)"
-            )
-        self._producer = Producer({**self._client, "acks": "all", "linger.ms": 5})
-        self._dead = DeadLetters(self._producer, self.dlq)
-
-    def _partition_count(self, admin: AdminClient) -> int | None:
-        listed = admin.list_topics(timeout=REQUEST_TIMEOUT).topics.get(self.dlq)
-        if listed is None or listed.error is not None:
-            return None
-        return len(listed.partitions)
-
-    def _settle_dead_letters(self, partition: int, offset: int) -> None:
-        """Wait until Kafka acknowledged every copy of ``partition`` below ``offset``;
-        :class:`StoreUnavailable` when it does not within REQUEST_TIMEOUT."""
-        if self._dead is None or self._producer is None:
-            return
-        deadline = time.monotonic() + REQUEST_TIMEOUT
-        while True:
-            self._producer.flush(max(0.0, deadline - time.monotonic()))
-            held = self._dead.held_at(partition)  # sends a failed copy again
-            if held is None or held >= offset:
-                return
-            if time.monotonic() > deadline:
-                raise StoreUnavailable(
-                    f"the dead-letter topic {self.dlq!r} did not acknowledge the copy of "
-                    f"{self.topic!r} partition {partition} offset {held}"
+                log.warning(
+                    "source %s: the record at partition %d offset %d does not decode (%s: %s); "
+                    "copied to %s",
+                    self.topic,
+                    partition,
+                    _offset(message),
+                    refused.reason,
+                    refused.detail,
+                    self.dlq,
                 )
-            time.sleep(0.05)
+                self._dead.send(message, refused.reason, refused.detail, self._width)
+        if len(records) < len(run):
+            self._dead.settle(partition, _offset(run[-1]) + 1)
+        return records
 
-    def _check(self, source_id: str, partition: int) -> None:
+    def _check(self, source_id: str, partition: int) -> Consumer:
+        """The consumer, once ``source_id`` and ``partition`` are known to be the source's."""
         if source_id != self.topic:
             raise ValueError(f"this KafkaSource reads {self.topic!r}, not {source_id!r}")
-        self._open()
+        consumer = self._open()
         if partition not in self._partitions:
             raise ValueError(
                 f"KafkaSource {self.topic!r} reads partitions {self._partitions}, not {partition!r}"
             )
+        return consumer
