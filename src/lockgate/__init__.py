@@ -86,10 +86,12 @@ from lockgate.stores import (
     open_store,
     replay_journal,
 )
+from lockgate.streams._values import KafkaRecord
 from lockgate.streams.sources import Batch, InMemorySource, KafkaSource, Source
 from lockgate.worker import WorkerOptions, WorkflowWorker
 from lockgate.workflow import (
     DuplicateWorkflowWarning,
+    KafkaTopic,
     RetryPolicy,
     StepContext,
     StreamProgress,
@@ -136,7 +138,9 @@ __all__ = [
     "JournalTopicMismatch",
     "JournalTopicUnsafe",
     "KafkaEventLogStore",
+    "KafkaRecord",
     "KafkaSource",
+    "KafkaTopic",
     "LifecycleStore",
     "Limit",
     "LockLost",

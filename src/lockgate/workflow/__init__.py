@@ -1,5 +1,6 @@
 """Declaring durable workflows and steps, and the context their bodies see."""
 
+from lockgate.workflow._binding import KafkaTopic
 from lockgate.workflow._context import StepContext, WorkflowContext
 from lockgate.workflow._executor import check_replay
 from lockgate.workflow._retry import RetryPolicy
@@ -14,6 +15,7 @@ from lockgate.workflow._stream import StreamProgress
 
 __all__ = [
     "DuplicateWorkflowWarning",
+    "KafkaTopic",
     "RetryPolicy",
     "StepContext",
     "StreamProgress",

@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from lockgate._errors import NestedDurableOperationError, UnboundContextError
+from lockgate._errors import ConfigurationError, NestedDurableOperationError, UnboundContextError
 
 if TYPE_CHECKING:
+    from lockgate.streams._values import KafkaRecord
     from lockgate.streams.sources._source import Batch, Source
     from lockgate.workflow._executor import Attempt
     from lockgate.workflow._retry import RetryPolicy
@@ -141,6 +142,22 @@ class WorkflowContext:
     @property
     def metadata(self) -> dict[str, Any]:
         return dict(self._attempt.metadata)
+
+    @property
+    def record(self) -> KafkaRecord[Any]:
+        """The Kafka record this run was started for, in a workflow bound to a topic
+        (``@workflow(topic=...)``): its topic, partition, offset, key, timestamp and headers,
+        and its decoded ``value`` (the body's ``value`` parameter too). Raises
+        :class:`ConfigurationError` in a run that no record started."""
+        from lockgate.streams._values import RECORD_METADATA, KafkaRecord
+
+        meta = self._attempt.metadata.get(RECORD_METADATA)
+        if not isinstance(meta, dict):
+            raise ConfigurationError(
+                f"run {self.run_id!r} of {self.name!r} was not started by a Kafka record: "
+                f"ctx.record is for workflows bound to a topic (@workflow(topic=...))"
+            )
+        return KafkaRecord.from_metadata(meta, self._attempt.params.get("value"))
 
     async def step(
         self,
