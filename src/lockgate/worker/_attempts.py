@@ -64,6 +64,10 @@ class AttemptPool:
     def running(self) -> int:
         return len(self._running)
 
+    def running_of(self, name: str) -> int:
+        """How many attempts of the workflow ``name`` are running now."""
+        return sum(1 for claim in self._running.values() if claim.name == name)
+
     def held(self) -> list[Claim]:
         """The runs whose attempts are running now."""
         return list(self._running.values())
@@ -125,10 +129,16 @@ class AttemptPool:
         if not task.cancelled() and task.exception() is not None:
             log.error("attempt task %s died", task.get_name(), exc_info=task.exception())
 
-    async def wait_any(self) -> None:
-        """Wait until at least one running attempt ends (at once if none is running)."""
-        if self._running:
-            await asyncio.wait(set(self._running), return_when=asyncio.FIRST_COMPLETED)
+    async def wait_any(self, name: str | None = None) -> None:
+        """Wait until at least one running attempt (of the workflow ``name``, if given) ends,
+        or the worker stops (at once if none is running)."""
+        running = {t for t, c in self._running.items() if name is None or c.name == name}
+        if running:
+            stopped = asyncio.ensure_future(self._rt.stop.wait())
+            try:
+                await asyncio.wait({*running, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stopped.cancel()
 
     async def _attempt(
         self,

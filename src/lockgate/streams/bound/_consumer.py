@@ -11,9 +11,11 @@ Exactly one run per record, across crashes and rebalances, rests on two rules:
   submitted, or, when the binding is ``ordered``, not yet finished (and never past a
   dead-lettered record whose copy Kafka has not acknowledged).
 
-At most ``max_concurrency`` runs this consumer submitted are unfinished at once. It learns that
-a run finished from the worker that ran it when that is its own (:meth:`BoundConsumer.ended`),
-else by asking the store. A bound run's shard is its partition's
+The worker runs at most ``max_concurrency`` runs of the binding at once (its claim loop), and
+the consumer keeps at most SUBMIT_AHEAD times that many of the runs it submitted unfinished, so
+the worker's slots never wait for a submit. It learns that a run finished from the worker that
+ran it when that is its own (:meth:`BoundConsumer.ended`), else by asking the store. An
+``ordered`` partition has one run unfinished at a time. A bound run's shard is its partition's
 (:func:`partition_shard_key`), so the worker owning a partition claims there first.
 """
 
@@ -34,6 +36,7 @@ from lockgate._errors import DuplicateRunError, LockgateError, StoreUnavailable,
 from lockgate._names import MAX_NAME_LENGTH
 from lockgate.stores._base import Store
 from lockgate.stores._calls import call_store
+from lockgate.stores._records import Submit
 from lockgate.stores.kafka import KafkaEventLogStore
 from lockgate.stores.kafka._topic import prepare_topic
 from lockgate.streams._dead_letters import DeadLetters
@@ -49,6 +52,8 @@ with contextlib.suppress(ImportError):  # the extra may be missing: no journal i
 log = logging.getLogger("lockgate.bound")
 T = TypeVar("T")
 
+#: Runs submitted and not finished, at most, as a multiple of ``max_concurrency``.
+SUBMIT_AHEAD = 2
 #: Records taken from the consumer at once, at most.
 CONSUME_BATCH = 1000
 #: Records read ahead of their submits, at most, across the owned partitions; reading pauses
@@ -310,7 +315,7 @@ class BoundConsumer:
     # -- submits -------------------------------------------------------------------------------
 
     def _room(self) -> int:
-        return self.binding.max_concurrency - self.in_flight
+        return SUBMIT_AHEAD * self.binding.max_concurrency - self.in_flight
 
     def _submittable(self) -> bool:
         if self._room() <= 0 or self.clock() < self._retry_at:
@@ -362,17 +367,25 @@ class BoundConsumer:
         partition = pending.metadata[RECORD_METADATA]["partition"]
         try:
             params = spec.validate_params({"value": pending.value})
-            await call_store(
-                self.store,
-                self.store.submit_run,
-                spec.name,
-                pending.run_id,
-                params,
+            submit = Submit(
+                name=spec.name,
+                params=params,
                 metadata=pending.metadata,
+                owner=None,
                 version=spec.version,
                 version_behavior=spec.version_behavior,
+                concurrency_key=None,
+                concurrency_max=None,
+                rate_key=None,
+                rate_per_second=None,
+                rate_burst=None,
+                provenance=None,
+                start_at=None,
                 shard_key=partition_shard_key(self.topic, partition),
             )
+            # create_run, not submit_run: the store's own step, which a store that runs its
+            # calls on the event loop (Valkey with a Kafka journal) makes there natively.
+            await call_store(self.store, self.store.create_run, submit, pending.run_id)
         except DuplicateRunError:
             self.found += 1
             return "found"
