@@ -24,10 +24,11 @@ class KafkaTopic:
 
     ``max_concurrency`` is how many runs of this binding one worker runs at once (its consumer
     submits at most twice that many ahead of their end); with the topic's partition count (a
-    partition is read by one worker of the group) it is how a bound workflow is throttled. ``ordered`` starts a
-    partition's next record's run only once the previous one finished, so runs start in
-    offset order per partition, one at a time. Values are JSON unless ``avro_schema`` names
-    an Avro schema file (``.avsc``); the values are then plain Avro binary written with it."""
+    partition is read by one worker of the group) it is how a bound workflow is throttled.
+    ``ordered`` starts a partition's next record's run only once the previous one finished, so
+    runs start in offset order per partition, one at a time. Values are JSON unless
+    ``avro_schema`` names an Avro schema file (``.avsc``); the values are then plain Avro binary
+    written with it."""
 
     name: str
     max_concurrency: int = DEFAULT_MAX_CONCURRENCY
