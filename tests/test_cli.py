@@ -323,6 +323,18 @@ def test_a_run_no_worker_serves_can_be_inspected_and_terminated(
     assert events[-1]["payload"]["code"] == "terminated"
     code, out, _ = _run(capsys, "runs", "list", name, "--status", "terminated", "--json")
     assert [json.loads(line)["run_id"] for line in out.splitlines()] == [run_id]
+    code, out, err = _run(capsys, "runs", "retry", name, run_id)
+    assert code == 0
+    assert out.strip() == f"{run_id}.retry1"
+    assert f"retried as run {run_id}.retry1" in err
+    code, out, _ = _run(capsys, "runs", "retry", name, run_id)  # asked twice: one retry
+    assert (code, out.strip()) == (0, f"{run_id}.retry1")
+    code, out, err = _run(capsys, "runs", "retry", name, f"{run_id}.retry1")
+    assert code == 2
+    assert "has not ended (pending)" in _one_error_line(err)
+    assert out == ""
+    code, out, _ = _run(capsys, "runs", "show", name, f"{run_id}.retry1", "--json")
+    assert json.loads(out)["run"]["params"] == {"who": "me"}
 
 
 def test_store_info_and_backup(home: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -27,10 +27,12 @@ from lockgate import (
     Limit,
     Rate,
     RunStatus,
+    WorkflowClient,
     WorkflowContext,
     open_store,
     workflow,
 )
+from lockgate.cli import main
 from lockgate.stores import CompositeStore, MemoryStore
 from lockgate.streams._dead_letters import DETAIL_HEADER, REASON_HEADER, SOURCE_HEADER
 from lockgate.streams.bound import bound_run_id
@@ -169,11 +171,17 @@ async def kb_orders(ctx: WorkflowContext, value: dict[str, Any]) -> int:
 
 
 @pytest.fixture
-def composite(kafka_bootstrap: str) -> Iterator[CompositeStore]:
-    store = open_store(
+def urls(kafka_bootstrap: str) -> tuple[str, str]:
+    """A fresh store's ``--store`` and ``--journal``."""
+    return (
         f"{shared_url()}?namespace=kb{uuid.uuid4().hex[:8]}&shard_count={SHARDS}",
-        journal=f"kafka://{kafka_bootstrap}?topic_prefix=kb{uuid.uuid4().hex[:8]}",
+        f"kafka://{kafka_bootstrap}?topic_prefix=kb{uuid.uuid4().hex[:8]}",
     )
+
+
+@pytest.fixture
+def composite(urls: tuple[str, str]) -> Iterator[CompositeStore]:
+    store = open_store(urls[0], journal=urls[1])
     assert isinstance(store, CompositeStore)
     yield store
     store.close()
@@ -259,7 +267,10 @@ def dead_letters(bootstrap: str, topic: str, count: int) -> list[Any]:
 
 
 async def test_each_record_is_one_run_and_bad_records_go_to_the_dlq(
-    composite: CompositeStore, kafka_bootstrap: str
+    composite: CompositeStore,
+    kafka_bootstrap: str,
+    urls: tuple[str, str],
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     make_topic(kafka_bootstrap, ORDERS, 3)
     tag = uuid.uuid4().hex[:6]
@@ -295,6 +306,16 @@ async def test_each_record_is_one_run_and_bad_records_go_to_the_dlq(
         assert await composite_result(composite, info.run_id) == n * 2
     failed = by_n[-1]
     assert failed.status == RunStatus.ERROR  # left in the store, for `runs list --status error`
+    argv = ["runs", "list", "kb_orders", "--status", "error", "--json"]
+    code = await asyncio.to_thread(main, [*argv, "--store", urls[0], "--journal", urls[1]])
+    listed = [json.loads(line)["run_id"] for line in capsys.readouterr().out.splitlines()]
+    assert (code, listed) == (0, [failed.run_id])
+    retry = await WorkflowClient(composite).retry("kb_orders", failed.run_id)
+    assert retry.run_id == f"{failed.run_id}.retry1"
+    retried = composite.get_run("kb_orders", retry.run_id)
+    assert retried is not None
+    assert retried.metadata == failed.metadata  # its record: ctx.record works in the retry
+    assert retried.params == failed.params
     dlq = dead_letters(kafka_bootstrap, f"{ORDERS}.dlq", 3)
     reasons = {
         m.key(): dict((k, v.decode()) for k, v in m.headers())
@@ -311,8 +332,6 @@ async def test_each_record_is_one_run_and_bad_records_go_to_the_dlq(
 
 
 async def composite_result(store: CompositeStore, run_id: str) -> Any:
-    from lockgate import WorkflowClient
-
     return await WorkflowClient(store).result("kb_orders", run_id, timeout=10)
 
 

@@ -69,6 +69,7 @@ EXPECTED = {
     "RunHandle",
     "RunInfo",
     "RunNotFoundError",
+    "RunNotRetriable",
     "RunNotStartedError",
     "ContinuationChainError",
     "RunOwnedError",

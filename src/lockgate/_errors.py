@@ -217,6 +217,12 @@ class RunFinishedError(LockgateError):
     code = ErrorCode.INVALID_REQUEST
 
 
+class RunNotRetriable(LockgateError):
+    """A retry asked for a run that is still going, or that completed."""
+
+    code = ErrorCode.INVALID_REQUEST
+
+
 class RunNotStartedError(LockgateError):
     """An update named a run whose delayed start is still ahead: no handler exists yet."""
 

@@ -12,6 +12,7 @@ from lockgate._errors import (
     InvalidParamsError,
     PayloadTooLarge,
     RunNotFoundError,
+    RunNotRetriable,
     one_line,
 )
 
@@ -28,6 +29,7 @@ USAGE_ERRORS: tuple[type[BaseException], ...] = (
     InvalidParamsError,
     PayloadTooLarge,
     RunNotFoundError,
+    RunNotRetriable,
     CapabilityMissing,
     IdempotencyConflict,
     DuplicateRunError,

@@ -145,6 +145,14 @@ async def terminate(args: argparse.Namespace, store: Store) -> int:
     return OK
 
 
+async def retry(args: argparse.Namespace, store: Store) -> int:
+    """Start a run that ended without completing again, and print the new run's id."""
+    handle = await WorkflowClient(store).retry(args.name, args.run_id)
+    out(handle.run_id)
+    note(f"run {args.run_id} retried as run {handle.run_id}")
+    return OK
+
+
 async def signal(args: argparse.Namespace, store: Store) -> int:
     payload = json_object(args.payload, "--payload")
     answer = await WorkflowClient(store).signal(
@@ -207,6 +215,12 @@ def add_parsers(group: Subparsers, common: list[argparse.ArgumentParser]) -> Non
     _run_arguments(p)
     p.add_argument("--reason", metavar="R", help="recorded with the termination")
     p.set_defaults(run=terminate)
+
+    p = sub.add_parser(
+        "retry", parents=common, help="run an ended run that did not complete again; prints its id"
+    )
+    _run_arguments(p)
+    p.set_defaults(run=retry)
 
     p = sub.add_parser("signal", parents=common, help="send a signal to a run")
     _run_arguments(p)

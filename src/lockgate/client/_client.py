@@ -167,6 +167,29 @@ class WorkflowClient:
             body_hash = hashlib.sha256(
                 json.dumps({"params": params, "timing": timing}, sort_keys=True).encode()
             ).hexdigest()
+        return await self._queue(
+            name,
+            run_id or uuid.uuid4().hex,
+            params,
+            spec,
+            metadata=metadata,
+            owner=owner,
+            idempotency_key=idempotency_key,
+            idempotency_body_hash=body_hash,
+            start_at=when,
+        )
+
+    async def _queue(
+        self,
+        name: str,
+        run_id: str,
+        params: dict[str, Any],
+        spec: WorkflowSpec | None,
+        **submit: Any,
+    ) -> RunHandle:
+        """Submit checked ``params`` as the run ``run_id``, stamped with the version and
+        gates of ``spec`` (else those its workers recorded); ``submit`` is the rest of
+        ``Store.submit_run``'s keywords."""
         version, behavior, recorded = await self._recorded_for(name, spec)
         if spec is None:
             # Not imported here: hold the params to the cap the workers recorded, as their
@@ -176,20 +199,26 @@ class WorkflowClient:
         submitted = await self._io(
             self.store.submit_run,
             name,
-            run_id or uuid.uuid4().hex,
+            run_id,
             params,
-            metadata=metadata,
-            owner=owner,
-            idempotency_key=idempotency_key,
-            idempotency_body_hash=body_hash,
             version=version,
             version_behavior=behavior,
-            start_at=when,
+            **submit,
             **(policy_stamp(spec, params) if spec else _recorded_stamp(name, recorded, params)),
         )
-        if when is not None:
+        if submit.get("start_at") is not None:
             notices.post(self.store, notices.WAITS)  # parked until then: a timer to arm
         return RunHandle(self, name, str(submitted))
+
+    async def retry(self, name: str, run_id: str) -> RunHandle:
+        """Run an ended run that did not complete (in error, cancelled or terminated) again:
+        a new run with its params and metadata (a bound run keeps its record), named
+        ``{first id}.retry{n}``; see ``client/_retry.py``. Retrying one run twice returns the
+        retry made the first time. Raises :class:`RunNotRetriable` for a run still going or
+        completed, and :class:`RunNotFoundError` for no such run."""
+        from lockgate.client._retry import retry_run
+
+        return await retry_run(self, name, run_id)
 
     async def _recorded_for(
         self, name: str, spec: WorkflowSpec | None
