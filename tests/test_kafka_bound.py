@@ -34,8 +34,9 @@ from lockgate import (
 )
 from lockgate.cli import main
 from lockgate.stores import CompositeStore, MemoryStore
+from lockgate.stores.valkey._core import shard_for
 from lockgate.streams._dead_letters import DETAIL_HEADER, REASON_HEADER, SOURCE_HEADER
-from lockgate.streams.bound import bound_run_id
+from lockgate.streams.bound import bound_run_id, partition_shard_key
 from lockgate.worker import WorkerOptions, WorkflowWorker
 from test_kafka_triggers import every_run, until
 from valkey_server import shared_url
@@ -439,3 +440,32 @@ async def test_avro_values_are_decoded_with_the_schema_file(
     assert sorted(r.params["value"]["n"] for r in runs) == list(range(5))
     [junk] = dead_letters(kafka_bootstrap, f"{topic}.dlq", 1)
     assert dict(junk.headers())[REASON_HEADER] == b"not-avro"
+
+
+async def test_a_partitions_runs_share_its_shard_and_its_owner_claims_there_first(
+    composite: CompositeStore, kafka_bootstrap: str
+) -> None:
+    topic = f"kb-shards-{uuid.uuid4().hex[:6]}"
+    make_topic(kafka_bootstrap, topic, 4)
+    bound = bound_to(topic)
+    produce(kafka_bootstrap, topic, numbered(20, partitions=4))
+    worker = WorkflowWorker(
+        workflows=[bound],
+        store=composite,
+        worker_id="kb-shards",
+        options=WorkerOptions(max_concurrent_runs=8, claim_poll_interval=0.01),
+    )
+    task = asyncio.create_task(worker.run())
+    name = f"kb_{topic}"
+    homes = {p: shard_for(partition_shard_key(topic, p), SHARDS) for p in range(4)}
+    try:
+        await until("20 runs completed", lambda: completed(composite, bound) == 20)
+        # The one worker owns every partition: its claims try their shards first.
+        assert worker._rt.owned[name] == sorted(set(homes.values()))
+        assert set(worker._rt.prefer(name)) == set(homes.values())
+    finally:
+        await stopped(task)
+    for run in every_run(composite, name):
+        partition = run.metadata["lockgate.record"]["partition"]
+        shard = composite.lifecycle.shard_of(name, run.run_id)  # type: ignore[attr-defined]
+        assert shard == homes[partition]
