@@ -27,6 +27,7 @@ from lockgate.stores._base import Store
 from lockgate.stores._calls import call_store
 from lockgate.stores._types import RunControls, WaitOutcome, WaitSpec
 from lockgate.workflow._context import enter_boundary, exit_boundary
+from lockgate.workflow._retry import RetryPolicy
 from lockgate.workflow._spec import WorkflowSpec, json_ready
 from lockgate.workflow._unwind import (
     _Abort,
@@ -36,6 +37,7 @@ from lockgate.workflow._unwind import (
     _ReplayExhausted,
     _StoreFailed,
     _Suspend,
+    describe_with_args,
     is_final,
 )
 
@@ -191,6 +193,23 @@ class AttemptCore:
             )
         self._buffer.append(self._event(kind, payload, headers))
         self.event_count += 1
+
+    async def step_failed(
+        self, base: dict[str, Any], tries: int, failure: Exception, policy: RetryPolicy
+    ) -> int:
+        """Journal try ``tries`` of the step ``base`` describes as failed with ``failure``;
+        raise ``failure`` when ``policy`` retries it no more, else wait out the backoff and
+        return the next try's number."""
+        retry = policy.should_retry(tries, failure)
+        self._record(
+            EventKind.STEP_ERROR,
+            {**base, "attempt": tries, "final": not retry, "error": describe_with_args(failure)},
+        )
+        await self.step_boundary()
+        if not retry:
+            raise failure
+        await self.clock.sleep(policy.backoff_seconds(tries))
+        return tries + 1
 
     async def step_boundary(self) -> None:
         """Around a step's effect: make the buffer durable now when every step boundary must

@@ -64,7 +64,6 @@ from lockgate.workflow._unwind import (
     _StoreFailed,
     _Suspend,
     _Unwind,
-    describe_with_args,
     rebuild_error,
     run_error_payload,
 )
@@ -127,21 +126,7 @@ class Attempt(AttemptCore):
                 exit_boundary(token)
             if failure is None:
                 break
-            retry = policy.should_retry(attempt, failure)
-            self._record(
-                EventKind.STEP_ERROR,
-                {
-                    **base,
-                    "attempt": attempt,
-                    "final": not retry,
-                    "error": describe_with_args(failure),
-                },
-            )
-            await self.step_boundary()
-            if not retry:
-                raise failure
-            await self.clock.sleep(policy.backoff_seconds(attempt))
-            attempt += 1
+            attempt = await self.step_failed(base, attempt, failure, policy)
         self._record(
             EventKind.STEP_DONE,
             {**base, "attempt": attempt, "result": journaled},

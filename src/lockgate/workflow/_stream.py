@@ -30,7 +30,7 @@ from lockgate.journal._events import EventKind, StepKind, payload_size
 from lockgate.journal._replay import CallRecord
 from lockgate.workflow._context import enter_boundary, exit_boundary
 from lockgate.workflow._retry import DEFAULT_RETRY, RetryPolicy
-from lockgate.workflow._unwind import describe_with_args, rebuild_error
+from lockgate.workflow._unwind import rebuild_error
 
 if TYPE_CHECKING:
     from lockgate.streams.sources._source import Batch, Source
@@ -222,18 +222,7 @@ class _Live:
         return result
 
     async def _failed(self, base: dict[str, Any], tries: int, failure: Exception) -> int:
-        """Journal a failed try; raise ``failure`` when it is the last, else wait out the
-        backoff and return the next try's number."""
-        retry = self.policy.should_retry(tries, failure)
-        self.attempt._record(
-            EventKind.STEP_ERROR,
-            {**base, "attempt": tries, "final": not retry, "error": describe_with_args(failure)},
-        )
-        await self.attempt.step_boundary()
-        if not retry:
-            raise failure
-        await self.attempt.clock.sleep(self.policy.backoff_seconds(tries))
-        return tries + 1
+        return await self.attempt.step_failed(base, tries, failure, self.policy)
 
     async def _commit(self, source_id: str, partition: int, offset: int) -> None:
         try:

@@ -28,7 +28,7 @@ import hashlib
 import json
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
 from lockgate._clock import Clock, as_clock
@@ -40,6 +40,7 @@ from lockgate.stores._records import Submit
 from lockgate.stores.kafka import KafkaEventLogStore
 from lockgate.stores.kafka._topic import prepare_topic
 from lockgate.streams._dead_letters import DeadLetters
+from lockgate.streams._member import GroupMember
 from lockgate.streams._topics import group_id
 from lockgate.streams._values import RECORD_METADATA, Undecodable, decoder_for, record_of
 from lockgate.streams.bound._flow import PartitionFlow, Pending
@@ -95,7 +96,7 @@ async def _together(calls: list[Coroutine[Any, Any, T]]) -> list[T]:
     return list(await asyncio.gather(*calls))
 
 
-class BoundConsumer:
+class BoundConsumer(GroupMember):
     """Serves ``spec``'s bound topic for one worker (see the module docstring): call
     :meth:`serve` on a thread of its own; it returns once ``stop`` is set, after committing
     what it may and leaving the group.
@@ -119,21 +120,25 @@ class BoundConsumer:
         binding = spec.topic
         if binding is None:
             raise ValueError(f"workflow {spec.name!r} is bound to no topic")
+        super().__init__(
+            binding.name,
+            kind="bound topic",
+            worker_id=worker_id,
+            dead=DeadLetters(journal.producer, binding.dlq),
+            log=log,
+            on_assigned=on_assigned,
+        )
         self.store = store
         self.journal = journal
         self.spec = spec
         self.binding = binding
-        self.topic = binding.name
         self.dlq = binding.dlq
         self.group = group_id(self.topic)
-        self.worker_id = worker_id
         self.clock = as_clock(clock)
         self._decode = decoder_for(binding.avro_schema)
         self._on_submitted = on_submitted
-        self._on_assigned = on_assigned
         self._config = dict(config or {})
         self._flows: dict[int, PartitionFlow] = {}
-        self._committed: dict[int, int] = {}
         self._next_commit = 0.0
         self._next_ask = 0.0
         self._retry_at = 0.0
@@ -143,10 +148,8 @@ class BoundConsumer:
         self._where: dict[str, tuple[int, int]] = {}
         #: Runs reported finished by this worker, from its attempts' thread (the event loop).
         self._ended: collections.deque[str] = collections.deque()
-        self._dead = DeadLetters(journal.producer, self.dlq)
         self._consumer: Any = None
         self._paused = False
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._crashed = False
         #: Set once the consumer has been given its first assignment.
         self.assigned = threading.Event()
@@ -173,19 +176,8 @@ class BoundConsumer:
         self._dead = DeadLetters(self.journal.producer, self.dlq)
         self._crashed = False
         self._paused = False
-        self._consumer = Consumer(
-            {
-                **self.journal.client_config,
-                "group.id": self.group,
-                "client.id": self.worker_id,
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                "partition.assignment.strategy": "cooperative-sticky",
-                "session.timeout.ms": 6000,
-                "heartbeat.interval.ms": 1000,
-                "fetch.wait.max.ms": 10,
-                **self._config,
-            }
+        self._consumer = self._new_consumer(
+            self.journal.client_config, self.group, **{"fetch.wait.max.ms": 10, **self._config}
         )
         self._consumer.subscribe(
             [self.topic], on_assign=self._assign, on_revoke=self._revoke, on_lost=self._lose
@@ -462,40 +454,15 @@ class BoundConsumer:
             else:
                 self._opened_at[run_id] = now
 
-    def _run(self, awaitable: Awaitable[T]) -> T:
-        """Run ``awaitable`` on the consumer's own event loop."""
-        if self._loop is None:
-            self._loop = asyncio.new_event_loop()
-        return self._loop.run_until_complete(awaitable)
-
-    def _close_loop(self) -> None:
-        loop, self._loop = self._loop, None
-        if loop is not None:
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.close()
-
     # -- commits -------------------------------------------------------------------------------
 
     def _commit(self, consumer: Consumer, partitions: list[int] | None = None) -> None:
+        """Commit each partition (of ``partitions``, else all it owns) up to what it may."""
         self._next_commit = self.clock() + COMMIT_EVERY
-        offsets = []
-        for partition in partitions if partitions is not None else list(self._flows):
-            flow = self._flows.get(partition)
-            at = flow.committable() if flow is not None else None
-            held = self._dead.held_at(partition)
-            if at is not None and held is not None:
-                at = min(at, held)
-            if at is not None and at > self._committed.get(partition, -1):
-                offsets.append(TopicPartition(self.topic, partition, at))
-        if not offsets:
-            return
-        try:
-            consumer.commit(offsets=offsets, asynchronous=False)
-        except KafkaException as exc:
-            log.debug("bound topic %s: commit failed: %s", self.topic, exc)
-            return
-        for tp in offsets:
-            self._committed[tp.partition] = tp.offset
+        owned = partitions if partitions is not None else list(self._flows)
+        self._commit_at(
+            consumer, {p: f.committable() if (f := self._flows.get(p)) else None for p in owned}
+        )
 
     # -- rebalances ----------------------------------------------------------------------------
 
@@ -503,7 +470,7 @@ class BoundConsumer:
         for tp in partitions:
             self._flows[tp.partition] = PartitionFlow(tp.partition, self.binding.ordered)
             self._committed.pop(tp.partition, None)
-        self._changed("assigned to", partitions)
+        self._changed("assigned to", partitions, sorted(self._flows))
         self.assigned.set()
 
     def _revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -514,32 +481,20 @@ class BoundConsumer:
             with contextlib.suppress(KafkaException):
                 self._commit(consumer, gone)
         self._drop(gone)
-        self._changed("revoked from", partitions)
+        self._changed("revoked from", partitions, sorted(self._flows))
 
     def _lose(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._drop([tp.partition for tp in partitions])
-        self._changed("lost by", partitions)
+        self._changed("lost by", partitions, sorted(self._flows))
 
     def _drop(self, partitions: list[int]) -> None:
         for partition in partitions:
             flow = self._flows.pop(partition, None)
-            self._committed.pop(partition, None)
-            self._dead.forget(partition)
+            self._forget(partition)
             if flow is not None:
                 for run_id in flow.open.values():
                     self._where.pop(run_id, None)
                     self._opened_at.pop(run_id, None)
-
-    def _changed(self, what: str, partitions: list[TopicPartition]) -> None:
-        if partitions:
-            log.info(
-                "bound topic %s: partition(s) %s %s %s",
-                self.topic,
-                sorted(tp.partition for tp in partitions),
-                what,
-                self.worker_id,
-            )
-        self._on_assigned(sorted(self._flows))
 
     # -- visibility ----------------------------------------------------------------------------
 

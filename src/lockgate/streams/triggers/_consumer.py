@@ -27,7 +27,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from lockgate._clock import Clock, as_clock
@@ -37,6 +37,7 @@ from lockgate.stores._calls import call_store
 from lockgate.stores._triggers import TriggerPolicy
 from lockgate.stores.kafka import KafkaEventLogStore
 from lockgate.streams._dead_letters import DeadLetters
+from lockgate.streams._member import GroupMember
 from lockgate.streams._topics import committed_offsets, dlq_topic, group_id, trigger_topic
 from lockgate.streams.triggers._produce import prepare_trigger_topics
 from lockgate.streams.triggers._records import NO_KEY, UNFIREABLE, Event, Refused, read_record
@@ -82,7 +83,7 @@ def source_of(topic: str, partition: int) -> str:
     return f"{topic}/{partition}"
 
 
-class TriggerConsumer:
+class TriggerConsumer(GroupMember):
     """Serves ``spec``'s trigger topic for one worker (see the module docstring): call
     :meth:`serve` on a thread of its own; it returns once ``stop`` is set, after committing
     what it may and leaving the group.
@@ -102,16 +103,23 @@ class TriggerConsumer:
         on_assigned: Callable[[list[int]], None] = lambda partitions: None,
         config: Mapping[str, Any] | None = None,
     ) -> None:
+        topic = trigger_topic(journal.topic_prefix, spec)
+        self.dlq = dlq_topic(topic)
+        # Dead-letter copies go through the journal's producer: the journal outlives this.
+        super().__init__(
+            topic,
+            kind="trigger topic",
+            worker_id=worker_id,
+            dead=DeadLetters(journal.producer, self.dlq),
+            log=log,
+            on_assigned=on_assigned,
+        )
         self.store = store
         self.journal = journal
         self.spec = spec
-        self.worker_id = worker_id
         self.clock = as_clock(clock)
-        self.topic = trigger_topic(journal.topic_prefix, spec)
-        self.dlq = dlq_topic(self.topic)
         self.group = group_id(self.topic)
         self._on_fired = on_fired
-        self._on_assigned = on_assigned
         self._config = dict(config or {})
         self._windows: dict[int, PartitionWindows] = {}
         self._policies: dict[str, TriggerPolicy] = {}
@@ -120,15 +128,11 @@ class TriggerConsumer:
         #: Batches taken from their windows, in the order they are fired.
         self._to_fire: collections.deque[Batch] = collections.deque()
         self._retry_at = 0.0
-        self._committed: dict[int, int] = {}
         self._next_commit = 0.0
         self._next_prune = self.clock() + PRUNE_EVERY
-        # Dead-letter copies go through the journal's producer: the journal outlives this.
-        self._dead = DeadLetters(journal.producer, self.dlq)
         self._consumer: Any = None
         #: Whether reading is paused while fires wait for the store (see ``_hold``).
         self._holding = False
-        self._loop: asyncio.AbstractEventLoop | None = None
         #: Set by a crash or a close: a revoke then neither fires nor commits.
         self._crashed = False
         #: Set once the consumer has joined its group and been given its first assignment.
@@ -157,19 +161,8 @@ class TriggerConsumer:
         self._dead = DeadLetters(self.journal.producer, self.dlq)
         self._crashed = False
         self._holding = False
-        self._consumer = Consumer(
-            {
-                **self.journal.client_config,
-                "group.id": self.group,
-                "client.id": self.worker_id,
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-                "partition.assignment.strategy": "cooperative-sticky",
-                "session.timeout.ms": 6000,
-                "heartbeat.interval.ms": 1000,
-                **CONSUMER_FETCH,
-                **self._config,
-            }
+        self._consumer = self._new_consumer(
+            self.journal.client_config, self.group, **{**CONSUMER_FETCH, **self._config}
         )
         if partitions is None:
             self._consumer.subscribe(
@@ -444,41 +437,16 @@ class TriggerConsumer:
             )
             self.dead_lettered += 1
 
-    def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        """Run ``coroutine`` on the consumer's own event loop."""
-        if self._loop is None:
-            self._loop = asyncio.new_event_loop()
-        return self._loop.run_until_complete(coroutine)
-
-    def _close_loop(self) -> None:
-        loop, self._loop = self._loop, None
-        if loop is not None:
-            loop.run_until_complete(loop.shutdown_asyncgens())  # the store's loop clients
-            loop.close()
-
     # -- commits -------------------------------------------------------------------------------
 
     def _commit(self, consumer: Consumer, partitions: list[int] | None = None) -> None:
         """Commit each partition (of ``partitions``, else all it owns) up to what it may."""
         self._next_commit = self.clock() + COMMIT_EVERY
-        offsets = []
-        for partition in partitions if partitions is not None else list(self._windows):
-            windows = self._windows.get(partition)
-            at = windows.committable() if windows is not None else None
-            held = self._dead.held_at(partition)  # not past a record whose copy is not in
-            if at is not None and held is not None:
-                at = min(at, held)
-            if at is not None and at > self._committed.get(partition, -1):
-                offsets.append(TopicPartition(self.topic, partition, at))
-        if not offsets:
-            return
-        try:
-            consumer.commit(offsets=offsets, asynchronous=False)
-        except KafkaException as exc:
-            log.debug("trigger topic %s: commit failed: %s", self.topic, exc)
-            return
-        for tp in offsets:
-            self._committed[tp.partition] = tp.offset
+        owned = partitions if partitions is not None else list(self._windows)
+        self._commit_at(
+            consumer,
+            {p: w.committable() if (w := self._windows.get(p)) else None for p in owned},
+        )
 
     def _prune(self, consumer: Consumer) -> None:
         """Forget, here and in the store, the marks of each owned partition below its oldest
@@ -541,20 +509,11 @@ class TriggerConsumer:
     def _drop(self, partitions: list[int]) -> None:
         for partition in partitions:
             self._windows.pop(partition, None)
-            self._committed.pop(partition, None)
-            self._dead.forget(partition)
+            self._forget(partition)
         self._to_fire = collections.deque(b for b in self._to_fire if b.partition in self._windows)
 
     def _assigned_changed(self, what: str, partitions: list[TopicPartition]) -> None:
-        if partitions:
-            log.info(
-                "trigger topic %s: partition(s) %s %s %s",
-                self.topic,
-                sorted(tp.partition for tp in partitions),
-                what,
-                self.worker_id,
-            )
-        self._on_assigned(sorted(self._windows))
+        self._changed(what, partitions, sorted(self._windows))
 
     # -- visibility ----------------------------------------------------------------------------
 
