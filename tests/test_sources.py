@@ -271,6 +271,7 @@ async def test_each_batch_is_handled_once_in_a_journaled_step_then_committed(
     assert [r["next_offset"] for r in handled_batches(events)] == [5, 10, 15, 20, 23]
     # Poll, commit after each batch's step, and a last poll that found nothing.
     assert source.calls == [
+        ("seek", 0),  # where a partition no step finished starts: its commit, else 0
         ("poll", 0),
         ("commit", 5),
         ("poll", 5),
@@ -523,6 +524,36 @@ async def test_a_resumed_run_seeks_past_a_batch_whose_commit_was_lost(
     # The source restarted at its commit (4), and the run moved it to the journal's 8.
     assert sources[-1].calls[:2] == [("seek", 8), ("poll", 8)]
     assert committed["offset"] == 10
+
+
+async def test_a_source_that_outlives_its_attempt_is_sought_back_to_the_unfinished_batch(
+    runner: InlineWorkflowRunner, client: WorkflowClient, clock: ManualClock, drive: Drive
+) -> None:
+    # Made outside the body: the resumed attempt gets the same object, its cursor past the
+    # batch the crashed attempt polled and never finished.
+    shared = InMemorySource(source_id="kept", records=list(range(10)), batch_size=4)
+    handled: list[int] = []
+    crashed: list[int] = []
+
+    def handle_batch(batch: Batch[int]) -> int:
+        if batch.offset == 0 and not crashed:
+            crashed.append(batch.offset)
+            raise Crash()  # the attempt dies in the first batch's step: no position journaled
+        handled.extend(batch.records)
+        return len(batch.records)
+
+    @workflow(name="sources_shared")
+    async def body(ctx: WorkflowContext) -> int:
+        return (await ctx.consume(shared, handle_batch)).records
+
+    handle = await client.submit("sources_shared")
+    with pytest.raises(Crash):
+        await runner.run(handle.name, handle.run_id)
+    await recover(runner, clock, handle)
+    assert await drive(handle) == RunStatus.COMPLETE
+    assert await handle.result() == 10
+    assert handled == list(range(10))  # records 0..3 were handed out again, not skipped
+    assert shared.get_committed("kept", 0) == 10
 
 
 class SimulatedCrash(BaseException):

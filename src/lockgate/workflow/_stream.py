@@ -129,16 +129,27 @@ async def consume(
         if record is not None and record.failed:
             raise rebuild_error(record.errors[-1], name)
         if not sought:
-            # Every earlier batch of this stream in the run is behind us, whatever the source
-            # committed: start each partition after the last one whose step finished.
-            for (source_id, partition), offset in sorted(stream.items()):
-                await asyncio.to_thread(source.seek, source_id, partition, offset)
+            await asyncio.to_thread(_seek_live, source, stream)
             sought = True
         result = await live.position(index, record)
         if result is None:
             break
         tally.add(result, stream)
     return tally.progress()
+
+
+def _seek_live(source: Source[Any], stream: Positions) -> None:
+    """Before the first live poll, put every partition of ``source`` where this run's stream
+    stands: after the last batch whose step finished, whatever the source committed; a
+    partition no step of the run finished, at the source's commit (its start when none). A
+    source object that outlived an attempt (made outside the body) would otherwise go on from
+    where its cursor was, past a batch that was polled and never finished."""
+    places = {place: None for place in source.partitions()} | dict.fromkeys(stream)
+    for source_id, partition in sorted(places):
+        offset = stream.get((source_id, partition))
+        if offset is None:
+            offset = source.get_committed(source_id, partition)
+        source.seek(source_id, partition, offset if offset is not None else 0)
 
 
 class _Live:
