@@ -36,8 +36,9 @@ from lockgate.cli import main
 from lockgate.stores import CompositeStore, MemoryStore
 from lockgate.stores.valkey._core import shard_for
 from lockgate.streams._dead_letters import DETAIL_HEADER, REASON_HEADER, SOURCE_HEADER
-from lockgate.streams.bound import bound_run_id, partition_shard_key
+from lockgate.streams.bound import bound_group, bound_run_id, partition_shard_key
 from lockgate.worker import WorkerOptions, WorkflowWorker
+from lockgate.workflow._spec import spec_of
 from test_kafka_triggers import every_run, until
 from valkey_server import shared_url
 
@@ -78,6 +79,18 @@ def test_a_bound_workflow_must_take_the_value() -> None:
             return None
 
 
+def test_a_bound_workflow_takes_nothing_else_without_a_default() -> None:
+    with pytest.raises(ConfigurationError, match="'region' a default"):
+
+        @workflow(name="kb_more_params", topic="orders")
+        async def more(ctx: WorkflowContext, value: Any, region: str) -> None:
+            return None
+
+    @workflow(name="kb_defaults_ok", topic="orders")
+    async def defaults(ctx: WorkflowContext, value: Any, region: str = "eu") -> None:
+        return None
+
+
 @pytest.mark.parametrize(
     ("options", "match"),
     [
@@ -105,8 +118,6 @@ def test_a_plain_topic_name_binds_with_the_defaults() -> None:
     @workflow(name="kb_plain_name", topic="orders.v1")
     async def plain(ctx: WorkflowContext, value: Any) -> None:
         return None
-
-    from lockgate.workflow._spec import spec_of
 
     assert spec_of(plain).topic == KafkaTopic("orders.v1")
     assert spec_of(plain).topic.dlq == "orders.v1.dlq"  # type: ignore[union-attr]
@@ -210,24 +221,29 @@ def numbered(count: int, *, partitions: int) -> list[tuple[int, bytes | None, by
     return [(n % partitions, None, json.dumps({"n": n}).encode()) for n in range(count)]
 
 
-def bound_to(name: str, **options: Any) -> Any:
-    """A fresh workflow bound to the topic ``name``, doubling ``value["n"]``."""
+def bound_to(name: str, *, workflow_name: str | None = None, **options: Any) -> Any:
+    """A fresh workflow (``kb_{name}`` unless named) bound to the topic ``name``, noting each
+    run's start and end (``TIMELINE``) and how many run at once (``PEAK``)."""
+    label = workflow_name or f"kb_{name}"
 
-    @workflow(name=f"kb_{name}", topic=KafkaTopic(name, **options))
+    @workflow(name=label, topic=KafkaTopic(name, **options))
     async def bound(ctx: WorkflowContext, value: Any) -> Any:
-        STARTS.setdefault(name, []).append((ctx.record.partition, ctx.record.offset))
-        RUNNING[name] = RUNNING.get(name, 0) + 1
-        PEAK[name] = max(PEAK.get(name, 0), RUNNING[name])
+        place = (ctx.record.partition, ctx.record.offset)
+        TIMELINE.setdefault(label, []).append(("start", *place))
+        RUNNING[label] = RUNNING.get(label, 0) + 1
+        PEAK[label] = max(PEAK.get(label, 0), RUNNING[label])
         try:
             await ctx.step(asyncio.sleep, 0.02, name="work")
         finally:
-            RUNNING[name] -= 1
+            RUNNING[label] -= 1
+            TIMELINE[label].append(("end", *place))
         return value
 
     return bound
 
 
-STARTS: dict[str, list[tuple[int, int]]] = {}
+#: Per workflow, ("start" or "end", partition, offset) of each run, in the order they came.
+TIMELINE: dict[str, list[tuple[str, int, int]]] = {}
 RUNNING: dict[str, int] = {}
 PEAK: dict[str, int] = {}
 
@@ -349,7 +365,8 @@ async def test_a_record_read_again_after_a_restart_starts_no_second_run(
     await until("20 runs completed", lambda: completed(composite, bound) == 20)
     await stopped(task)
     # Forget the group's commits: a new member reads every record again.
-    rewind = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": f"lockgate.{topic}"})
+    group = bound_group(composite.events.topic_prefix, f"kb_{topic}")  # type: ignore[attr-defined]
+    rewind = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": group})
     rewind.commit(offsets=[TopicPartition(topic, p, 0) for p in (0, 1)], asynchronous=False)
     rewind.close()
     produce(kafka_bootstrap, topic, [(0, None, json.dumps({"n": 20}).encode())])
@@ -363,8 +380,6 @@ async def test_a_record_read_again_after_a_restart_starts_no_second_run(
 
 
 def completed(store: CompositeStore, fn: Any) -> int:
-    from lockgate.workflow._spec import spec_of
-
     name = spec_of(fn).name
     return sum(1 for r in every_run(store, name) if r.status == RunStatus.COMPLETE)
 
@@ -383,11 +398,12 @@ async def test_ordered_runs_of_a_partition_start_one_at_a_time_in_offset_order(
         await until("30 runs completed", lambda: completed(composite, bound) == 30)
     finally:
         await stopped(task)
-    starts = STARTS[topic]
+    timeline = TIMELINE[f"kb_{topic}"]
     for partition in (0, 1):
-        offsets = [o for p, o in starts if p == partition]
-        assert offsets == sorted(offsets) == list(range(15))
-    assert PEAK[topic] <= 2  # one run per partition at a time
+        mine = [(what, o) for what, p, o in timeline if p == partition]
+        # Each run starts after the one before it ended: start 0, end 0, start 1, end 1, ...
+        assert mine == [(what, o) for o in range(15) for what in ("start", "end")]
+    assert PEAK[f"kb_{topic}"] == 2  # the two partitions side by side, one run each
 
 
 async def test_max_concurrency_bounds_the_runs_in_flight(
@@ -404,7 +420,7 @@ async def test_max_concurrency_bounds_the_runs_in_flight(
         await until("40 runs completed", lambda: completed(composite, bound) == 40)
     finally:
         await stopped(task)
-    assert 1 < PEAK[topic] <= 3
+    assert 1 < PEAK[f"kb_{topic}"] <= 3
 
 
 async def test_avro_values_are_decoded_with_the_schema_file(
@@ -469,3 +485,24 @@ async def test_a_partitions_runs_share_its_shard_and_its_owner_claims_there_firs
         partition = run.metadata["lockgate.record"]["partition"]
         shard = composite.lifecycle.shard_of(name, run.run_id)  # type: ignore[attr-defined]
         assert shard == homes[partition]
+
+
+async def test_two_workflows_bound_to_one_topic_each_run_every_record(
+    composite: CompositeStore, kafka_bootstrap: str
+) -> None:
+    topic = f"kb-fanout-{uuid.uuid4().hex[:6]}"
+    make_topic(kafka_bootstrap, topic, 2)
+    first = bound_to(topic, workflow_name=f"kb_{topic}_a")
+    second = bound_to(topic, workflow_name=f"kb_{topic}_b")
+    produce(kafka_bootstrap, topic, numbered(12, partitions=2))
+    task = serving(composite, first, second, worker_id="kb-fanout")
+    try:
+        await until(
+            "12 runs of each completed",
+            lambda: completed(composite, first) == 12 and completed(composite, second) == 12,
+        )
+    finally:
+        await stopped(task)
+    for fn in (first, second):
+        runs = every_run(composite, spec_of(fn).name)
+        assert sorted(r.params["value"]["n"] for r in runs) == list(range(12))

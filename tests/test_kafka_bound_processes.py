@@ -156,12 +156,12 @@ def test_kcat_records_on_8_partitions_complete_one_run_each_while_a_worker_is_ki
     store.close()
 
 
-def starts(cluster: BoundCluster) -> list[tuple[int, int]]:
-    """(partition, offset) of each attempt's start, in the order they started."""
+def timeline(cluster: BoundCluster) -> list[tuple[int, int, str]]:
+    """(partition, offset, "start" or "end") of each attempt's start and end, in order."""
     if not cluster.record.exists():
         return []
     lines = cluster.record.read_text().splitlines()
-    return [(int(p), int(o)) for p, o, _ in (line.split() for line in lines if line)]
+    return [(int(p), int(o), what) for p, o, _, what in (line.split() for line in lines if line)]
 
 
 def test_ordered_partitions_start_their_runs_in_offset_order_across_a_worker_kill(
@@ -174,7 +174,7 @@ def test_ordered_partitions_start_their_runs_in_offset_order_across_a_worker_kil
     wait_for("the group owns all 4 partitions", lambda: assigned(cluster, 4), cluster, 60)
     lines = [f"k{n % 13}\t{json.dumps({'n': n})}" for n in range(400)]
     kcat_produce(cluster.bootstrap, cluster.bound_topic, lines)
-    wait_for("100 runs started", lambda: len(starts(cluster)) >= 100, cluster, 120)
+    wait_for("100 runs started", lambda: len(timeline(cluster)) >= 200, cluster, 120)
     cluster.kill(victim)
     cluster.worker("ordered")
 
@@ -184,14 +184,23 @@ def test_ordered_partitions_start_their_runs_in_offset_order_across_a_worker_kil
     wait_for("400 runs completed", lambda: complete() >= 400, cluster, 300)
     runs = every_run(store, "bound_ordered")
     assert len(runs) == 400
-    by_partition: dict[int, list[int]] = collections.defaultdict(list)
-    for partition, offset in starts(cluster):
-        if offset not in by_partition[partition]:  # an attempt again after the kill
-            by_partition[partition].append(offset)
     expected: dict[int, list[int]] = collections.defaultdict(list)
     for run in runs:
         meta = run.metadata["lockgate.record"]
         expected[meta["partition"]].append(meta["offset"])
-    for partition, offsets in by_partition.items():
-        assert offsets == sorted(expected[partition]), f"partition {partition} out of order"
+    by_partition: dict[int, list[tuple[int, str]]] = collections.defaultdict(list)
+    for partition, offset, what in timeline(cluster):
+        by_partition[partition].append((offset, what))
+    for partition, events in by_partition.items():
+        first_starts: list[int] = []
+        ended: set[int] = set()
+        for offset, what in events:
+            if what == "end":
+                ended.add(offset)
+            elif offset not in first_starts:
+                # A run starts only once the one before it in the partition has ended (an
+                # attempt killed mid-run starts again, and the next waits for its end).
+                assert not first_starts or first_starts[-1] in ended, (partition, offset)
+                first_starts.append(offset)
+        assert first_starts == sorted(expected[partition]), f"partition {partition} out of order"
     store.close()

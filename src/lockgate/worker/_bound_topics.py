@@ -17,23 +17,13 @@ from lockgate.worker._runtime import Runtime
 
 
 def check_bindings(rt: Runtime, journal: KafkaEventLogStore | None) -> None:
-    """Refuse what cannot serve the bound workflows of ``rt``: no Kafka journal to reach the
-    broker through, or two workflows bound to one topic (one group would split its records
-    between them)."""
-    bound_by: dict[str, str] = {}
+    """Refuse to serve a bound workflow without a Kafka journal to reach the broker through.
+    (Two workflows may be bound to one topic: each has a consumer group of its own.)"""
     for name, spec in rt.specs.items():
-        if spec.topic is None:
-            continue
-        if journal is None:
+        if spec.topic is not None and journal is None:
             raise ConfigurationError(
                 f"workflow {name!r} is bound to Kafka topic {spec.topic.name!r}: serve it on a "
                 f"store with a Kafka journal (lockgate worker ... --journal kafka://HOST:PORT)"
-            )
-        other = bound_by.setdefault(spec.topic.name, name)
-        if other != name:
-            raise ConfigurationError(
-                f"workflows {other!r} and {name!r} are both bound to topic {spec.topic.name!r}: "
-                f"bind each to a topic of its own"
             )
 
 
@@ -42,7 +32,6 @@ async def serve_bound_topics(rt: Runtime, journal: KafkaEventLogStore) -> None:
     the workflow's claim loop, the runs this worker finishes are told to their consumer, and
     the shards of the partitions each consumer owns are the ones its claims try first
     (``Runtime.owned``)."""
-    check_bindings(rt, journal)
     loop = asyncio.get_running_loop()
     stop = threading.Event()
     consumers = []

@@ -195,7 +195,7 @@ def _validate(
     names = {p.name for p in parameters[1:]}
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
     if topic is not None:
-        _check_bound(name, topic, names, takes_any, concurrency, rate_limit, trigger)
+        _check_bound(name, topic, parameters[1:], concurrency, rate_limit, trigger)
     for field_name, value, kind in (
         ("concurrency", concurrency, Limit),
         ("rate_limit", rate_limit, Rate),
@@ -229,8 +229,7 @@ def _validate(
 def _check_bound(
     name: str,
     topic: KafkaTopic,
-    names: set[str],
-    takes_any: bool,
+    parameters: list[inspect.Parameter],
     concurrency: object,
     rate_limit: object,
     trigger: object,
@@ -250,11 +249,24 @@ def _check_bound(
                 f"now {topic.max_concurrency}) and the topic's partition count (one worker "
                 f"reads a partition)"
             )
-    if VALUE_PARAM not in names and not takes_any:
+    names = {p.name for p in parameters}
+    if VALUE_PARAM not in names and not any(p.kind is p.VAR_KEYWORD for p in parameters):
         raise ConfigurationError(
             f"workflow {name!r} is bound to Kafka topic {topic.name!r} and must take the "
             f"parameter {VALUE_PARAM!r}: each run receives its record's decoded value there "
             f"(ctx.record has the key, partition, offset, timestamp and headers)"
+        )
+    required = [
+        p.name
+        for p in parameters
+        if p.name != VALUE_PARAM
+        and p.default is p.empty
+        and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    if required:
+        raise ConfigurationError(
+            f"workflow {name!r} is bound to Kafka topic {topic.name!r}, whose runs receive only "
+            f"{VALUE_PARAM!r}: give {', '.join(map(repr, required))} a default or drop it"
         )
 
 

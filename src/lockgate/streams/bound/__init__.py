@@ -4,6 +4,11 @@ See docs/kafka.md, "Bound workflows"."""
 
 from __future__ import annotations
 
-from lockgate.streams.bound._consumer import BoundConsumer, bound_run_id, partition_shard_key
+from lockgate.streams.bound._consumer import (
+    BoundConsumer,
+    bound_group,
+    bound_run_id,
+    partition_shard_key,
+)
 
-__all__ = ["BoundConsumer", "bound_run_id", "partition_shard_key"]
+__all__ = ["BoundConsumer", "bound_group", "bound_run_id", "partition_shard_key"]

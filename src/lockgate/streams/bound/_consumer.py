@@ -32,8 +32,15 @@ from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
 from lockgate._clock import Clock, as_clock
-from lockgate._errors import DuplicateRunError, LockgateError, StoreUnavailable, one_line
+from lockgate._errors import (
+    DuplicateRunError,
+    InvalidParamsError,
+    PayloadTooLarge,
+    StoreUnavailable,
+    one_line,
+)
 from lockgate._names import MAX_NAME_LENGTH
+from lockgate.journal._events import RunStatus
 from lockgate.stores._base import Store
 from lockgate.stores._calls import call_store
 from lockgate.stores._records import Submit
@@ -41,7 +48,6 @@ from lockgate.stores.kafka import KafkaEventLogStore
 from lockgate.stores.kafka._topic import prepare_topic
 from lockgate.streams._dead_letters import DeadLetters
 from lockgate.streams._member import GroupMember
-from lockgate.streams._topics import group_id
 from lockgate.streams._values import RECORD_METADATA, Undecodable, decoder_for, record_of
 from lockgate.streams.bound._flow import PartitionFlow, Pending
 from lockgate.workflow._spec import WorkflowSpec
@@ -57,9 +63,9 @@ T = TypeVar("T")
 SUBMIT_AHEAD = 2
 #: Records taken from the consumer at once, at most.
 CONSUME_BATCH = 1000
-#: Records read ahead of their submits, at most, across the owned partitions; reading pauses
+#: Records of one partition read ahead of their submits, at most: reading the partition pauses
 #: there and resumes below half of it.
-READ_AHEAD = 5000
+READ_AHEAD = 2000
 #: Seconds one wait for records lasts: short while runs are open (a finished run's news
 #: arrives between two waits), longer when there is nothing in flight.
 WAIT_OPEN = 0.005
@@ -71,6 +77,9 @@ COMMIT_EVERY = 0.5
 ASK_AFTER = 0.25
 #: Seconds a submit that found the store unavailable waits before it is tried again.
 RETRY_AFTER = 0.5
+#: The statuses of a run that waits (a sleep, a signal, a pause), holding no slot: it does not
+#: count against ``max_concurrency`` while it waits.
+PARKED = frozenset({RunStatus.SLEEPING, RunStatus.SIGNAL_WAITING, RunStatus.PAUSED})
 #: Why a record went to the dead-letter topic besides its value not decoding.
 UNSUBMITTABLE = "unsubmittable"
 
@@ -84,6 +93,13 @@ def bound_run_id(topic: str, partition: int, offset: int) -> str:
         return run_id
     digest = hashlib.sha256(topic.encode()).hexdigest()[:16]
     return f"{topic[:180]}~{digest}:{partition}:{offset}"
+
+
+def bound_group(topic_prefix: str, workflow: str) -> str:
+    """The consumer group of a bound workflow: ``lockgate.{topic_prefix}.bound.{workflow}``,
+    one per deployment (its journal's prefix) and workflow, so two workflows bound to one
+    topic, or two deployments on one broker, each read every record."""
+    return f"lockgate.{topic_prefix}.bound.{workflow}"
 
 
 def partition_shard_key(topic: str, partition: int) -> str:
@@ -133,7 +149,7 @@ class BoundConsumer(GroupMember):
         self.spec = spec
         self.binding = binding
         self.dlq = binding.dlq
-        self.group = group_id(self.topic)
+        self.group = bound_group(journal.topic_prefix, spec.name)
         self.clock = as_clock(clock)
         self._decode = decoder_for(binding.avro_schema)
         self._on_submitted = on_submitted
@@ -149,7 +165,8 @@ class BoundConsumer(GroupMember):
         #: Runs reported finished by this worker, from its attempts' thread (the event loop).
         self._ended: collections.deque[str] = collections.deque()
         self._consumer: Any = None
-        self._paused = False
+        #: The owned partitions whose reading is paused (see ``_pace``).
+        self._paused: set[int] = set()
         self._crashed = False
         #: Set once the consumer has been given its first assignment.
         self.assigned = threading.Event()
@@ -175,7 +192,7 @@ class BoundConsumer(GroupMember):
         self._prepare_topics()
         self._dead = DeadLetters(self.journal.producer, self.dlq)
         self._crashed = False
-        self._paused = False
+        self._paused.clear()
         self._consumer = self._new_consumer(
             self.journal.client_config, self.group, **{"fetch.wait.max.ms": 10, **self._config}
         )
@@ -294,15 +311,22 @@ class BoundConsumer(GroupMember):
         self.dead_lettered += 1
 
     def _pace(self, consumer: Consumer) -> None:
-        """Pause reading while READ_AHEAD records wait for their submits; resume below half."""
-        waiting = sum(len(flow.waiting) for flow in self._flows.values())
-        pause = waiting >= READ_AHEAD if not self._paused else waiting >= READ_AHEAD // 2
-        if pause == self._paused:
-            return
-        assigned = [TopicPartition(self.topic, p) for p in self._flows]
+        """Pause reading a partition while READ_AHEAD of its records wait for their submits;
+        resume it below half of that. The other partitions read on."""
+        pause, resume = [], []
+        for partition, flow in self._flows.items():
+            waiting = len(flow.waiting)
+            if partition not in self._paused and waiting >= READ_AHEAD:
+                pause.append(partition)
+            elif partition in self._paused and waiting < READ_AHEAD // 2:
+                resume.append(partition)
         with contextlib.suppress(KafkaException):
-            (consumer.pause if pause else consumer.resume)(assigned)
-            self._paused = pause
+            if pause:
+                consumer.pause([TopicPartition(self.topic, p) for p in pause])
+                self._paused.update(pause)
+            if resume:
+                consumer.resume([TopicPartition(self.topic, p) for p in resume])
+                self._paused.difference_update(resume)
 
     # -- submits -------------------------------------------------------------------------------
 
@@ -384,7 +408,10 @@ class BoundConsumer(GroupMember):
         except StoreUnavailable as exc:
             log.debug("bound topic %s: submit deferred: %s", self.topic, exc)
             return None
-        except LockgateError as exc:  # a value its workflow refuses: submitting again cannot help
+        except (InvalidParamsError, PayloadTooLarge) as exc:
+            # A value its workflow refuses: submitting it again cannot help. Any other error
+            # (the store refusing this worker, a bug) ends the consumer, committing nothing
+            # past this record.
             self._unsubmittable(partition, pending, one_line(exc))
             return "dropped"
         self.submitted += 1
@@ -451,8 +478,12 @@ class BoundConsumer(GroupMember):
         for run_id, info in zip(asked, infos, strict=True):
             if info is None or info.status.is_terminal:
                 self._finish(run_id)
-            else:
-                self._opened_at[run_id] = now
+                continue
+            self._opened_at[run_id] = now
+            partition, offset = self._where[run_id]
+            flow = self._flows.get(partition)
+            if flow is not None:
+                flow.parked_now(offset, info.status in PARKED)
 
     # -- commits -------------------------------------------------------------------------------
 
@@ -491,6 +522,7 @@ class BoundConsumer(GroupMember):
         for partition in partitions:
             flow = self._flows.pop(partition, None)
             self._forget(partition)
+            self._paused.discard(partition)
             if flow is not None:
                 for run_id in flow.open.values():
                     self._where.pop(run_id, None)

@@ -35,6 +35,8 @@ class PartitionFlow:
     submitting: set[int] = field(default_factory=set)
     #: Offset -> run id of each run submitted and not known to have finished.
     open: dict[int, str] = field(default_factory=dict)
+    #: The open runs last found waiting (a sleep, a signal, a pause): they hold no slot.
+    parked: set[int] = field(default_factory=set)
 
     def read(self, offset: int) -> None:
         """The record at ``offset`` was read (waiting, dead-lettered or skipped)."""
@@ -66,10 +68,11 @@ class PartitionFlow:
         self.open[pending.offset] = pending.run_id
 
     def put_back(self, pending: list[Pending]) -> None:
-        """Submits that did not go through (the store away): waiting again, in order."""
-        for item in sorted(pending, key=lambda p: p.offset, reverse=True):
+        """Submits that did not go through (the store away): waiting again, in offset order
+        among the records still waiting."""
+        for item in pending:
             self.submitting.discard(item.offset)
-            self.waiting.appendleft(item)
+        self.waiting = collections.deque(sorted([*pending, *self.waiting], key=lambda p: p.offset))
 
     def dropped(self, pending: Pending) -> None:
         """``pending`` starts no run (its copy went to the dead-letter topic instead)."""
@@ -77,11 +80,20 @@ class PartitionFlow:
 
     def finished(self, offset: int) -> None:
         self.open.pop(offset, None)
+        self.parked.discard(offset)
+
+    def parked_now(self, offset: int, parked: bool) -> None:
+        """Whether the open run of ``offset`` was found waiting."""
+        if parked and offset in self.open:
+            self.parked.add(offset)
+        else:
+            self.parked.discard(offset)
 
     @property
     def in_flight(self) -> int:
-        """Runs of this partition submitted, or being submitted, and not finished."""
-        return len(self.open) + len(self.submitting)
+        """Runs of this partition submitted, or being submitted, and not finished, less those
+        found waiting (a sleep, a signal, a pause): they hold no slot."""
+        return len(self.open) - len(self.parked) + len(self.submitting)
 
     def committable(self) -> int | None:
         """The offset the partition may be committed at: its oldest record not yet submitted
