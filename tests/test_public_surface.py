@@ -69,7 +69,7 @@ EXPECTED = {
     "RunHandle",
     "RunInfo",
     "RunNotFoundError",
-    "RunNotRetriable",
+    "RetryRefused",
     "RunNotStartedError",
     "ContinuationChainError",
     "RunOwnedError",

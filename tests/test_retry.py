@@ -1,98 +1,192 @@
 """Retrying a run that ended without completing (``client.retry``, ``lockgate runs retry``): a
-new run with the same params and metadata, named after the first run, one per retry however
-often it is asked for."""
+new run that serves what the failed run finished from its journal and runs the failed step and
+what follows live, named after the first run, one per retry however often it is asked for."""
 
 from __future__ import annotations
 
+import collections
+import uuid
 from typing import Any
 
 import pytest
 
 from lockgate import (
+    DuplicateRunError,
+    ErrorCode,
     InlineWorkflowRunner,
+    ManualClock,
+    RetryPolicy,
+    RetryRefused,
     RunNotFoundError,
-    RunNotRetriable,
     RunStatus,
     WorkflowContext,
+    step,
     workflow,
 )
 from lockgate.journal import EventKind
-from lockgate.stores import MemoryStore
+from lockgate.stores import MemoryStore, SQLiteStore, ValkeyStore
+from valkey_server import shared_url
 
 FAILURES: dict[str, int] = {}
+CALLS: collections.Counter[str] = collections.Counter()
 
 
-@workflow(name="retried_flaky")
-async def flaky(ctx: WorkflowContext, item: str) -> str:
-    """Fails while FAILURES says so for ``item``."""
+@step(name="retried_fetch")
+async def fetch(item: str) -> str:
+    CALLS[f"fetch {item}"] += 1
+    return f"fetched {item}"
+
+
+@step(name="retried_ship", retry=RetryPolicy(max_attempts=1))  # no backoff on the test clock
+async def ship(item: str) -> str:
+    CALLS[f"ship {item}"] += 1
     if FAILURES.get(item, 0) > 0:
         FAILURES[item] -= 1
         raise ValueError(f"{item} is not ready")
-    return f"done {item} ({ctx.metadata.get('tag')})"
+    return f"shipped {item}"
+
+
+@workflow(name="retried_flow")
+async def flow(ctx: WorkflowContext, item: str) -> str:
+    fetched = await fetch(item)
+    shipped = await ship(item)
+    return f"{fetched}, {shipped} ({ctx.metadata.get('tag')})"
 
 
 async def ended(runner: InlineWorkflowRunner, item: str, failures: int) -> str:
+    """A run of ``retried_flow`` for ``item`` whose ship fails ``failures`` times (one try
+    each run)."""
     FAILURES[item] = failures
-    handle = await runner.client.submit("retried_flaky", {"item": item}, metadata={"tag": "t1"})
+    handle = await runner.client.submit("retried_flow", {"item": item}, metadata={"tag": "t1"})
     await runner.run(handle.name, handle.run_id)
     return handle.run_id
 
 
-async def test_a_failed_run_retried_runs_again_with_its_params_and_metadata(
+async def test_a_retry_serves_the_finished_steps_and_runs_the_failed_one_again(
     runner: InlineWorkflowRunner, store: MemoryStore
 ) -> None:
-    first = await ended(runner, "a", failures=2)
-    assert await runner.client.status("retried_flaky", first) == RunStatus.ERROR
-    retry = await runner.client.retry("retried_flaky", first)
-    assert retry.run_id == f"{first}.retry1"
-    await runner.run(retry.name, retry.run_id)
-    assert await retry.status() == RunStatus.ERROR  # failed once more
-    again = await runner.client.retry("retried_flaky", retry.run_id)
-    assert again.run_id == f"{first}.retry2"  # numbered from the first run, not the retry
-    await runner.run(again.name, again.run_id)
-    assert await again.result(timeout=5) == "done a (t1)"
-    [init] = [
-        e for e in store.load_run("retried_flaky", again.run_id) if e.kind == EventKind.RUN_INIT
+    first = await ended(runner, "a", failures=1)  # its ship fails: the run ends in error
+    assert await runner.client.status("retried_flow", first) == RunStatus.ERROR
+    assert CALLS["fetch a"] == 1
+    plan = await runner.client.plan_retry("retried_flow", first)
+    assert plan.retry_run_id == f"{first}.retry1"
+    # fetch's try and outcome, and nothing of ship, the step that failed:
+    assert [(e.kind, e.payload["step_id"]) for e in plan.seed] == [
+        (EventKind.STEP_PENDING, "retried_fetch"),
+        (EventKind.STEP_DONE, "retried_fetch"),
     ]
+    retry = await runner.client.retry("retried_flow", first)
+    assert retry.run_id == plan.retry_run_id
+    await runner.run(retry.name, retry.run_id)
+    assert await retry.result(timeout=5) == "fetched a, shipped a (t1)"
+    assert CALLS["fetch a"] == 1  # served from the seed, not run again
+    assert CALLS["ship a"] == 2  # the failed step, run again
+    journal = store.load_run("retried_flow", retry.run_id)
+    init = journal[0]
+    assert init.kind == EventKind.RUN_INIT
     assert init.payload["params"] == {"item": "a"}
     assert init.payload["provenance"]["source"] == {
-        "retry_of": retry.run_id,
+        "retry_of": first,
         "retry_root": first,
-        "retry_number": 2,
+        "retry_number": 1,
     }
-    # The failed runs stay as they ended.
-    assert await runner.client.status("retried_flaky", first) == RunStatus.ERROR
+    assert [e.kind for e in journal[1:3]] == [EventKind.STEP_PENDING, EventKind.STEP_DONE]
+    assert journal[2].payload["step_id"] == "retried_fetch"
+    # The failed run stays as it ended.
+    assert await runner.client.status("retried_flow", first) == RunStatus.ERROR
+
+
+async def test_a_retry_of_a_retry_counts_from_the_first_run(runner: InlineWorkflowRunner) -> None:
+    first = await ended(runner, "b", failures=2)
+    retry = await runner.client.retry("retried_flow", first)
+    await runner.run(retry.name, retry.run_id)
+    assert await retry.status() == RunStatus.ERROR  # its ship failed again
+    again = await retry.retry()
+    assert again.run_id == f"{first}.retry2"
+    await runner.run(again.name, again.run_id)
+    assert await again.result(timeout=5) == "fetched b, shipped b (t1)"
 
 
 async def test_one_retry_however_often_it_is_asked_for(runner: InlineWorkflowRunner) -> None:
-    first = await ended(runner, "b", failures=1)
-    made = [(await runner.client.retry("retried_flaky", first)).run_id for _ in range(3)]
+    first = await ended(runner, "c", failures=1)
+    made = [(await runner.client.retry("retried_flow", first)).run_id for _ in range(3)]
     assert made == [f"{first}.retry1"] * 3
 
 
-async def test_cancelled_and_terminated_runs_are_retried_too(
+async def test_a_retry_id_taken_by_another_run_is_a_duplicate(
     runner: InlineWorkflowRunner,
 ) -> None:
-    handle = await runner.client.submit("retried_flaky", {"item": "c"})
-    await runner.client.terminate("retried_flaky", handle.run_id, reason="test")
-    retry = await runner.client.retry("retried_flaky", handle.run_id)
-    await runner.run(retry.name, retry.run_id)
-    assert await retry.result(timeout=5) == "done c (None)"
+    first = await ended(runner, "d", failures=1)
+    await runner.client.submit("retried_flow", {"item": "x"}, run_id=f"{first}.retry1")
+    with pytest.raises(DuplicateRunError):
+        await runner.client.retry("retried_flow", first)
 
 
-@pytest.mark.parametrize("failures", [0, None], ids=["completed", "not ended"])
-async def test_a_completed_or_unfinished_run_is_not_retried(
-    runner: InlineWorkflowRunner, failures: Any
+@workflow(name="retried_sleeper")
+async def sleeper(ctx: WorkflowContext, item: str) -> str:
+    fetched = await fetch(item)
+    await ctx.sleep(60)
+    return fetched
+
+
+async def test_a_run_cancelled_in_a_sleep_is_retried_from_the_sleep(
+    runner: InlineWorkflowRunner, clock: ManualClock
 ) -> None:
-    if failures is None:
-        handle = await runner.client.submit("retried_flaky", {"item": "d"})
+    handle = await runner.client.submit("retried_sleeper", {"item": "e"})
+    await runner.run(handle.name, handle.run_id)  # fetched, then parked in the sleep
+    await runner.client.terminate("retried_sleeper", handle.run_id, reason="test")
+    plan = await runner.client.plan_retry("retried_sleeper", handle.run_id)
+    # fetch's try and outcome, not the sleep the run was terminated in:
+    assert [e.kind for e in plan.seed] == [EventKind.STEP_PENDING, EventKind.STEP_DONE]
+    retry = await runner.client.retry("retried_sleeper", handle.run_id)
+    await runner.run(retry.name, retry.run_id)
+    assert await retry.status() == RunStatus.SLEEPING  # sleeps again, from the start
+    clock.advance(61)
+    await runner.fire_due_timers()
+    await runner.run(retry.name, retry.run_id)
+    assert await retry.result(timeout=5) == "fetched e"
+    assert CALLS["fetch e"] == 1
+
+
+@pytest.mark.parametrize("case", ["completed", "not ended"])
+async def test_a_completed_or_unfinished_run_is_not_retried(
+    runner: InlineWorkflowRunner, case: Any
+) -> None:
+    if case == "not ended":
+        handle = await runner.client.submit("retried_flow", {"item": "f"})
         run_id, match = handle.run_id, "has not ended"
     else:
-        run_id, match = await ended(runner, "e", failures), "completed"
-    with pytest.raises(RunNotRetriable, match=match):
-        await runner.client.retry("retried_flaky", run_id)
+        run_id, match = await ended(runner, "g", 0), "completed"
+    with pytest.raises(RetryRefused, match=match) as refused:
+        await runner.client.retry("retried_flow", run_id)
+    assert refused.value.code == ErrorCode.INVALID_REQUEST
 
 
 async def test_retrying_no_such_run_says_so(runner: InlineWorkflowRunner) -> None:
     with pytest.raises(RunNotFoundError):
-        await runner.client.retry("retried_flaky", "nope")
+        await runner.client.retry("retried_flow", "nope")
+
+
+@pytest.fixture(params=["sqlite", "valkey"])
+def durable_store(request: pytest.FixtureRequest, tmp_path: Any) -> Any:
+    if request.param == "sqlite":
+        store: Any = SQLiteStore(tmp_path / "retry.db")
+    else:
+        store = ValkeyStore(shared_url(), namespace=f"rt{uuid.uuid4().hex[:8]}", shard_count=4)
+    yield store
+    store.close()
+
+
+async def test_a_seeded_retry_on_sqlite_and_valkey(durable_store: Any) -> None:
+    runner = InlineWorkflowRunner(store=durable_store)
+    await runner.start()
+    try:
+        first = await ended(runner, f"s-{uuid.uuid4().hex[:6]}", failures=1)
+        item = durable_store.get_run("retried_flow", first).params["item"]
+        retry = await runner.client.retry("retried_flow", first)
+        await runner.run(retry.name, retry.run_id)
+        assert await retry.result(timeout=10) == f"fetched {item}, shipped {item} (t1)"
+        assert CALLS[f"fetch {item}"] == 1
+        assert CALLS[f"ship {item}"] == 2
+    finally:
+        await runner.aclose()

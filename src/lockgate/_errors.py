@@ -217,10 +217,13 @@ class RunFinishedError(LockgateError):
     code = ErrorCode.INVALID_REQUEST
 
 
-class RunNotRetriable(LockgateError):
-    """A retry asked for a run that is still going, or that completed."""
+class RetryRefused(LockgateError):
+    """A run that cannot be retried (still going, completed, or handed on to a successor),
+    with the stable ``code`` saying why. Raised before anything is written."""
 
-    code = ErrorCode.INVALID_REQUEST
+    def __init__(self, code: ErrorCode, message: str | None = None) -> None:
+        super().__init__(message or f"the run cannot be retried ({code})")
+        self.code = code
 
 
 class RunNotStartedError(LockgateError):

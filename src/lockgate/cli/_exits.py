@@ -11,8 +11,8 @@ from lockgate._errors import (
     IdempotencyConflict,
     InvalidParamsError,
     PayloadTooLarge,
+    RetryRefused,
     RunNotFoundError,
-    RunNotRetriable,
     one_line,
 )
 
@@ -29,7 +29,7 @@ USAGE_ERRORS: tuple[type[BaseException], ...] = (
     InvalidParamsError,
     PayloadTooLarge,
     RunNotFoundError,
-    RunNotRetriable,
+    RetryRefused,
     CapabilityMissing,
     IdempotencyConflict,
     DuplicateRunError,

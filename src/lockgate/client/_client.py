@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from lockgate._clock import Clock, as_clock, iso
 from lockgate._errors import (
@@ -57,6 +57,9 @@ from lockgate.workflow._spec import (
 MAX_START_DELAY = 365 * 86_400.0
 #: More hand-ons than any run makes (each needs a newer version): a longer chain is corrupt.
 MAX_CHAIN_HOPS = 64
+
+if TYPE_CHECKING:
+    from lockgate.client._retry import RetryPlan
 
 T = TypeVar("T")
 
@@ -211,14 +214,23 @@ class WorkflowClient:
         return RunHandle(self, name, str(submitted))
 
     async def retry(self, name: str, run_id: str) -> RunHandle:
-        """Run an ended run that did not complete (in error, cancelled or terminated) again:
-        a new run with its params and metadata (a bound run keeps its record), named
-        ``{first id}.retry{n}``; see ``client/_retry.py``. Retrying one run twice returns the
-        retry made the first time. Raises :class:`RunNotRetriable` for a run still going or
-        completed, and :class:`RunNotFoundError` for no such run."""
+        """Start a new run that carries on from where the run ``run_id`` stopped, when it
+        ended without completing (in error, cancelled or terminated). It is created with the
+        calls the failed run finished before its failure journaled (served, not run again),
+        and runs the failed step and what follows live; see ``client/_retry.py``. Its id is
+        ``{first id}.retry{n}``, so retrying again returns the same run. The failed run is
+        left as it is. Raises :class:`RetryRefused` for a run still going, completed or
+        handed on, :class:`RunNotFoundError` for no such run, and
+        :class:`DuplicateRunError` when the retry's id belongs to another run."""
         from lockgate.client._retry import retry_run
 
         return await retry_run(self, name, run_id)
+
+    async def plan_retry(self, name: str, run_id: str) -> RetryPlan:
+        """What :meth:`retry` would carry over and run again, starting nothing."""
+        from lockgate.client._retry import plan_retry
+
+        return await plan_retry(self, name, run_id)
 
     async def _recorded_for(
         self, name: str, spec: WorkflowSpec | None
@@ -804,6 +816,9 @@ class RunHandle:
         return await self.client.terminate(
             self.name, self.run_id, reason=reason, requested_by=requested_by
         )
+
+    async def retry(self) -> RunHandle:
+        return await self.client.retry(self.name, self.run_id)
 
     async def pause(self) -> None:
         await self.client.pause(self.name, self.run_id)

@@ -1,68 +1,198 @@
-"""Retrying a run that ended without completing: a new run of the same workflow with the same
-params and metadata, whose ``run:init`` names the run it retries.
+"""Retrying a run that ended without completing: a new run of the same workflow that carries on
+from where the failed one stopped.
 
-The retry starts from the top, with a journal of its own: steps the failed run completed run
-again (they are the workflow's to make idempotent, as after any crash). Its id is the first
-run's id followed by ``.retry{n}``, ``n`` counting the retries of that first run, so a retry of
-the same run asked twice (a double click, a client that timed out) is one run. A bound run's
-retry keeps its record (``ctx.record``) and its partition's shard.
+The plan (:class:`RetryPlan`) cuts the failed run's journal where its own failure begins: the
+first event of the call whose failure escaped the body (every try of that step is run again),
+else its terminal. A wait still open before that point (a sleep or a signal wait the run was
+cancelled in) moves the cut back to it, as a wait cannot be carried over half done. The events
+before the cut, less ``run:init`` and the controls and lifecycle the store wrote (cancels,
+pauses, requeues), are the *seed*: the retry is created with them journaled right after its
+own ``run:init``, in the same step, so its first attempt replays them and serves every call
+the failed run finished without running it again. A write step that started and left no
+outcome (in doubt) runs again, once, as any in-doubt step does.
+
+The retry's id is the first run's id followed by ``.retry{n}``, ``n`` counting retries from
+that first run, so a retry asked for twice (a double click, a client that timed out) is one
+run. A bound run's retry keeps its record (``ctx.record``) and its partition's shard.
 """
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from lockgate._errors import DuplicateRunError, RunNotRetriable
-from lockgate.journal._events import EventKind, RunStatus
+from lockgate._errors import DuplicateRunError, ErrorCode, RetryRefused
+from lockgate.journal._events import EPOCH_HEADER, EventKind, RunEvent, RunStatus
+from lockgate.journal._replay import reconstruct_state
 from lockgate.workflow._spec import get_workflow
+from lockgate.workflow._unwind import is_final
 
 if TYPE_CHECKING:
     from lockgate.client._client import RunHandle, WorkflowClient
+
+log = logging.getLogger("lockgate.client")
 
 #: The ``provenance.source`` keys a retry's ``run:init`` holds.
 RETRY_OF = "retry_of"
 RETRY_ROOT = "retry_root"
 RETRY_NUMBER = "retry_number"
 
+#: What the store, not the run's body, wrote: never carried into a retry.
+NOT_SEEDED = frozenset(
+    {
+        EventKind.RUN_INIT,
+        EventKind.RUN_CANCEL,
+        EventKind.RUN_PAUSE_REQUESTED,
+        EventKind.RUN_PAUSED,
+        EventKind.RUN_UNPAUSED,
+        EventKind.RUN_REQUEUED,
+        EventKind.RUN_COMPLETE,
+        EventKind.RUN_ERROR,
+        EventKind.RUN_CONTINUED,
+        EventKind.STREAM_OVERFLOW,
+    }
+)
 
-async def retry_run(client: WorkflowClient, name: str, run_id: str) -> RunHandle:
-    """See :meth:`WorkflowClient.retry`."""
+
+@dataclass(frozen=True)
+class RetryPlan:
+    """What retrying the failed run ``source_run_id`` copies and starts: the run
+    ``retry_run_id``, seeded with ``seed`` (the source's events before index ``cut``, less its
+    ``run:init`` and what the store wrote), the write steps ``in_doubt`` (started, no outcome:
+    the retry runs each once), and the retry's number ``attempt``."""
+
+    name: str
+    source_run_id: str
+    retry_run_id: str
+    cut: int
+    seed: tuple[RunEvent, ...]
+    seeded_events: int
+    in_doubt: tuple[str, ...]
+    attempt: int
+    params: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    version: str = ""
+
+    def provenance(self) -> dict[str, Any]:
+        """What the retry's ``run:init`` records of where it comes from."""
+        root = self.retry_run_id.rsplit(".retry", 1)[0]
+        return {
+            "source": {RETRY_OF: self.source_run_id, RETRY_ROOT: root, RETRY_NUMBER: self.attempt}
+        }
+
+
+async def plan_retry(client: WorkflowClient, name: str, run_id: str) -> RetryPlan:
+    """See :meth:`WorkflowClient.plan_retry`."""
     info = await client._info(name, run_id)
-    if not info.status.is_terminal:
-        raise RunNotRetriable(
-            f"run {run_id} of {name!r} has not ended ({info.status}): only an ended run is "
-            f"retried; cancel or terminate it first"
-        )
     if info.status == RunStatus.COMPLETE:
-        raise RunNotRetriable(f"run {run_id} of {name!r} completed: there is nothing to retry")
-    init = await _opening(client, name, run_id)
+        raise RetryRefused(
+            ErrorCode.INVALID_REQUEST,
+            f"run {run_id} of {name!r} completed: there is nothing to retry",
+        )
+    if info.status == RunStatus.CONTINUED:
+        raise RetryRefused(
+            ErrorCode.INVALID_REQUEST,
+            f"run {run_id} of {name!r} handed its work on to a successor: retry that run instead",
+        )
+    if not info.status.is_terminal:
+        raise RetryRefused(
+            ErrorCode.INVALID_REQUEST,
+            f"run {run_id} of {name!r} has not ended ({info.status}): only an ended run is "
+            f"retried; cancel or terminate it first",
+        )
+    events = await client._io(client.store.load_run, name, run_id)
+    init = events[0].payload if events and events[0].kind == EventKind.RUN_INIT else {}
     source: dict[str, Any] = (init.get("provenance") or {}).get("source") or {}
     root = str(source.get(RETRY_ROOT) or run_id)
     number = int(source.get(RETRY_NUMBER) or 0) + 1
+    cut = _cut(events)
     retry_id = f"{root}.retry{number}"
+    state = reconstruct_state(events[:cut])
+    in_doubt = tuple(
+        record.name
+        for record in state.calls.values()
+        if record.pending and not is_final(record) and record.wait_id is None
+    )
+    seed = tuple(
+        RunEvent(
+            e.kind,
+            dict(e.payload),
+            retry_id,
+            headers={k: v for k, v in e.headers.items() if k != EPOCH_HEADER},
+        )
+        for e in events[1:cut]
+        if e.kind not in NOT_SEEDED
+    )
+    return RetryPlan(
+        name=name,
+        source_run_id=run_id,
+        retry_run_id=retry_id,
+        cut=cut,
+        seed=seed,
+        seeded_events=len(seed),
+        in_doubt=in_doubt,
+        attempt=number,
+        params=dict(info.params),
+        metadata=dict(info.metadata),
+        version=info.version,
+    )
+
+
+def _cut(events: list[RunEvent]) -> int:
+    """Where the retry's own work begins in the failed run's journal (see the module
+    docstring)."""
+    cut = len(events)
+    while cut > 0 and events[cut - 1].kind in NOT_SEEDED - {EventKind.RUN_INIT}:
+        cut -= 1  # the terminal, and the cancel or requeues before it
+    last = events[cut - 1] if cut > 0 else None
+    if last is not None and last.kind == EventKind.STEP_ERROR and last.payload.get("final"):
+        cut = _first_of(events, last.payload.get("call_index"), cut)
+    # A wait still open before the cut is where the retry picks up.
+    state = reconstruct_state(events[:cut])
+    for record in state.calls.values():
+        if record.wait_id is not None and not is_final(record):
+            cut = min(cut, _first_of(events, record.call_index, cut))
+    return cut
+
+
+def _first_of(events: list[RunEvent], call_index: Any, before: int) -> int:
+    """The index of the first event of the call at ``call_index``, before ``before``."""
+    for index, event in enumerate(events[:before]):
+        if event.payload.get("call_index") == call_index and event.kind != EventKind.RUN_INIT:
+            return index
+    return before
+
+
+async def retry_run(client: WorkflowClient, name: str, run_id: str) -> RunHandle:
+    """See :meth:`WorkflowClient.retry`."""
+    plan = await plan_retry(client, name, run_id)
     spec = get_workflow(name)
-    params = dict(info.params)
-    if spec is not None:
-        params = spec.validate_params(params)
-    shard_key = init.get("shard_key")
+    params = spec.validate_params(plan.params) if spec is not None else plan.params
+    opening = await client._io(client.store.load_run, name, run_id, max_events=1)
+    shard_key = opening[0].payload.get("shard_key") if opening else None
+    if plan.in_doubt:
+        log.warning(
+            "retry %s of run %s of %r: step(s) %s started without a recorded outcome and run again",
+            plan.retry_run_id,
+            run_id,
+            name,
+            ", ".join(plan.in_doubt),
+        )
     try:
         return await client._queue(
             name,
-            retry_id,
+            plan.retry_run_id,
             params,
             spec,
-            metadata=dict(info.metadata),
-            owner=info.owner,
-            provenance={"source": {RETRY_OF: run_id, RETRY_ROOT: root, RETRY_NUMBER: number}},
+            metadata=plan.metadata,
+            provenance=plan.provenance(),
             shard_key=shard_key if isinstance(shard_key, str) else None,
+            seed=plan.seed,
         )
     except DuplicateRunError:
-        return client.handle(name, retry_id)  # retried already: that retry is this one
-
-
-async def _opening(client: WorkflowClient, name: str, run_id: str) -> dict[str, Any]:
-    """The run's ``run:init`` payload."""
-    opening = await client._io(client.store.load_run, name, run_id, max_events=1)
-    if opening and opening[0].kind == EventKind.RUN_INIT:
-        return dict(opening[0].payload)
-    return {}
+        existing = await client._io(client.store.load_run, name, plan.retry_run_id, max_events=1)
+        made_by = (existing[0].payload.get("provenance") or {}).get("source") if existing else None
+        if isinstance(made_by, dict) and made_by.get(RETRY_OF) == run_id:
+            return client.handle(name, plan.retry_run_id)  # retried already: that retry
+        raise

@@ -86,6 +86,7 @@ class LifecycleStore(abc.ABC):
         start_at: float | None = None,
         gates_unknown: bool = False,
         shard_key: str | None = None,
+        seed: Sequence[RunEvent] = (),
     ) -> str:
         """Create the run and journal its ``run:init`` atomically; return its id.
 
@@ -98,7 +99,8 @@ class LifecycleStore(abc.ABC):
         submit by name made before any policy was recorded: no gate is enforced, ``run:init``
         says ``{"unknown": true}``, and the claiming worker hands the run on with its own.
         ``shard_key`` places a run without gates in a sharded store: the shard its key hashes
-        to instead of its run id's (a bound run's: its topic partition's).
+        to instead of its run id's (a bound run's: its topic partition's). ``seed`` is journaled
+        right after ``run:init``, in the same step (a retry's copy of the failed run's calls).
         Nothing is written when it raises; a name, id or idempotency key the naming rules
         refuse (``lockgate._names``) raises :class:`InvalidNameError`.
         """
@@ -120,6 +122,7 @@ class LifecycleStore(abc.ABC):
                 start_at,
                 gates_unknown,
                 shard_key,
+                tuple(seed),
             ),
             run_id,
             headers=headers,

@@ -70,6 +70,9 @@ class Submit:
     #: What the run's shard is hashed from when it has no gate: a bound run's topic partition,
     #: so the runs of one partition share a shard (None: its run id).
     shard_key: str | None = None
+    #: Events journaled right after ``run:init``, in the same step: a retry's copy of what the
+    #: run it retries recorded (see ``client/_retry.py``).
+    seed: tuple[RunEvent, ...] = ()
 
     @property
     def gates(self) -> Gates:
@@ -104,12 +107,16 @@ class Submit:
     def opening_events(
         self, run_id: str, now: float, headers: dict[str, str] | None
     ) -> list[RunEvent]:
-        """``run:init``, and the delayed start's ``run:sleeping`` when it starts later."""
+        """``run:init``, the seed, and the delayed start's ``run:sleeping`` when it starts
+        later."""
         events = [
             RunEvent(
                 EventKind.RUN_INIT, self.init_payload(now), run_id, headers=dict(headers or {})
             )
         ]
+        events.extend(
+            RunEvent(e.kind, dict(e.payload), run_id, headers=dict(e.headers)) for e in self.seed
+        )
         if self.delayed(now):
             assert self.start_at is not None
             events.append(
