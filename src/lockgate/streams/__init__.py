@@ -1,10 +1,17 @@
-"""What lockgate consumes from and produces to Kafka besides the run journals: trigger topics.
+"""What lockgate consumes from and produces to Kafka besides the run journals, by role:
 
-With a Kafka journal, the events of a ``Collect`` or ``Debounce`` workflow live on a topic of
-its own (:func:`trigger_topic`), any producer may send them (:class:`TriggerProducer` is
-lockgate's), and the workers serving the workflow consume it in one consumer group
-(:class:`TriggerConsumer`), keeping the open windows of the keys on the partitions each owns
-and firing their runs. See docs/kafka.md, "Trigger topics".
+- ``triggers/``: the events of ``Collect`` and ``Debounce`` workflows on a topic of their own
+  (:func:`trigger_topic`), sent by :class:`TriggerProducer` or any producer, and consumed by
+  the workers serving the workflow in one group (:class:`TriggerConsumer`), which keep the
+  open windows of the keys on the partitions each owns and fire their runs;
+- ``bound/``: workflows bound to a user's topic, one run per record
+  (:class:`~lockgate.streams.bound.BoundConsumer`);
+- ``sources/``: streams a run reads itself, batch by batch, with ``ctx.consume``
+  (:class:`~lockgate.streams.sources.Source`, ``InMemorySource``, ``KafkaSource``).
+
+Beside them: the topic and group names (``_topics``), the dead-letter copies
+(``_dead_letters``), what group members share (``_member``) and the records of users' topics
+with their decoding (``_values``). See docs/kafka.md.
 """
 
 from __future__ import annotations
