@@ -1,7 +1,8 @@
 """Bound topics served by real ``lockgate worker MODULE --store URL --journal URL`` processes:
 records produced with kcat (a producer with its own partitioner) become one completed run
-each while one of two workers is killed with SIGKILL twice and started again; with
-``ordered``, each partition's runs start in offset order across a worker kill."""
+each while one of two workers is killed with SIGKILL twice and started again, and while the
+broker is killed and started again; with ``ordered``, each partition's runs start in offset
+order, one after another, across a worker kill."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -204,3 +206,41 @@ def test_ordered_partitions_start_their_runs_in_offset_order_across_a_worker_kil
                 first_starts.append(offset)
         assert first_starts == sorted(expected[partition]), f"partition {partition} out of order"
     store.close()
+
+
+def test_a_broker_killed_and_restarted_mid_stream_loses_and_doubles_no_run(
+    tmp_path: Path, restartable_broker: Any
+) -> None:
+    cluster = BoundCluster(
+        tmp_path,
+        server_url=shared_url(),
+        bootstrap=restartable_broker.bootstrap,
+        bound_topic=f"bound-{uuid.uuid4().hex[:8]}",
+    )
+    try:
+        make_topic(cluster, 4)
+        store = cluster.store()
+        cluster.worker("plain")
+        cluster.worker("plain")
+        wait_for("the group owns all 4 partitions", lambda: assigned(cluster, 4), cluster, 60)
+        lines = [f"k{n % 31}\t{json.dumps({'n': n})}" for n in range(1000)]
+        kcat_produce(cluster.bootstrap, cluster.bound_topic, lines)
+        restartable_broker.stop(kill=True)
+        restartable_broker.start()  # same port, same data directory
+        lines = [f"k{n % 31}\t{json.dumps({'n': n})}" for n in range(1000, 2000)]
+        kcat_produce(cluster.bootstrap, cluster.bound_topic, lines)
+
+        def complete() -> int:
+            runs = every_run(store, "bound_plain")
+            return sum(1 for r in runs if r.status == RunStatus.COMPLETE)
+
+        wait_for("2,000 runs completed", lambda: complete() >= 2000, cluster, 300)
+        time.sleep(1.0)  # a second run of a record read again would be made by now
+        runs = every_run(store, "bound_plain")
+        assert sorted(r.params["value"]["n"] for r in runs) == list(range(2000))
+        assert all(proc.poll() is None for proc in cluster.procs), cluster.tail()
+        store.close()
+    finally:
+        cluster.close()
+        if restartable_broker.process is None or restartable_broker.process.poll() is not None:
+            restartable_broker.start()  # up again for the session's other tests
