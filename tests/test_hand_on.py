@@ -253,3 +253,19 @@ async def test_a_worker_on_sqlite_hands_on_and_runs_the_successor(
         assert f"handed on to  {handles[0].run_id}.g" in shown
     finally:
         store.close()
+
+
+async def test_a_retry_is_never_handed_on(store: MemoryStore, clock: ManualClock) -> None:
+    build("hand_retry", sleep=0, concurrency=Limit(key="tenant_id", max=1))
+    client = WorkflowClient(store, clock=clock)
+    first = await client.submit("hand_retry", {"tenant_id": "acme", "n": 2})
+    await client.terminate("hand_retry", first.run_id, reason="test")
+    retry = await client.retry("hand_retry", first.run_id)  # stamped with max=1
+    new = build("hand_retry", sleep=0, concurrency=Limit(key="tenant_id", max=5))
+    runner = runner_for(store, clock, new)
+    BODIES.clear()
+    await runner.run_next("hand_retry")
+    # Its gates are out of date, yet it ran as it is: a successor would start it afresh.
+    assert [("hand_retry", retry.run_id)] == BODIES
+    assert EventKind.RUN_CONTINUED not in kinds(await retry.events())
+    assert await retry.result() == 20

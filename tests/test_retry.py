@@ -19,6 +19,7 @@ from lockgate import (
     RetryRefused,
     RunNotFoundError,
     RunStatus,
+    WorkflowClient,
     WorkflowContext,
     step,
     workflow,
@@ -190,3 +191,37 @@ async def test_a_seeded_retry_on_sqlite_and_valkey(durable_store: Any) -> None:
         assert CALLS[f"ship {item}"] == 2
     finally:
         await runner.aclose()
+
+
+async def test_find_retry_finds_the_retry_of_a_run_and_of_a_retry(
+    runner: InlineWorkflowRunner,
+) -> None:
+    first = await ended(runner, "h", failures=2)
+    assert await runner.client.find_retry("retried_flow", first) is None
+    retry = await runner.client.retry("retried_flow", first)
+    found = await runner.client.find_retry("retried_flow", first)
+    assert found is not None
+    assert (found.run_id, found.source_run_id, found.attempt) == (retry.run_id, first, 1)
+    assert found.status == RunStatus.PENDING
+    await runner.run(retry.name, retry.run_id)
+    again = await retry.retry()
+    found = await runner.client.find_retry("retried_flow", retry.run_id)
+    assert found is not None
+    assert (found.run_id, found.attempt) == (again.run_id, 2)
+
+
+async def test_find_retry_needs_only_the_retry(store: MemoryStore) -> None:
+    # The failed run has expired; its retry remains.
+    store.submit_run(
+        "retried_flow",
+        "gone.retry1",
+        {"item": "i"},
+        provenance={"source": {"retry_of": "gone", "retry_root": "gone", "retry_number": 1}},
+    )
+    client = WorkflowClient(store)
+    found = await client.find_retry("retried_flow", "gone")
+    assert found is not None
+    assert found.run_id == "gone.retry1"
+    # A run that merely looks like a retry is not one.
+    store.submit_run("retried_flow", "other.retry1", {"item": "j"})
+    assert await client.find_retry("retried_flow", "other") is None

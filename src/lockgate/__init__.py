@@ -51,7 +51,9 @@ from lockgate._errors import (
     WaitTimeout,
 )
 from lockgate.client import (
+    ExistingRetry,
     InlineWorkflowRunner,
+    RetryPlan,
     RunHandle,
     TerminateResult,
     WorkflowClient,
@@ -125,6 +127,7 @@ __all__ = [
     "EventAfterTerminal",
     "EventKind",
     "EventLogStore",
+    "ExistingRetry",
     "Fatal",
     "IdempotencyConflict",
     "InMemorySource",
@@ -156,6 +159,7 @@ __all__ = [
     "Rate",
     "ReplayState",
     "ReplaySummary",
+    "RetryPlan",
     "RetryPolicy",
     "RetryRefused",
     "RunEvent",

@@ -2,10 +2,13 @@
 
 from lockgate.client._client import RunHandle, TerminateResult, WorkflowClient
 from lockgate.client._inline import GATE_TIMEOUT_S, InlineWorkflowRunner, run_and_await
+from lockgate.client._retry import ExistingRetry, RetryPlan
 
 __all__ = [
     "GATE_TIMEOUT_S",
+    "ExistingRetry",
     "InlineWorkflowRunner",
+    "RetryPlan",
     "RunHandle",
     "TerminateResult",
     "WorkflowClient",

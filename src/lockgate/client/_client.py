@@ -58,7 +58,7 @@ MAX_START_DELAY = 365 * 86_400.0
 MAX_CHAIN_HOPS = 64
 
 if TYPE_CHECKING:
-    from lockgate.client._retry import RetryPlan
+    from lockgate.client._retry import ExistingRetry, RetryPlan
 
 T = TypeVar("T")
 
@@ -224,6 +224,13 @@ class WorkflowClient:
         from lockgate.client._retry import retry_run
 
         return await retry_run(self, name, run_id)
+
+    async def find_retry(self, name: str, run_id: str) -> ExistingRetry | None:
+        """The retry already started for the run ``run_id``, or None. It reads the retry's
+        own journal, not the failed run's, so it answers after that run has expired."""
+        from lockgate.client._retry import find_retry
+
+        return await find_retry(self, name, run_id)
 
     async def plan_retry(self, name: str, run_id: str) -> RetryPlan:
         """What :meth:`retry` would carry over and run again, starting nothing."""

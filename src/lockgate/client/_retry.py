@@ -164,6 +164,44 @@ def _first_of(events: list[RunEvent], call_index: Any, before: int) -> int:
     return before
 
 
+@dataclass(frozen=True)
+class ExistingRetry:
+    """A retry already started for the run ``source_run_id``: the run ``run_id``, its number
+    ``attempt`` counted from the first run, and its status now."""
+
+    name: str
+    run_id: str
+    source_run_id: str
+    attempt: int
+    status: RunStatus
+
+
+def retry_candidates(run_id: str) -> list[str]:
+    """The ids a retry of ``run_id`` can have: ``{run_id}.retry1`` for a first run, and the next
+    number's for a run that is itself a retry (its id alone cannot tell: the candidate's
+    ``run:init`` says)."""
+    candidates = [f"{run_id}.retry1"]
+    root, dot, number = run_id.rpartition(".retry")
+    if dot and root and number.isdigit():
+        candidates.insert(0, f"{root}.retry{int(number) + 1}")
+    return candidates
+
+
+async def find_retry(client: WorkflowClient, name: str, run_id: str) -> ExistingRetry | None:
+    """See :meth:`WorkflowClient.find_retry`."""
+    for candidate in retry_candidates(run_id):
+        opening = await client._io(client.store.load_run, name, candidate, max_events=1)
+        source = (opening[0].payload.get("provenance") or {}).get("source") if opening else None
+        if isinstance(source, dict) and source.get(RETRY_OF) == run_id:
+            info = await client._io(client.store.get_run, name, candidate)
+            if info is None:
+                continue
+            return ExistingRetry(
+                name, candidate, run_id, int(source.get(RETRY_NUMBER) or 1), info.status
+            )
+    return None
+
+
 async def retry_run(client: WorkflowClient, name: str, run_id: str) -> RunHandle:
     """See :meth:`WorkflowClient.retry`."""
     plan = await plan_retry(client, name, run_id)

@@ -31,6 +31,9 @@ async def hand_on_if_regated(core: AttemptCore) -> str | None:
     id, or None when the run keeps its gates and its body should run here."""
     if core.mode != "live" or core.lease is None:
         return None
+    if _is_retry(core.state.init):
+        # A retry carries its failed run's journal on; a successor would start it afresh.
+        return None
     if "hand_on" not in core.store.capabilities():
         return None
     gates = _own_gates(core)
@@ -66,6 +69,11 @@ async def hand_on_if_regated(core: AttemptCore) -> str | None:
         successor,
     )
     return successor
+
+
+def _is_retry(init: dict[str, Any]) -> bool:
+    source = (init.get("provenance") or {}).get("source")
+    return isinstance(source, dict) and "retry_of" in source
 
 
 def _own_gates(core: AttemptCore) -> Gates | None:
