@@ -178,8 +178,13 @@ async def kb_orders(ctx: WorkflowContext, value: dict[str, Any]) -> int:
         }
     )
     if value.get("fail"):
+        await ctx.step(reserve, int(value["n"]))  # journaled: a retry is seeded with it
         raise ValueError("this order fails")
     return int(value["n"]) * 2
+
+
+def reserve(n: int) -> int:
+    return n
 
 
 @pytest.fixture
@@ -333,6 +338,9 @@ async def test_each_record_is_one_run_and_bad_records_go_to_the_dlq(
     assert retried is not None
     assert retried.metadata == failed.metadata  # its record: ctx.record works in the retry
     assert retried.params == failed.params
+    seeded = composite.load_run("kb_orders", retry.run_id)  # the copy in the Kafka journal
+    assert [e.kind for e in seeded][:3] == ["run:init", "step:pending", "step:done"]
+    assert seeded[2].payload["step_id"] == "reserve"
     dlq = dead_letters(kafka_bootstrap, f"{ORDERS}.dlq", 3)
     reasons = {
         m.key(): dict((k, v.decode()) for k, v in m.headers())
