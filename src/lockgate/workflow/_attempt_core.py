@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import uuid
-from collections.abc import Callable
-from typing import Any, Literal
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal, TypeVar
 
 from lockgate import _failpoints as failpoints
 from lockgate._clock import Clock
@@ -40,6 +40,8 @@ from lockgate.workflow._unwind import (
     describe_with_args,
     is_final,
 )
+
+T = TypeVar("T")
 
 
 class AttemptCore:
@@ -193,6 +195,23 @@ class AttemptCore:
             )
         self._buffer.append(self._event(kind, payload, headers))
         self.event_count += 1
+
+    async def step_effect(
+        self, name: str, effect: Callable[[], Awaitable[T]]
+    ) -> tuple[T, None] | tuple[None, Exception]:
+        """Run a step's ``effect`` once, inside the step's boundary (a durable call from it is
+        refused) and between the ``before_step_effect`` and ``after_step_effect`` fault points:
+        ``(its value, None)``, or ``(None, the exception it raised)``."""
+        token = enter_boundary("step", name)
+        try:
+            failpoints.hit("before_step_effect")
+            value = await effect()
+            failpoints.hit("after_step_effect")
+        except Exception as exc:
+            return None, exc
+        finally:
+            exit_boundary(token)
+        return value, None
 
     async def step_failed(
         self, base: dict[str, Any], tries: int, failure: Exception, policy: RetryPolicy

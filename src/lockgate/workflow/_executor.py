@@ -45,8 +45,6 @@ from lockgate.workflow._context import (
     StepContext,
     WorkflowContext,
     bind_attempt,
-    enter_boundary,
-    exit_boundary,
     unbind_attempt,
 )
 from lockgate.workflow._handon import hand_on_if_regated
@@ -101,15 +99,13 @@ class Attempt(AttemptCore):
                 metadata=self.metadata,
                 _is_cancelled=lambda: self._cancel_seen,
             )
-            token = enter_boundary("step", spec.name)
-            try:
-                failpoints.hit("before_step_effect")
+
+            async def effect(step_ctx: StepContext = step_ctx) -> tuple[Any, int]:
                 call = spec.invoke(args, kwargs, step_ctx)
                 result = await (asyncio.wait_for(call, spec.timeout) if spec.timeout else call)
-                failpoints.hit("after_step_effect")
                 journaled = spec.to_journal(result)
                 try:
-                    size = payload_size(journaled)
+                    return journaled, payload_size(journaled)
                 except (TypeError, ValueError) as exc:
                     raise StepResultTypeError(
                         spec.name,
@@ -118,15 +114,13 @@ class Attempt(AttemptCore):
                             f"step's return type or return plain data"
                         ),
                     ) from exc
-            except Exception as exc:
-                failure: Exception | None = exc
-            else:
-                failure = None
-            finally:
-                exit_boundary(token)
+
+            outcome, failure = await self.step_effect(spec.name, effect)
             if failure is None:
                 break
             attempt = await self.step_failed(base, attempt, failure, policy)
+        assert outcome is not None  # the effect returned: its value, never None
+        journaled, size = outcome
         self._record(
             EventKind.STEP_DONE,
             {**base, "attempt": attempt, "result": journaled},

@@ -23,12 +23,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from lockgate import _failpoints as failpoints
 from lockgate._errors import StepResultTypeError
 from lockgate._names import check_name
 from lockgate.journal._events import EventKind, StepKind, payload_size
 from lockgate.journal._replay import CallRecord
-from lockgate.workflow._context import enter_boundary, exit_boundary
 from lockgate.workflow._retry import DEFAULT_RETRY, RetryPolicy
 from lockgate.workflow._unwind import rebuild_error
 
@@ -202,25 +200,16 @@ class _Live:
         while True:
             attempt._record(EventKind.STEP_PENDING, {**base, "attempt": tries, **place})
             await attempt.step_boundary()
-            token = enter_boundary("step", self.name)
-            try:
-                failpoints.hit("before_step_effect")
+
+            async def effect() -> dict[str, Any]:
                 value = await _call(self.handler, batch)
-                failpoints.hit("after_step_effect")
-                result = {
-                    **place,
-                    "count": len(batch.records),
-                    "result": _as_json(self.name, value),
-                }
-            except Exception as exc:
-                failure: Exception | None = exc
-            else:
-                failure = None
-            finally:
-                exit_boundary(token)
+                return {**place, "count": len(batch.records), "result": _as_json(self.name, value)}
+
+            result, failure = await attempt.step_effect(self.name, effect)
             if failure is None:
                 break
             tries = await self._failed(base, tries, failure)
+        assert result is not None
         attempt._record(
             EventKind.STEP_DONE,
             {**base, "attempt": tries, "result": result},
