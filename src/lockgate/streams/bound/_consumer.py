@@ -298,7 +298,23 @@ class BoundConsumer(GroupMember):
             )
 
     def _dead_letter(self, message: Message, reason: str, detail: str) -> None:
-        source = f"{message.topic()}/{message.partition()}/{message.offset()}"
+        partition, offset = message.partition(), message.offset()
+        assert partition is not None
+        assert offset is not None
+        self._to_dlq(partition, offset, message.key(), message.value(), reason, detail)
+
+    def _to_dlq(
+        self,
+        partition: int,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        reason: str,
+        detail: str,
+    ) -> None:
+        """Copy the record at ``offset`` of ``partition``, one that starts no run, to the
+        dead-letter topic, saying why."""
+        source = f"{self.topic}/{partition}/{offset}"
         log.warning(
             "bound topic %s: the record at %s starts no run (%s: %s); sent to %s",
             self.topic,
@@ -307,7 +323,7 @@ class BoundConsumer(GroupMember):
             detail,
             self.dlq,
         )
-        self._dead.send(message, reason, detail, source)
+        self._dead.send_value(partition, offset, key, value, reason, detail, source)
         self.dead_lettered += 1
 
     def _pace(self, consumer: Consumer) -> None:
@@ -418,26 +434,11 @@ class BoundConsumer(GroupMember):
         return "made"
 
     def _unsubmittable(self, partition: int, pending: Pending, detail: str) -> None:
-        source = f"{self.topic}/{partition}/{pending.offset}"
-        log.error(
-            "bound topic %s: the record at %s starts no run (%s); sent to %s",
-            self.topic,
-            source,
-            detail,
-            self.dlq,
-        )
+        """A record whose run the store refused: its decoded value goes as JSON."""
         key = pending.metadata[RECORD_METADATA].get("key")
         value = json.dumps(pending.value, separators=(",", ":"), default=str).encode()
-        self._dead.send_value(
-            partition,
-            pending.offset,
-            None if key is None else str(key).encode(),
-            value,
-            UNSUBMITTABLE,
-            detail,
-            source,
-        )
-        self.dead_lettered += 1
+        encoded = None if key is None else str(key).encode()
+        self._to_dlq(partition, pending.offset, encoded, value, UNSUBMITTABLE, detail)
 
     # -- finished runs -------------------------------------------------------------------------
 
