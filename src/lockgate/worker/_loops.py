@@ -104,13 +104,15 @@ async def claim_loop(rt: Runtime, pool: AttemptPool, spec: WorkflowSpec) -> None
     nudge = rt.wakeup(f"claim:{spec.name}")
     at: float | None = None  # when the next claim is to be made: a token's time
     while await pool.reserve():
-        free = _bound_room(pool, spec)
-        if free < 1:
-            # A bound workflow at its max_concurrency: claim again once one of its runs ends.
-            pool.unreserve(1)
-            await pool.wait_any(spec.name)
-            continue
-        count = 1 + await pool.reserve_more(min(rt.options.claim_batch_size, free) - 1)
+        most = rt.options.claim_batch_size
+        if spec.worker_cap is not None:
+            most = min(most, spec.worker_cap - pool.running_of(spec.name))
+            if most < 1:
+                # At the workflow's own cap: claim again once one of its runs ends.
+                pool.unreserve(1)
+                await pool.wait_any(spec.name)
+                continue
+        count = 1 + await pool.reserve_more(most - 1)
         try:
             answer = await claim_batch(rt, pool, spec, count, at=at)
         except StoreUnavailable as exc:
@@ -130,14 +132,6 @@ async def claim_loop(rt: Runtime, pool: AttemptPool, spec: WorkflowSpec) -> None
             return
         if at is not None and at - rt.clock() > 2 * PRECISE_TAIL:
             at = None  # nudged well before the token: claim what was queued now
-
-
-def _bound_room(pool: AttemptPool, spec: WorkflowSpec) -> int:
-    """How many more runs of ``spec`` this worker may start: a bound workflow's
-    ``max_concurrency`` less those running, else no limit of its own."""
-    if spec.topic is None:
-        return 1 << 30
-    return spec.topic.max_concurrency - pool.running_of(spec.name)
 
 
 async def fire_due_timers(rt: Runtime) -> bool:

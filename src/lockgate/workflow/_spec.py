@@ -59,6 +59,12 @@ class WorkflowSpec:
         return min(self.timeout, self.max_attempt_wall_seconds)
 
     @property
+    def worker_cap(self) -> int | None:
+        """The most runs of this workflow one worker executes at once (a bound workflow's
+        ``max_concurrency``); None when only the worker's own slots bound it."""
+        return self.topic.max_concurrency if self.topic is not None else None
+
+    @property
     def body(self) -> WorkflowFn:
         if self.fn is None:
             raise ConfigurationError(f"workflow {self.name!r} has no body in this process")
