@@ -84,6 +84,14 @@ class RetryPlan:
 
 async def plan_retry(client: WorkflowClient, name: str, run_id: str) -> RetryPlan:
     """See :meth:`WorkflowClient.plan_retry`."""
+    plan, _ = await _planned(client, name, run_id)
+    return plan
+
+
+async def _planned(
+    client: WorkflowClient, name: str, run_id: str
+) -> tuple[RetryPlan, dict[str, Any]]:
+    """The plan, and the failed run's ``run:init`` payload it was made from."""
     info = await client._info(name, run_id)
     if info.status == RunStatus.COMPLETE:
         raise RetryRefused(
@@ -124,7 +132,7 @@ async def plan_retry(client: WorkflowClient, name: str, run_id: str) -> RetryPla
         for e in events[1:cut]
         if e.kind not in NOT_SEEDED
     )
-    return RetryPlan(
+    plan = RetryPlan(
         name=name,
         source_run_id=run_id,
         retry_run_id=retry_id,
@@ -137,6 +145,7 @@ async def plan_retry(client: WorkflowClient, name: str, run_id: str) -> RetryPla
         metadata=dict(info.metadata),
         version=info.version,
     )
+    return plan, dict(init)
 
 
 def _cut(events: list[RunEvent]) -> int:
@@ -204,11 +213,10 @@ async def find_retry(client: WorkflowClient, name: str, run_id: str) -> Existing
 
 async def retry_run(client: WorkflowClient, name: str, run_id: str) -> RunHandle:
     """See :meth:`WorkflowClient.retry`."""
-    plan = await plan_retry(client, name, run_id)
+    plan, init = await _planned(client, name, run_id)
     spec = get_workflow(name)
     params = spec.validate_params(plan.params) if spec is not None else plan.params
-    opening = await client._io(client.store.load_run, name, run_id, max_events=1)
-    shard_key = opening[0].payload.get("shard_key") if opening else None
+    shard_key = init.get("shard_key")
     if plan.in_doubt:
         log.warning(
             "retry %s of run %s of %r: step(s) %s started without a recorded outcome and run again",
