@@ -51,7 +51,7 @@ sys.path.insert(0, str(HERE))
 
 from _bracket import bracketed  # noqa: E402
 from _broker import kafka_bootstrap  # noqa: E402
-from valkey_server import ValkeyServer  # noqa: E402
+from _servers import completion_rate, valkey_url  # noqa: E402
 
 RUNS = int(os.environ.get("LOCKGATE_BENCH_RUNS", "3000"))
 REPEATS = int(os.environ.get("LOCKGATE_BENCH_REPEATS", "3"))
@@ -96,14 +96,6 @@ def raw_consume_per_second(bootstrap: str, topic: str) -> float:
     return RUNS / took
 
 
-def completed(store: ValkeyStore) -> int:
-    """Runs that ended: a ZCARD of each shard's index of ended runs."""
-    return sum(
-        int(store._cmd("ZCARD", store._key("ended", shard=shard)))
-        for shard in range(store.shard_count)
-    )
-
-
 def runs_per_second(url: str, bootstrap: str, served: str, topic: str) -> float:
     """RUNS runs completed by one ``lockgate worker _bound:{served}`` process on a fresh
     namespace and journal, timed from the first run's end to the last's."""
@@ -126,17 +118,7 @@ def runs_per_second(url: str, bootstrap: str, served: str, topic: str) -> float:
         feeding = threading.Thread(target=asyncio.run, args=(submit_all(store),), daemon=True)
         feeding.start()
     try:
-        deadline = time.perf_counter() + 300
-        while completed(lifecycle) == 0:
-            if time.perf_counter() > deadline or proc.poll() is not None:
-                raise RuntimeError(f"no run of {served} completed (worker rc {proc.poll()})")
-            time.sleep(0.001)
-        started, first = time.perf_counter(), completed(lifecycle)
-        while (done := completed(lifecycle)) < RUNS:
-            if time.perf_counter() > deadline:
-                raise RuntimeError(f"only {done} of {RUNS} runs completed in 300 s")
-            time.sleep(0.01)
-        return (RUNS - first) / (time.perf_counter() - started)
+        return completion_rate(lifecycle, RUNS, proc)
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -158,48 +140,41 @@ async def submit_all(store: CompositeStore) -> None:
 
 
 def main() -> None:
-    given = os.environ.get("LOCKGATE_BENCH_VALKEY_URL")
-    server = None if given else ValkeyServer().start()
-    url = given or (server.url if server else "")
-    try:
-        with kafka_bootstrap() as bootstrap:
-            rates: list[float] = []
+    with valkey_url() as url, kafka_bootstrap() as bootstrap:
+        rates: list[float] = []
 
-            def bound() -> float:
-                # A fresh topic each time: a binding's group commits what it consumed.
-                rate = runs_per_second(url, bootstrap, "bound", make_topic(bootstrap))
-                rates.append(rate)
-                return rate
+        def bound() -> float:
+            # A fresh topic each time: a binding's group commits what it consumed.
+            rate = runs_per_second(url, bootstrap, "bound", make_topic(bootstrap))
+            rates.append(rate)
+            return rate
 
-            def submitted() -> float:
-                return runs_per_second(url, bootstrap, "submitted", "unused")
+        def submitted() -> float:
+            return runs_per_second(url, bootstrap, "submitted", "unused")
 
-            def report(rate: float, before: float, after: float) -> None:
-                baseline = (before + after) / 2
-                print(
-                    f"{RUNS:,} one-step runs, 1 worker process with {SLOTS} slots: "
-                    f"{rate:,.1f} runs/s from a bound topic of {PARTITIONS} partitions; "
-                    f"client.submit {before:,.1f} before and {after:,.1f} after, mean "
-                    f"{baseline:,.1f} runs/s; ratio {rate / baseline:.4f}",
-                    flush=True,
-                )
-
-            ratio = bracketed(bound, submitted, REPEATS, report)
-            print(f"bound topic against client.submit: median ratio {ratio:.4f} of {REPEATS}")
-            best = max(rates)
-            queued = runs_per_second(url, bootstrap, "queued", "unused")
+        def report(rate: float, before: float, after: float) -> None:
+            baseline = (before + after) / 2
             print(
-                f"runs queued with client.submit before the worker starts: {queued:,.1f} "
-                f"runs/s; the binding's best run {best:,.1f} runs/s is {best / queued:.4f} of it"
+                f"{RUNS:,} one-step runs, 1 worker process with {SLOTS} slots: "
+                f"{rate:,.1f} runs/s from a bound topic of {PARTITIONS} partitions; "
+                f"client.submit {before:,.1f} before and {after:,.1f} after, mean "
+                f"{baseline:,.1f} runs/s; ratio {rate / baseline:.4f}",
+                flush=True,
             )
-            raw = raw_consume_per_second(bootstrap, make_topic(bootstrap))
-            print(
-                f"raw consume of the topic: {raw:,.0f} records/s; the binding's best run is "
-                f"{best / raw:.4f} of it"
-            )
-    finally:
-        if server is not None:
-            server.close()
+
+        ratio = bracketed(bound, submitted, REPEATS, report)
+        print(f"bound topic against client.submit: median ratio {ratio:.4f} of {REPEATS}")
+        best = max(rates)
+        queued = runs_per_second(url, bootstrap, "queued", "unused")
+        print(
+            f"runs queued with client.submit before the worker starts: {queued:,.1f} "
+            f"runs/s; the binding's best run {best:,.1f} runs/s is {best / queued:.4f} of it"
+        )
+        raw = raw_consume_per_second(bootstrap, make_topic(bootstrap))
+        print(
+            f"raw consume of the topic: {raw:,.0f} records/s; the binding's best run is "
+            f"{best / raw:.4f} of it"
+        )
 
 
 if __name__ == "__main__":

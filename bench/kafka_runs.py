@@ -17,7 +17,8 @@ with 32 slots or 128 (its worker's loop is busy at 32 already; see docs/performa
 both get 128 here.
 
 The ValkeyStore figure is measured just before and just after each composite one, and the
-ratio is taken against their mean, REPEATS times (``LOCKGATE_BENCH_REPEATS``, 3); the median
+ratio is taken against their mean, REPEATS times (``LOCKGATE_BENCH_REPEATS``, 3; RUNS is
+``LOCKGATE_BENCH_RUNS``, 2000); the median
 ratio is the figure.
 
 Not a test; record the output in docs/performance.md with the command:
@@ -31,7 +32,6 @@ import asyncio
 import os
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
@@ -43,9 +43,9 @@ sys.path.insert(0, str(HERE))
 
 from _bracket import bracketed  # noqa: E402
 from _broker import kafka_bootstrap  # noqa: E402
-from valkey_server import ValkeyServer  # noqa: E402
+from _servers import completion_rate, valkey_url  # noqa: E402
 
-RUNS = 2000
+RUNS = int(os.environ.get("LOCKGATE_BENCH_RUNS", "2000"))
 REPEATS = int(os.environ.get("LOCKGATE_BENCH_REPEATS", "3"))
 JOURNAL_ENV = "LOCKGATE_JOURNAL_URL"
 SLOTS_ENV = "LOCKGATE_BENCH_CONCURRENCY"
@@ -56,11 +56,6 @@ async def submit_all(store: Store, count: int) -> None:
     client = WorkflowClient(store)
     for n in range(count):
         await client.submit("bench_one_step", {"n": n})
-
-
-def completed(store: ValkeyStore) -> int:
-    """Runs that ended: one ZCARD of the namespace's index of ended runs."""
-    return int(store._cmd("ZCARD", store._key("ended")))
 
 
 def runs_per_second(url: str, journal: str | None) -> float:
@@ -78,15 +73,7 @@ def runs_per_second(url: str, journal: str | None) -> float:
         env[JOURNAL_ENV] = journal
     proc = subprocess.Popen([sys.executable, str(HERE / "_one_step.py"), target, "normal"], env=env)
     try:
-        deadline = time.perf_counter() + 300
-        while completed(lifecycle) == 0:
-            time.sleep(0.001)
-        started, first = time.perf_counter(), completed(lifecycle)
-        while (done := completed(lifecycle)) < RUNS:
-            if time.perf_counter() > deadline:
-                raise RuntimeError(f"only {done} of {RUNS} runs completed in 300 s")
-            time.sleep(0.01)
-        return (RUNS - first) / (time.perf_counter() - started)
+        return completion_rate(lifecycle, RUNS, proc)
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -94,31 +81,24 @@ def runs_per_second(url: str, journal: str | None) -> float:
 
 
 def main() -> None:
-    given = os.environ.get("LOCKGATE_BENCH_VALKEY_URL")
     slots = os.environ.get(SLOTS_ENV, SLOTS)
-    server = None if given else ValkeyServer().start()
-    url = given or (server.url if server else "")
-    try:
-        with kafka_bootstrap() as bootstrap:
+    with valkey_url() as url, kafka_bootstrap() as bootstrap:
 
-            def composite() -> float:
-                journal = f"kafka://{bootstrap}?topic_prefix=bench{uuid.uuid4().hex[:8]}"
-                return runs_per_second(url, journal)
+        def composite() -> float:
+            journal = f"kafka://{bootstrap}?topic_prefix=bench{uuid.uuid4().hex[:8]}"
+            return runs_per_second(url, journal)
 
-            def report(rate: float, alone: float, after: float) -> None:
-                baseline = (alone + after) / 2
-                print(
-                    f"one-step runs, 1 worker process with {slots} slots: {rate:,.1f} runs/s "
-                    f"on Valkey + Kafka; "
-                    f"ValkeyStore alone {alone:,.1f} before and {after:,.1f} after, mean "
-                    f"{baseline:,.1f} runs/s; ratio {rate / baseline:.4f}"
-                )
+        def report(rate: float, alone: float, after: float) -> None:
+            baseline = (alone + after) / 2
+            print(
+                f"one-step runs, 1 worker process with {slots} slots: {rate:,.1f} runs/s "
+                f"on Valkey + Kafka; "
+                f"ValkeyStore alone {alone:,.1f} before and {after:,.1f} after, mean "
+                f"{baseline:,.1f} runs/s; ratio {rate / baseline:.4f}"
+            )
 
-            ratio = bracketed(composite, lambda: runs_per_second(url, None), REPEATS, report)
-            print(f"Valkey + Kafka against Valkey alone: median ratio {ratio:.4f} of {REPEATS}")
-    finally:
-        if server is not None:
-            server.close()
+        ratio = bracketed(composite, lambda: runs_per_second(url, None), REPEATS, report)
+        print(f"Valkey + Kafka against Valkey alone: median ratio {ratio:.4f} of {REPEATS}")
 
 
 if __name__ == "__main__":

@@ -31,7 +31,6 @@ Not a test; record the output in docs/performance.md with the command:
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import sys
 import threading
@@ -57,7 +56,7 @@ sys.path.insert(0, str(HERE))
 
 from _bracket import bracketed  # noqa: E402
 from _broker import kafka_bootstrap  # noqa: E402
-from valkey_server import ValkeyServer  # noqa: E402
+from _servers import valkey_url  # noqa: E402
 
 SHARDS = 4
 EVENTS = 200_000
@@ -247,26 +246,17 @@ def fire_delays(url: str, bootstrap: str) -> list[float]:
 
 
 def main() -> None:
-    given = os.environ.get("LOCKGATE_BENCH_VALKEY_URL")
-    server = None if given else ValkeyServer().start()
-    url = given or (server.url if server else "")
-    try:
-        with kafka_bootstrap() as bootstrap:
-            ratio = throughput(url, bootstrap)
-            print(
-                f"events into fired runs against raw consume: median ratio {ratio:.4f} of {REPEATS}"
-            )
-            delays = fire_delays(url, bootstrap)
-            median = statistics.median(delays)
-            p99 = delays[int(len(delays) * 0.99)]
-            print(
-                f"fire delay after a window ends (Debounce window_seconds={WINDOW:g}, {RATE:,} "
-                f"keys/s): median {median * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms, max "
-                f"{delays[-1] * 1000:.1f} ms over {len(delays):,} fires"
-            )
-    finally:
-        if server is not None:
-            server.close()
+    with valkey_url() as url, kafka_bootstrap() as bootstrap:
+        ratio = throughput(url, bootstrap)
+        print(f"events into fired runs against raw consume: median ratio {ratio:.4f} of {REPEATS}")
+        delays = fire_delays(url, bootstrap)
+        median = statistics.median(delays)
+        p99 = delays[int(len(delays) * 0.99)]
+        print(
+            f"fire delay after a window ends (Debounce window_seconds={WINDOW:g}, {RATE:,} "
+            f"keys/s): median {median * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms, max "
+            f"{delays[-1] * 1000:.1f} ms over {len(delays):,} fires"
+        )
 
 
 if __name__ == "__main__":

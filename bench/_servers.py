@@ -1,0 +1,61 @@
+"""What the Valkey benchmarks share: the server they measure against, and the completion rate
+of runs a worker process serves, counted in the store."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from lockgate import ValkeyStore
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from valkey_server import ValkeyServer
+
+VALKEY_ENV = "LOCKGATE_BENCH_VALKEY_URL"
+
+
+@contextmanager
+def valkey_url() -> Iterator[str]:
+    """``LOCKGATE_BENCH_VALKEY_URL`` when set (an existing server), else the URL of a
+    valkey-server started here on loopback and stopped at the end."""
+    given = os.environ.get(VALKEY_ENV)
+    if given:
+        yield given
+        return
+    server = ValkeyServer().start()
+    try:
+        yield server.url
+    finally:
+        server.close()
+
+
+def ended_runs(store: ValkeyStore) -> int:
+    """Runs that ended in ``store``'s namespace: a ZCARD of each shard's index of ended runs."""
+    return sum(
+        int(store._cmd("ZCARD", store._key("ended", shard=shard)))
+        for shard in range(store.shard_count)
+    )
+
+
+def completion_rate(
+    store: ValkeyStore, runs: int, worker: subprocess.Popen[bytes], timeout: float = 300.0
+) -> float:
+    """Runs per second ending in ``store`` while ``worker`` serves them, from the first run's
+    end to the ``runs``-th (so the worker's start is no part of it)."""
+    deadline = time.perf_counter() + timeout
+    while ended_runs(store) == 0:
+        if time.perf_counter() > deadline or worker.poll() is not None:
+            raise RuntimeError(f"no run ended (worker rc {worker.poll()})")
+        time.sleep(0.001)
+    started, first = time.perf_counter(), ended_runs(store)
+    while (done := ended_runs(store)) < runs:
+        if time.perf_counter() > deadline:
+            raise RuntimeError(f"only {done} of {runs} runs ended in {timeout:g} s")
+        time.sleep(0.01)
+    return (runs - first) / (time.perf_counter() - started)
