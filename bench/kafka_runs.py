@@ -18,8 +18,7 @@ both get 128 here.
 
 The ValkeyStore figure is measured just before and just after each composite one, and the
 ratio is taken against their mean, REPEATS times (``LOCKGATE_BENCH_REPEATS``, 3; RUNS is
-``LOCKGATE_BENCH_RUNS``, 2000); the median
-ratio is the figure.
+``LOCKGATE_BENCH_RUNS``, 2000); the median ratio is the figure.
 
 Not a test; record the output in docs/performance.md with the command:
 
