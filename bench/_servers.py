@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -44,14 +44,18 @@ def ended_runs(store: ValkeyStore) -> int:
 
 
 def completion_rate(
-    store: ValkeyStore, runs: int, worker: subprocess.Popen[bytes], timeout: float = 300.0
+    store: ValkeyStore,
+    runs: int,
+    workers: Sequence[subprocess.Popen[bytes]],
+    timeout: float = 300.0,
 ) -> float:
-    """Runs per second ending in ``store`` while ``worker`` serves them, from the first run's
-    end to the ``runs``-th (so the worker's start is no part of it)."""
+    """Runs per second ending in ``store`` while ``workers`` serve them, from the first run's
+    end to the ``runs``-th (so the workers' start is no part of it)."""
     deadline = time.perf_counter() + timeout
     while ended_runs(store) == 0:
-        if time.perf_counter() > deadline or worker.poll() is not None:
-            raise RuntimeError(f"no run ended (worker rc {worker.poll()})")
+        gone = [w.poll() for w in workers if w.poll() is not None]
+        if time.perf_counter() > deadline or gone:
+            raise RuntimeError(f"no run ended (worker exit codes {gone})")
         time.sleep(0.001)
     started, first = time.perf_counter(), ended_runs(store)
     while (done := ended_runs(store)) < runs:

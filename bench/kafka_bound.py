@@ -118,7 +118,7 @@ def runs_per_second(url: str, bootstrap: str, served: str, topic: str) -> float:
         feeding = threading.Thread(target=asyncio.run, args=(submit_all(store),), daemon=True)
         feeding.start()
     try:
-        return completion_rate(lifecycle, RUNS, proc)
+        return completion_rate(lifecycle, RUNS, [proc])
     finally:
         proc.terminate()
         proc.wait(timeout=30)

@@ -72,7 +72,7 @@ def runs_per_second(url: str, journal: str | None) -> float:
         env[JOURNAL_ENV] = journal
     proc = subprocess.Popen([sys.executable, str(HERE / "_one_step.py"), target, "normal"], env=env)
     try:
-        return completion_rate(lifecycle, RUNS, proc)
+        return completion_rate(lifecycle, RUNS, [proc])
     finally:
         proc.terminate()
         proc.wait(timeout=30)

@@ -39,7 +39,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 sys.path.insert(0, str(HERE))
 
 from _one_step import one_step  # noqa: E402
-from valkey_server import ValkeyServer  # noqa: E402
+from _servers import completion_rate, ended_runs, valkey_url  # noqa: E402
 
 RUNS = 3000
 REPEATS = 3
@@ -70,12 +70,6 @@ async def submit_all(store: ValkeyStore, count: int) -> None:
         await client.submit("bench_one_step", {"n": n})
 
 
-def completed(store: ValkeyStore) -> int:
-    """Runs that ended: one ZCARD of the namespace's index of ended runs, so watching costs the
-    server next to nothing."""
-    return int(store._cmd("ZCARD", store._key("ended")))
-
-
 def runs_per_second(url: str, workers: int) -> float:
     """RUNS runs queued before the workers start, timed from the first run's end to the
     last's, so neither the submits nor the workers' start-up count."""
@@ -86,15 +80,7 @@ def runs_per_second(url: str, workers: int) -> float:
     command = [sys.executable, str(HERE / "_one_step.py"), target, "normal"]
     procs = [subprocess.Popen(command, env=env) for _ in range(workers)]
     try:
-        deadline = time.perf_counter() + 300
-        while completed(store) == 0:
-            time.sleep(0.001)
-        started, first = time.perf_counter(), completed(store)
-        while (done := completed(store)) < RUNS:
-            if time.perf_counter() > deadline:
-                raise RuntimeError(f"only {done} of {RUNS} runs completed in 300 s")
-            time.sleep(0.01)
-        return (RUNS - first) / (time.perf_counter() - started)
+        return completion_rate(store, RUNS, procs)
     finally:
         for proc in procs:
             proc.terminate()
@@ -152,7 +138,7 @@ def round_trips_per_run(url: str, *, durable: bool, slots: int) -> float:
 
     async def serve_until_done() -> None:
         task = asyncio.create_task(worker.run())
-        while completed(watcher) < COUNTED:  # noqa: ASYNC110 - polling another store
+        while ended_runs(watcher) < COUNTED:  # noqa: ASYNC110 - polling another store
             await asyncio.sleep(0.01)
         worker.stop()
         await task
@@ -164,10 +150,7 @@ def round_trips_per_run(url: str, *, durable: bool, slots: int) -> float:
 
 
 def main() -> None:
-    given = os.environ.get("LOCKGATE_BENCH_VALKEY_URL")
-    server = None if given else ValkeyServer().start()
-    url = given or (server.url if server else "")
-    try:
+    with valkey_url() as url:
         # The machine is shared and its speed drifts: each throughput is set beside raw
         # EVALSHA measured just before and just after it, and their mean; each is measured
         # REPEATS times, and the median ratio is the figure.
@@ -201,9 +184,6 @@ def main() -> None:
                     f"Valkey round trips per one-step run, worker side, {slots} slot(s), "
                     f"{label}: {trips:.2f}"
                 )
-    finally:
-        if server is not None:
-            server.close()
 
 
 if __name__ == "__main__":
