@@ -56,6 +56,8 @@ class AttemptPool:
         self._rt = runtime
         self._slots = asyncio.Semaphore(runtime.options.max_concurrent_runs)
         self._running: dict[asyncio.Task[None], Claim] = {}
+        #: How many of ``_running`` are of each workflow.
+        self._running_of: collections.Counter[str] = collections.Counter()
         #: How many attempts ended each way, for logs and tests.
         self.outcomes: collections.Counter[str] = collections.Counter()
         self.started = 0
@@ -66,7 +68,7 @@ class AttemptPool:
 
     def running_of(self, name: str) -> int:
         """How many attempts of the workflow ``name`` are running now."""
-        return sum(1 for claim in self._running.values() if claim.name == name)
+        return self._running_of[name]
 
     def held(self) -> list[Claim]:
         """The runs whose attempts are running now."""
@@ -120,11 +122,14 @@ class AttemptPool:
             name=f"lockgate-attempt:{spec.name}:{run_id}",
         )
         self._running[task] = claim
+        self._running_of[claim.name] += 1
         self.started += 1
         task.add_done_callback(self._ended)
 
     def _ended(self, task: asyncio.Task[None]) -> None:
-        self._running.pop(task, None)
+        claim = self._running.pop(task, None)
+        if claim is not None:
+            self._running_of[claim.name] -= 1
         self._slots.release()
         if not task.cancelled() and task.exception() is not None:
             log.error("attempt task %s died", task.get_name(), exc_info=task.exception())
