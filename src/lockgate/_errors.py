@@ -110,6 +110,11 @@ class ErrorCode(enum.StrEnum):
     STORE_PROTOCOL = "store_protocol"
     JOURNAL_POSITION = "journal_position"
     JOURNAL_RECORD_UNDECODABLE = "journal_record_undecodable"
+    CHILD_FAILED = "child_failed"
+    RUN_NOT_WAITING = "run_not_waiting"
+    SUSPEND = "suspend"
+    QUARANTINED = "quarantined"
+    INTERRUPT_HANDLER_FAILED = "interrupt_handler_failed"
 
 
 class LockgateError(Exception):
@@ -241,6 +246,35 @@ class ContinuationChainError(LockgateError):
     def __init__(self, message: str, *, reason: str) -> None:
         super().__init__(message)
         self.reason = reason
+
+
+class RunNotWaitingError(LockgateError):
+    """A resume named an interrupt the run is not waiting on (answered already, or another
+    one than the run waits on now)."""
+
+    code = ErrorCode.RUN_NOT_WAITING
+
+
+class ChildWorkflowError(LockgateError):
+    """A child run started with ``ctx.run_child`` ended in error, was cancelled, or timed
+    out. ``status`` is how it ended; ``error`` the child's recorded error."""
+
+    code = ErrorCode.CHILD_FAILED
+
+    def __init__(
+        self,
+        name: str,
+        run_id: str,
+        status: str,
+        message: str,
+        *,
+        error: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(f"child run {run_id!r} of {name!r} ended {status}: {message}")
+        self.name = name
+        self.run_id = run_id
+        self.status = status
+        self.error = error or {}
 
 
 class QueryError(LockgateError):
@@ -559,6 +593,30 @@ class DurableInvocationTimeout(DurableInvocationError):
     """A run awaited by a caller did not end within the caller's timeout."""
 
     code = ErrorCode.RUN_TIMEOUT
+
+
+class DurableInterrupt(LockgateError):
+    """An awaited run is parked on ``ctx.interrupt`` and no ``on_interrupt`` handler was given
+    to answer it. ``payload`` is what the interrupt asks; pass ``wait_id`` to
+    ``client.resume`` so the answer lands on this interrupt and no later one."""
+
+    code = ErrorCode.SUSPEND
+
+    def __init__(
+        self,
+        name: str,
+        run_id: str,
+        event_id: str | None,
+        payload: dict[str, Any],
+        *,
+        wait_id: str | None = None,
+    ) -> None:
+        super().__init__(f"run {run_id!r} of {name!r} waits on an interrupt ({wait_id})")
+        self.name = name
+        self.run_id = run_id
+        self.event_id = event_id
+        self.payload = payload
+        self.wait_id = wait_id
 
 
 class UserFailure(LockgateError):

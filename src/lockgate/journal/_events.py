@@ -67,6 +67,14 @@ class StepKind(enum.StrEnum):
     EMIT = "emit"
     #: One poll of a stream by ``ctx.consume``: a batch handled, or an empty poll.
     STREAM = "stream"
+    #: A child run started by ``ctx.run_child``: its submit and its outcome.
+    CHILD = "child"
+    #: Many children or steps started together and gathered (``ctx.fan_out``).
+    FANOUT = "fanout"
+    #: A question put to a person by ``ctx.interrupt`` and its answer.
+    INTERRUPT = "interrupt"
+    #: A signal sent to another run from a body (``ctx.signal``), sent once.
+    SIGNAL_SEND = "signal_send"
 
 
 class RunStatus(enum.StrEnum):
@@ -78,6 +86,11 @@ class RunStatus(enum.StrEnum):
     CANCELLED = "cancelled"
     TERMINATED = "terminated"
     ERROR = "error"
+    #: Ended because it kept taking its workers down (see ``WorkerOptions.poison_max_retries``);
+    #: ``lockgate runs retry`` releases it.
+    QUARANTINED = "quarantined"
+    #: Parked on ``ctx.interrupt`` until ``client.resume`` answers it.
+    INTERRUPTED = "interrupted"
     PAUSED = "paused"
     SLEEPING = "sleeping"
     SIGNAL_WAITING = "signal_waiting"
@@ -96,6 +109,7 @@ _TERMINAL_STATUSES = frozenset(
         RunStatus.TERMINATED,
         RunStatus.ERROR,
         RunStatus.CONTINUED,
+        RunStatus.QUARANTINED,
     }
 )
 
@@ -165,6 +179,8 @@ def error_status(payload: Mapping[str, Any]) -> RunStatus:
         return RunStatus.CANCELLED
     if code == "terminated":
         return RunStatus.TERMINATED
+    if code == "quarantined":
+        return RunStatus.QUARANTINED
     return RunStatus.ERROR
 
 

@@ -177,7 +177,7 @@ local function terminal_status(kind, payload)
   if kind == 'run:complete' then return 'complete' end
   if kind == 'run:continued' then return 'continued' end
   local code = cjson.decode(payload).code
-  if code == 'cancelled' or code == 'terminated' then return code end
+  if code == 'cancelled' or code == 'terminated' or code == 'quarantined' then return code end
   return 'error'
 end
 
