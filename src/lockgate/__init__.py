@@ -60,6 +60,7 @@ from lockgate.client import (
     RunHandle,
     TerminateResult,
     WorkflowClient,
+    resolve_continuation,
     run_and_await,
 )
 from lockgate.flow import Collect, Debounce, Limit, Rate
@@ -74,6 +75,8 @@ from lockgate.journal import (
 )
 from lockgate.stores import (
     CAPABILITY_GROUPS,
+    ChainLink,
+    ChainStore,
     CompositeStore,
     EventLogStore,
     JournalRecord,
@@ -89,6 +92,7 @@ from lockgate.stores import (
     ValkeyLifecycleStore,
     ValkeyStore,
     WaitOutcome,
+    chain_link,
     open_store,
     replay_journal,
 )
@@ -115,6 +119,8 @@ __all__ = [
     "EVENT_SCHEMA_VERSION",
     "Batch",
     "CapabilityMissing",
+    "ChainLink",
+    "ChainStore",
     "ChildWorkflowError",
     "Clock",
     "Collect",
@@ -211,10 +217,12 @@ __all__ = [
     "WorkflowSpec",
     "WorkflowWorker",
     "__version__",
+    "chain_link",
     "check_replay",
     "open_store",
     "reconstruct_state",
     "replay_journal",
+    "resolve_continuation",
     "run_and_await",
     "step",
     "workflow",

@@ -22,7 +22,7 @@ from lockgate import (
     TerminateOutcome,
     WaitOutcome,
 )
-from lockgate.stores import Gates, SignalStore, WaitSpec
+from lockgate.stores import Continuation, Gates, SignalStore, WaitSpec
 
 from ._support import NAME, claimed, event, kinds, status
 
@@ -326,6 +326,10 @@ GROUP_CALLS: dict[str, Callable[[Any], object]] = {
     "hand_on": lambda s: s.hand_on_run(
         NAME, "r1", "lease-a", "r1.g", version="", version_behavior="pinned", gates=Gates()
     ),
+    "continue": lambda s: s.continue_run(
+        NAME, "r1", "lease-a", "r1.c1", Continuation({}, "", "pinned", Gates(), {}, {})
+    ),
+    "chains": lambda s: s.get_chain_tail(NAME, "r1"),
     "versions": lambda s: s.version_rank(NAME, "v1"),
     "policies": lambda s: s.get_workflow_policy(NAME),
     "triggers": lambda s: s.due_triggers(NAME, 0.0),

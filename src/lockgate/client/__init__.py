@@ -1,5 +1,6 @@
 """Starting runs and talking to them: the client, run handles and the inline runner."""
 
+from lockgate.client._chains import resolve_continuation
 from lockgate.client._client import RunHandle, TerminateResult, WorkflowClient
 from lockgate.client._inline import GATE_TIMEOUT_S, InlineWorkflowRunner, run_and_await
 from lockgate.client._retry import ExistingRetry, RetryPlan
@@ -12,5 +13,6 @@ __all__ = [
     "RunHandle",
     "TerminateResult",
     "WorkflowClient",
+    "resolve_continuation",
     "run_and_await",
 ]

@@ -30,6 +30,7 @@ from lockgate._errors import (
     UpdateTimeout,
 )
 from lockgate._names import check_name, check_optional
+from lockgate.client._chains import resolve_continuation
 from lockgate.client._recorded import recorded_cap, recorded_spec, recorded_stamp
 from lockgate.client._trigger_key import trigger_key
 from lockgate.journal._events import (
@@ -54,7 +55,7 @@ from lockgate.workflow._spec import (
 )
 
 MAX_START_DELAY = 365 * 86_400.0
-#: More hand-ons than any run makes (each needs a newer version): a longer chain is corrupt.
+#: Times a resolve may find its tail moved on again before it gives up.
 MAX_CHAIN_HOPS = 64
 
 if TYPE_CHECKING:
@@ -372,22 +373,17 @@ class WorkflowClient:
         return info
 
     async def _tail(self, name: str, run_id: str) -> tuple[str, RunInfo]:
-        """The run that carries ``run_id``'s work now: itself, or the successor it was handed
-        on to (``run:continued``), followed to the end of the chain."""
+        """The run that carries ``run_id``'s work now: itself, or the live end of the chain
+        it started or joined (a ``continue_as_new`` successor, or one it was handed on to),
+        found in a constant number of reads (``resolve_continuation``)."""
         for _ in range(MAX_CHAIN_HOPS):
-            info = await self._info(name, run_id)
+            _, tail, _ = await self._io(resolve_continuation, self.store, name, run_id)
+            info = await self._info(name, tail)
             if info.status != RunStatus.CONTINUED:
-                return run_id, info
-            last = await self._io(self.store.get_last_event, name, run_id)
-            successor = last.payload.get("run_id") if last is not None else None
-            if not isinstance(successor, str) or not successor:
-                raise ContinuationChainError(
-                    f"run {run_id!r} of {name!r} ended run:continued without naming its successor",
-                    reason="unreadable_link",
-                )
-            run_id = successor
+                return tail, info
+            run_id = tail  # it continued between the two reads: follow it on
         raise ContinuationChainError(
-            f"run {run_id!r} of {name!r} is more than {MAX_CHAIN_HOPS} hand-ons deep",
+            f"run {run_id!r} of {name!r} kept moving on while it was being resolved",
             reason="too_long",
         )
 

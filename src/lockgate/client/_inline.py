@@ -46,7 +46,9 @@ class InlineWorkflowRunner:
     """Runs workflows in the caller's process against any store, one attempt at a time.
 
     ``run`` and ``run_next`` advance a run by one attempt; ``client`` is a client whose
-    ``result`` and ``update`` drive runs here until they end. Time comes from ``clock``: give it
+    ``result`` and ``update`` drive runs here until they end. With
+    ``reject_continue_as_new`` a body calling ``ctx.continue_as_new`` fails its run instead
+    (for a test that must see one run do all its work). Time comes from ``clock``: give it
     the store's clock so leases, sleeps and timers agree.
     """
 
@@ -58,8 +60,10 @@ class InlineWorkflowRunner:
         worker_id: str | None = None,
         clock: Clock | None = None,
         gate_timeout: float | None = GATE_TIMEOUT_S,
+        reject_continue_as_new: bool = False,
     ) -> None:
         self.store = store
+        self.reject_continue_as_new = reject_continue_as_new
         self.worker_id = worker_id or f"inline-{uuid.uuid4().hex[:8]}"
         self.clock = as_clock(clock)
         self.gate_timeout = gate_timeout
@@ -105,6 +109,7 @@ class InlineWorkflowRunner:
             events=events,
             leased_at=leased_at,
         )
+        attempt.reject_continue_as_new = self.reject_continue_as_new
         return await attempt.execute()
 
     async def run(

@@ -15,9 +15,11 @@ from lockgate.stores._base import (
     UpdateStore,
     VersionStore,
 )
+from lockgate.stores._chains import ChainLink, ChainStore, chain_link
 from lockgate.stores._composite import CompositeStore
 from lockgate.stores._gates import Gates, WaitReason
 from lockgate.stores._open import JOURNAL_URL_ENV, STORE_URL_ENV, open_store
+from lockgate.stores._records import Continuation
 from lockgate.stores._triggers import FiredBatch, TriggerPolicy
 from lockgate.stores._types import (
     ClaimedRun,
@@ -44,9 +46,12 @@ __all__ = [
     "CAPABILITY_GROUPS",
     "JOURNAL_URL_ENV",
     "STORE_URL_ENV",
+    "ChainLink",
+    "ChainStore",
     "ClaimedRun",
     "Claims",
     "CompositeStore",
+    "Continuation",
     "ControlStore",
     "EventLogStore",
     "FiredBatch",
@@ -78,6 +83,7 @@ __all__ = [
     "WaitOutcome",
     "WaitReason",
     "WaitSpec",
+    "chain_link",
     "open_store",
     "rebuild_lifecycle",
     "replay_journal",

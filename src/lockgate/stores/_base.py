@@ -22,8 +22,9 @@ from typing import Any, ClassVar
 from lockgate._errors import CapabilityMissing
 from lockgate._names import check_new_run
 from lockgate.journal._events import RunEvent
+from lockgate.stores._chains import ChainStore
 from lockgate.stores._gates import Gates, WaitReason
-from lockgate.stores._records import Submit
+from lockgate.stores._records import Continuation, Submit
 from lockgate.stores._triggers import FiredBatch, TriggerPolicy
 from lockgate.stores._types import (
     ClaimedRun,
@@ -540,6 +541,16 @@ class ControlStore:
         then."""
         raise _missing(self, "hand_on")
 
+    def continue_run(
+        self, name: str, run_id: str, lease: str, successor_id: str, continuation: Continuation
+    ) -> str:
+        """End a claimed run ``run:continued`` and start its successor, in one step, as
+        :meth:`hand_on_run` does (the successor takes over what the run holds undelivered),
+        but with the successor's own params, stamp and provenance from ``continuation``
+        (``ctx.continue_as_new``). Returns ``successor_id``, also on a repeat; raises as
+        :meth:`hand_on_run` does, writing nothing."""
+        raise _missing(self, "continue")
+
 
 class VersionStore:
     """Per-workflow version ranks, so a rolling deploy can order its code."""
@@ -655,6 +666,8 @@ CAPABILITY_GROUPS: dict[str, tuple[type, tuple[str, ...]]] = {
     "terminate": (ControlStore, ("terminate_run",)),
     "hand_back": (ControlStore, ("hand_back_run",)),
     "hand_on": (ControlStore, ("hand_on_run",)),
+    "continue": (ControlStore, ("continue_run",)),
+    "chains": (ChainStore, ("get_chain_tail", "advance_chain_tail", "close_chain", "chain_closed")),
     "versions": (VersionStore, ("register_version", "version_rank")),
     "policies": (PolicyStore, ("record_workflow_policy", "get_workflow_policy")),
     "triggers": (TriggerStore, ("trigger_event", "due_triggers", "fire_trigger")),
@@ -674,6 +687,7 @@ class Store(
     VersionStore,
     PolicyStore,
     TriggerStore,
+    ChainStore,
 ):
     """A full store: both roles and every optional group. MemoryStore implements it whole.
 

@@ -22,6 +22,7 @@ from typing import Any
 from lockgate._errors import ConfigurationError, RunNotFoundError, StoreUnavailable
 from lockgate.journal._events import RunEvent
 from lockgate.stores._base import EventLogStore, Store
+from lockgate.stores._chains import ChainLink
 from lockgate.stores._composed import (
     Call,
     Op,
@@ -34,7 +35,7 @@ from lockgate.stores._composed import (
 from lockgate.stores._drops import OutboxDrops
 from lockgate.stores._gates import WaitReason
 from lockgate.stores._outbox import CopyingLog, Outbox, as_kept
-from lockgate.stores._records import Submit
+from lockgate.stores._records import Continuation, Submit
 from lockgate.stores._triggers import FiredBatch, TriggerPolicy
 from lockgate.stores._types import (
     ClaimedRun,
@@ -716,6 +717,26 @@ class CompositeStore(Store):
         self._copy(name, successor)
         self._copy(name, run_id)
         return successor
+
+    def continue_run(
+        self, name: str, run_id: str, lease: str, successor_id: str, continuation: Continuation
+    ) -> str:
+        successor = self.lifecycle.continue_run(name, run_id, lease, successor_id, continuation)
+        self._copy(name, successor)
+        self._copy(name, run_id)
+        return successor
+
+    def get_chain_tail(self, root_name: str, root_run_id: str) -> ChainLink | None:
+        return self.lifecycle.get_chain_tail(root_name, root_run_id)
+
+    def advance_chain_tail(self, link: ChainLink) -> None:
+        self.lifecycle.advance_chain_tail(link)
+
+    def close_chain(self, link: ChainLink) -> None:
+        self.lifecycle.close_chain(link)
+
+    def chain_closed(self, root_name: str, root_run_id: str) -> bool:
+        return self.lifecycle.chain_closed(root_name, root_run_id)
 
     def register_version(self, name: str, version: str) -> int:
         return self.lifecycle.register_version(name, version)

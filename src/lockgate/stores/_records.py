@@ -3,6 +3,7 @@ requeue budgets, and how a run's status is derived from what the store holds."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -177,6 +178,84 @@ def successor_submit(
         {"source": {"gated_from": run_id}},
         None,
     )
+
+
+@dataclass(frozen=True)
+class Continuation:
+    """What a run continued as new (``ctx.continue_as_new``) is followed by: its successor's
+    params and stamp (version, gates: a successor is a submit path like any other), the
+    provenance naming its place in the chain, and the ``run:continued`` that ends the run."""
+
+    params: dict[str, Any]
+    version: str
+    version_behavior: str
+    gates: Gates
+    provenance: dict[str, Any]
+    continued: dict[str, Any]
+    #: Where the successor is placed when it has no gate: the run's own place, so each hop of
+    #: a chain lands in the shard of the one before and the hand-over is one step.
+    shard_key: str | None = None
+
+    def submit(self, name: str, metadata: dict[str, Any] | None, owner: str | None) -> Submit:
+        """The successor's submit: the run's metadata and owner carry over."""
+        gates = self.gates
+        return Submit(
+            name,
+            dict(self.params),
+            metadata,
+            owner,
+            self.version,
+            self.version_behavior,
+            gates.concurrency_key,
+            gates.concurrency_max,
+            gates.rate_key,
+            gates.rate_per_second,
+            gates.rate_burst,
+            dict(self.provenance),
+            None,
+            shard_key=self.shard_key,
+        )
+
+
+#: How a run handed on builds its successor: from the run's params, metadata and owner, the
+#: successor's submit and the ``run:continued`` payload that ends the run.
+SuccessorPlan = Callable[
+    [dict[str, Any], dict[str, Any] | None, str | None], tuple[Submit, dict[str, Any]]
+]
+
+
+def gated_successor(
+    name: str, run_id: str, successor_id: str, *, version: str, version_behavior: str, gates: Gates
+) -> SuccessorPlan:
+    """The plan of a hand-on to new gates (see ``ControlStore.hand_on_run``)."""
+
+    def plan(
+        params: dict[str, Any], metadata: dict[str, Any] | None, owner: str | None
+    ) -> tuple[Submit, dict[str, Any]]:
+        submit = successor_submit(
+            name,
+            run_id,
+            params,
+            metadata,
+            owner,
+            version=version,
+            version_behavior=version_behavior,
+            gates=gates,
+        )
+        return submit, continued_payload(name, successor_id, gates)
+
+    return plan
+
+
+def continued_successor(name: str, continuation: Continuation) -> SuccessorPlan:
+    """The plan of a ``continue_as_new`` (see ``ControlStore.continue_run``)."""
+
+    def plan(
+        params: dict[str, Any], metadata: dict[str, Any] | None, owner: str | None
+    ) -> tuple[Submit, dict[str, Any]]:
+        return continuation.submit(name, metadata, owner), dict(continuation.continued)
+
+    return plan
 
 
 def handed_on_to(last: RunEvent | None, successor_id: str) -> bool:

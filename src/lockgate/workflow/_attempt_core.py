@@ -47,6 +47,9 @@ T = TypeVar("T")
 class AttemptCore:
     """State and journal plumbing shared by every durable operation of an attempt."""
 
+    #: Set by a runner that refuses ``ctx.continue_as_new``: the run ends in error instead.
+    reject_continue_as_new: bool = False
+
     def __init__(
         self,
         *,

@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from lockgate._errors import ConfigurationError, NestedDurableOperationError, UnboundContextError
 
@@ -186,6 +186,16 @@ class WorkflowContext:
             raise TypeError(f"ctx.wait_for_signal needs a signal name, not {name!r}")
         seconds = None if timeout is None else _seconds("ctx.wait_for_signal timeout", timeout)
         return await self._bound("wait_for_signal", name).wait_for_signal(name, seconds)
+
+    async def continue_as_new(self, params: dict[str, Any] | None = None) -> NoReturn:
+        """End this run and carry its work on in a new run of the same workflow with
+        ``params``, in one store step: the run ends ``run:continued``, and the successor
+        (params checked and gates stamped as at submit) takes over its buffered signals,
+        pending updates and a latched cancel or pause. Callers keep the id they hold: status,
+        result, signals and the rest follow the chain to its live run. Never returns."""
+        from lockgate.workflow._chain import continue_as_new
+
+        await continue_as_new(self._bound("continue_as_new", self.name), dict(params or {}))
 
     def on_query(self, name: str, fn: Callable[..., Any]) -> None:
         """Serve ``client.query(name, ...)`` with ``fn`` from the run's replayed state."""

@@ -41,6 +41,7 @@ from lockgate.journal._replay import ReplayState
 from lockgate.stores._calls import call_store
 from lockgate.stores._types import RunControls, WaitOutcome, WaitSpec
 from lockgate.workflow._attempt_core import AttemptCore
+from lockgate.workflow._chain import _Continued, close_if_chained
 from lockgate.workflow._context import (
     StepContext,
     WorkflowContext,
@@ -390,6 +391,8 @@ class Attempt(AttemptCore):
                 return AttemptOutcome.HANDED_BACK
             except _HandedOn:
                 return AttemptOutcome.HANDED_ON
+            except _Continued:
+                return AttemptOutcome.CONTINUED
             except _Cancelled:
                 return await self._finish_error(
                     await self._cancelled_payload(), AttemptOutcome.CANCELLED
@@ -566,6 +569,7 @@ class Attempt(AttemptCore):
         self._appended(events if controls is None else events[:-1])
         if controls is None:
             failpoints.hit("after_terminal_append")
+            await close_if_chained(self)
         return controls
 
     async def _finish_error(
@@ -583,6 +587,7 @@ class Attempt(AttemptCore):
         )
         self._appended(events)
         failpoints.hit("after_terminal_append")
+        await close_if_chained(self)
 
     async def query(self, query: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Replay the journal read-only, then call the ``query`` handler it registered."""

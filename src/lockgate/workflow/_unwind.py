@@ -28,6 +28,7 @@ class AttemptOutcome(enum.StrEnum):
     ABANDONED = "abandoned"
     HANDED_BACK = "handed_back"
     HANDED_ON = "handed_on"
+    CONTINUED = "continued"
     ALREADY_ENDED = "already_ended"
 
 

@@ -20,6 +20,7 @@ from lockgate.journal._events import (
     RunEvent,
 )
 from lockgate.stores._base import Store, loaded_claim
+from lockgate.stores._chains import ChainLink, advance_record
 from lockgate.stores._gates import WaitReason, refill, sooner, wait_reason
 from lockgate.stores._records import (
     Submit,
@@ -74,6 +75,8 @@ class MemoryStore(MemoryWaits, Store):
         self._idempotency: dict[tuple[str, str], _Idempotency] = {}
         self._versions: dict[str, dict[str, int]] = {}
         self._policies: dict[str, dict[str, Any]] = {}
+        # Each chain's tail record, by its root: the newest link and whether the chain ended.
+        self._chains: dict[tuple[str, str], tuple[ChainLink, bool]] = {}
         self._held_controls: dict[tuple[str, str], _Held] = {}
         # Gates: the runs holding each Limit key's slots (a run holds one while it is locked),
         # each Rate key's bucket (tokens, when counted), and when each fairness bucket was
@@ -316,6 +319,33 @@ class MemoryStore(MemoryWaits, Store):
         page = runs[:limit]
         more = len(runs) > limit
         return [self._info(r) for r in page], (str(page[-1].order) if more else None)
+
+    @_locked
+    def get_chain_tail(self, root_name: str, root_run_id: str) -> ChainLink | None:
+        record = self._chains.get((root_name, root_run_id))
+        return record[0] if record is not None else None
+
+    @_locked
+    def advance_chain_tail(self, link: ChainLink) -> None:
+        self._move_tail(link, close=False)
+
+    @_locked
+    def close_chain(self, link: ChainLink) -> None:
+        self._move_tail(link, close=True)
+
+    @_locked
+    def chain_closed(self, root_name: str, root_run_id: str) -> bool:
+        record = self._chains.get((root_name, root_run_id))
+        return record is not None and record[1]
+
+    def _move_tail(self, link: ChainLink, *, close: bool) -> None:
+        root = (link.root_name, link.root_run_id)
+        recorded = self._chains.get(root)
+        moved = advance_record(
+            recorded[0] if recorded else None, bool(recorded and recorded[1]), link, close=close
+        )
+        if moved is not None:
+            self._chains[root] = moved
 
     @_locked
     def run_maintenance(self, now: float | None = None) -> int:

@@ -18,9 +18,11 @@ from lockgate.journal._events import (
 )
 from lockgate.stores._gates import Gates
 from lockgate.stores._records import (
-    continued_payload,
+    Continuation,
+    SuccessorPlan,
+    continued_successor,
+    gated_successor,
     handed_on_to,
-    successor_submit,
     terminated_payload,
 )
 from lockgate.stores._triggers import FiredBatch, TriggerPolicy, settled_fire
@@ -343,22 +345,33 @@ class MemoryWaits(MemoryState):
         version_behavior: str,
         gates: Gates,
     ) -> str:
+        plan = gated_successor(
+            name,
+            run_id,
+            successor_id,
+            version=version,
+            version_behavior=version_behavior,
+            gates=gates,
+        )
+        return self._hand_on(name, run_id, lease, successor_id, plan)
+
+    @_locked
+    def continue_run(
+        self, name: str, run_id: str, lease: str, successor_id: str, continuation: Continuation
+    ) -> str:
+        plan = continued_successor(name, continuation)
+        return self._hand_on(name, run_id, lease, successor_id, plan)
+
+    def _hand_on(
+        self, name: str, run_id: str, lease: str, successor_id: str, plan: SuccessorPlan
+    ) -> str:
         run = self._run(name, run_id)
         if run.ended:
             if handed_on_to(run.events[-1], successor_id):
                 return successor_id
             raise EventAfterTerminal(f"run {run_id!r} has ended; it cannot be handed on")
         self._check_fence(run, lease)
-        submit = successor_submit(
-            name,
-            run_id,
-            run.params,
-            run.metadata,
-            run.owner,
-            version=version,
-            version_behavior=version_behavior,
-            gates=gates,
-        )
+        submit, continued_with = plan(run.params, run.metadata, run.owner)
         self._insert_run(submit, successor_id, None, self._clock())
         successor = self._runs[(name, successor_id)]
         successor.signals, run.signals = run.signals, []
@@ -369,9 +382,7 @@ class MemoryWaits(MemoryState):
         if run.cancel_at is not None:
             cancel = next(e for e in reversed(run.events) if e.kind == EventKind.RUN_CANCEL)
             self._latch_cancel(successor, run.cancel_at, dict(cancel.payload.get("detail") or {}))
-        continued = self._event(
-            run, EventKind.RUN_CONTINUED, continued_payload(name, successor_id, gates)
-        )
+        continued = self._event(run, EventKind.RUN_CONTINUED, continued_with)
         self._append(run, [continued], run.epoch)
         return successor_id
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from lockgate._errors import StoreFileError, StoreFileGone, StoreUnavailable
 
 #: Bumped whenever the schema changes in a way an older lockgate cannot read.
-FORMAT_GENERATION = 2
+FORMAT_GENERATION = 3
 #: ``PRAGMA application_id`` of a lockgate file: "LKGT".
 APPLICATION_ID = 0x4C4B4754
 #: UPSERT (3.24) and partial indexes are needed; WAL needs a library built with it.
@@ -280,6 +280,15 @@ CREATE TABLE IF NOT EXISTS lg_served (
 ) WITHOUT ROWID;
 """
 
+#: The tail record of each continue_as_new chain, by its root (format generation 3).
+CHAINS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS lg_chains (
+    root_name TEXT NOT NULL, root_run_id TEXT NOT NULL, hop INTEGER NOT NULL,
+    link TEXT NOT NULL, closed INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (root_name, root_run_id)
+) WITHOUT ROWID;
+"""
+
 #: What brings a file of an older generation to this one, by the generation it starts from.
 MIGRATIONS = {
     1: """
@@ -291,6 +300,7 @@ ALTER TABLE lg_runs ADD COLUMN rburst INTEGER;
 ALTER TABLE lg_runs ADD COLUMN bucket TEXT NOT NULL DEFAULT '';
 """
     + GATES_SCHEMA,
+    2: CHAINS_SCHEMA,
 }
 
 
@@ -352,6 +362,7 @@ CREATE INDEX IF NOT EXISTS lg_runs_locks ON lg_runs (name, lock_expires) WHERE l
 CREATE INDEX IF NOT EXISTS lg_runs_order ON lg_runs (name, ord);
 CREATE INDEX IF NOT EXISTS lg_runs_ended ON lg_runs (ended_at) WHERE ended_at IS NOT NULL;
 {GATES_SCHEMA}
+{CHAINS_SCHEMA}
 CREATE TABLE IF NOT EXISTS lg_events (
     name TEXT NOT NULL,
     run_id TEXT NOT NULL,

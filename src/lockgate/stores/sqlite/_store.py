@@ -37,6 +37,7 @@ from lockgate.stores._records import (
     idempotency_conflict,
 )
 from lockgate.stores._types import Claims, RunControls, RunInfo
+from lockgate.stores.sqlite._chains import SQLiteChains
 from lockgate.stores.sqlite._claims import SQLiteClaims
 from lockgate.stores.sqlite._file import (
     SCHEMA,
@@ -72,7 +73,7 @@ def _event_from(row: sqlite3.Row, run_id: str) -> RunEvent:
     )
 
 
-class SQLiteStore(SQLiteClaims, SQLiteWaits, SQLiteTriggers, Store):
+class SQLiteStore(SQLiteClaims, SQLiteWaits, SQLiteTriggers, SQLiteChains, Store):
     """Durable store in one SQLite file, for any number of processes on one machine.
 
     The file is opened in WAL mode with ``synchronous`` ``full`` (a committed transaction

@@ -12,9 +12,11 @@ from lockgate._errors import EventAfterTerminal
 from lockgate.journal._events import EventKind, RunEvent
 from lockgate.stores._gates import Gates
 from lockgate.stores._records import (
-    continued_payload,
+    Continuation,
+    SuccessorPlan,
+    continued_successor,
+    gated_successor,
     handed_on_to,
-    successor_submit,
     terminated_payload,
 )
 from lockgate.stores._types import TerminateOutcome, WaitOutcome, WaitSpec
@@ -391,6 +393,26 @@ class SQLiteWaits(SQLiteRows):
         version_behavior: str,
         gates: Gates,
     ) -> str:
+        plan = gated_successor(
+            name,
+            run_id,
+            successor_id,
+            version=version,
+            version_behavior=version_behavior,
+            gates=gates,
+        )
+        return self._hand_on(name, run_id, lease, successor_id, plan)
+
+    @translated
+    def continue_run(
+        self, name: str, run_id: str, lease: str, successor_id: str, continuation: Continuation
+    ) -> str:
+        plan = continued_successor(name, continuation)
+        return self._hand_on(name, run_id, lease, successor_id, plan)
+
+    def _hand_on(
+        self, name: str, run_id: str, lease: str, successor_id: str, plan: SuccessorPlan
+    ) -> str:
         with self._write() as db:
             row = self._require(db, name, run_id)
             if row["terminal"] is not None:
@@ -404,15 +426,8 @@ class SQLiteWaits(SQLiteRows):
                     return successor_id
                 raise EventAfterTerminal(f"run {run_id!r} has ended; it cannot be handed on")
             self._check_fence(row, lease)
-            submit = successor_submit(
-                name,
-                run_id,
-                json.loads(row["params"]),
-                json.loads(row["metadata"]),
-                row["owner"],
-                version=version,
-                version_behavior=version_behavior,
-                gates=gates,
+            submit, continued_with = plan(
+                json.loads(row["params"]), json.loads(row["metadata"]), row["owner"]
             )
             self._insert_run(db, submit, successor_id, None, self._clock())
             moved = (name, successor_id, name, run_id)
@@ -433,8 +448,6 @@ class SQLiteWaits(SQLiteRows):
                 self._latch_cancel(
                     db, self._require(db, name, successor_id), row["cancel_at"], detail
                 )
-            continued = self._event(
-                row, EventKind.RUN_CONTINUED, continued_payload(name, successor_id, gates)
-            )
+            continued = self._event(row, EventKind.RUN_CONTINUED, continued_with)
             self._append(db, row, [continued], row["epoch"])
         return successor_id

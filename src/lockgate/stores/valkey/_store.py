@@ -7,6 +7,7 @@ from typing import Any
 
 from lockgate._errors import ConfigurationError, LockgateError
 from lockgate.stores._base import Store
+from lockgate.stores.valkey._chains import ValkeyChains
 from lockgate.stores.valkey._core import _text
 from lockgate.stores.valkey._keys import SEP, parts_of
 from lockgate.stores.valkey._triggers import ValkeyTriggers, glob_escaped
@@ -16,7 +17,7 @@ from lockgate.stores.valkey._waits import ValkeyWaits
 SHARD_COUNT_DEFAULT = 1
 
 
-class ValkeyStore(ValkeyWaits, ValkeyTriggers, Store):
+class ValkeyStore(ValkeyWaits, ValkeyTriggers, ValkeyChains, Store):
     """Every store guarantee on a Valkey server, for worker processes on many hosts.
 
     ``url`` is ``valkey://``, ``redis://``, ``rediss://`` or ``unix://``; ``store.url`` shows it

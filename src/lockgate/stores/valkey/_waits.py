@@ -21,8 +21,10 @@ from lockgate._names import check_name, check_optional
 from lockgate.journal._events import EventKind, RunEvent
 from lockgate.stores._gates import Gates, fair_bucket
 from lockgate.stores._records import (
-    continued_payload,
-    successor_submit,
+    Continuation,
+    SuccessorPlan,
+    continued_successor,
+    gated_successor,
     terminated_payload,
 )
 from lockgate.stores._types import TerminateOutcome, WaitOutcome, WaitSpec
@@ -273,6 +275,25 @@ class ValkeyWaits(ValkeyLifecycle):
         version_behavior: str,
         gates: Gates,
     ) -> str:
+        plan = gated_successor(
+            name,
+            run_id,
+            successor_id,
+            version=version,
+            version_behavior=version_behavior,
+            gates=gates,
+        )
+        return self._hand_on(name, run_id, lease, successor_id, plan)
+
+    def continue_run(
+        self, name: str, run_id: str, lease: str, successor_id: str, continuation: Continuation
+    ) -> str:
+        plan = continued_successor(name, continuation)
+        return self._hand_on(name, run_id, lease, successor_id, plan)
+
+    def _hand_on(
+        self, name: str, run_id: str, lease: str, successor_id: str, plan: SuccessorPlan
+    ) -> str:
         """One script when the successor's gates map it to the run's shard; otherwise the
         steps ``w_hand_on_create`` lists, each safe to repeat."""
         shard = self._located(name, run_id)
@@ -280,28 +301,18 @@ class ValkeyWaits(ValkeyLifecycle):
         if shard is None or fields is None:
             raise RunNotFoundError(name, run_id)
         owner = fields.get("owner") or None
-        submit = successor_submit(
-            name,
-            run_id,
-            json.loads(fields["params"]),
-            json.loads(fields.get("metadata") or "{}"),
-            owner,
-            version=version,
-            version_behavior=version_behavior,
-            gates=gates,
+        submit, continued_with = plan(
+            json.loads(fields["params"]), json.loads(fields.get("metadata") or "{}"), owner
         )
-        continued = event_args(
-            [
-                RunEvent(
-                    EventKind.RUN_CONTINUED, continued_payload(name, successor_id, gates), run_id
-                )
-            ]
-        )
+        gates = submit.gates
+        continued = event_args([RunEvent(EventKind.RUN_CONTINUED, continued_with, run_id)])
         born = [
             json.dumps(run_fields(submit, fair_bucket(owner, gates))),
             event_args(submit.opening_events(successor_id, self._now(), None)),
         ]
-        target = self._home(shard_key(gates.concurrency_key, gates.rate_key, successor_id))
+        target = self._home(
+            shard_key(gates.concurrency_key, gates.rate_key, submit.shard_key or successor_id)
+        )
         if self.shard_count == 1 or target == shard:
             held = ""
             if self.shard_count > 1:

@@ -1,0 +1,241 @@
+"""``ctx.continue_as_new``: a run ends ``run:continued`` and its successor carries the work on,
+with its own params and gates, taking over the run's undelivered signals, updates and
+controls; any id of the chain resolves to its live run in a constant number of reads."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from lockgate import (
+    ContinuationChainError,
+    DurableInvocationError,
+    EventKind,
+    InlineWorkflowRunner,
+    InvalidParamsError,
+    Limit,
+    ManualClock,
+    MemoryStore,
+    RunFinishedError,
+    RunHandle,
+    RunStatus,
+    WorkflowClient,
+    WorkflowContext,
+    workflow,
+)
+from lockgate.client import resolve_continuation
+from lockgate.stores import ChainLink, chain_link
+
+Drive = Callable[..., Awaitable[RunStatus]]
+
+
+@workflow(name="chain_counter")
+async def counter(ctx: WorkflowContext, total: int = 0, hop: int = 0, hops: int = 3) -> Any:
+    """Adds every ``add`` signal it receives, one per hop, continuing until ``hops``."""
+    if hop == hops:
+        return {"total": total, "hop": hop}
+    got = await ctx.wait_for_signal("add")
+    await ctx.continue_as_new({"total": total + int(got["n"]), "hop": hop + 1, "hops": hops})
+
+
+@workflow(name="chain_plain", concurrency=Limit(key="tenant", max=1))
+async def plain(ctx: WorkflowContext, tenant: str, left: int) -> Any:
+    if left == 0:
+        return tenant
+    await ctx.continue_as_new({"tenant": f"{tenant}+", "left": left - 1})
+
+
+async def to_end(drive: Drive, handle: RunHandle, client: WorkflowClient) -> RunStatus:
+    """Drive a chain from ``handle`` until its live run comes to rest."""
+    for _ in range(200):
+        tail, _ = await client._tail(handle.name, handle.run_id)
+        status = await drive(client.handle(handle.name, tail))
+        if status != RunStatus.CONTINUED:
+            return status
+    raise AssertionError("the chain did not come to rest")
+
+
+async def test_a_chain_carries_its_work_on_and_answers_from_the_root_id(
+    client: WorkflowClient, drive: Drive, store: MemoryStore
+) -> None:
+    handle = await client.submit("chain_counter", {"hops": 3})
+    for n in (1, 2, 3):
+        await handle.signal("add", {"n": n}, signal_id=f"s{n}")
+        assert await to_end(drive, handle, client) in (RunStatus.SIGNAL_WAITING, RunStatus.COMPLETE)
+    assert await handle.result() == {"total": 6, "hop": 3}
+    assert await handle.status() == RunStatus.COMPLETE
+    own = await handle.events()  # the root's own journal, not followed
+    assert own[-1].kind == EventKind.RUN_CONTINUED
+    assert own[-1].payload["run_id"] == f"{handle.run_id}.c1"
+    assert own[-1].payload["reason"] == "continue_as_new"
+    last = store.load_run("chain_counter", f"{handle.run_id}.c3")
+    assert last[0].payload["params"] == {"total": 6, "hop": 3, "hops": 3}
+    source = last[0].payload["provenance"]["source"]
+    assert source == {
+        "continued_from": f"{handle.run_id}.c2",
+        "chain_root_name": "chain_counter",
+        "chain_root_run_id": handle.run_id,
+        "chain_hop": 3,
+    }
+    assert store.get_chain_tail("chain_counter", handle.run_id) == ChainLink(
+        "chain_counter", f"{handle.run_id}.c3", "chain_counter", handle.run_id, 3
+    )
+    assert store.chain_closed("chain_counter", handle.run_id)
+
+
+async def test_signals_buffered_before_the_hop_move_to_the_successor_once(
+    client: WorkflowClient, drive: Drive
+) -> None:
+    handle = await client.submit("chain_counter", {"hops": 3})
+    for n in (10, 20, 30):
+        await handle.signal("add", {"n": n}, signal_id=f"s{n}")
+    assert await to_end(drive, handle, client) == RunStatus.COMPLETE
+    assert await handle.result() == {"total": 60, "hop": 3}
+    with pytest.raises(RunFinishedError):  # sent to the root id: the chain's end answers
+        await handle.signal("add", {"n": 1})
+
+
+async def test_a_repeated_send_id_is_applied_once_across_hops(
+    client: WorkflowClient, drive: Drive
+) -> None:
+    handle = await client.submit("chain_counter", {"hops": 2})
+    await handle.signal("add", {"n": 1}, signal_id="same")
+    assert await handle.signal("add", {"n": 1}, signal_id="same") == "duplicate"
+    await handle.signal("add", {"n": 5}, signal_id="other")
+    assert await to_end(drive, handle, client) == RunStatus.COMPLETE
+    assert await handle.result() == {"total": 6, "hop": 2}
+
+
+async def test_the_successor_is_stamped_with_its_own_gates(
+    client: WorkflowClient, drive: Drive, store: MemoryStore
+) -> None:
+    handle = await client.submit("chain_plain", {"tenant": "t", "left": 2})
+    assert await to_end(drive, handle, client) == RunStatus.COMPLETE
+    assert await handle.result() == "t++"
+    second = store.load_run("chain_plain", f"{handle.run_id}.c2")[0]
+    assert second.payload["gates"] == {"concurrency": {"key": "t++", "max": 1}}
+
+
+@workflow(name="chain_bad_params")
+async def bad_params(ctx: WorkflowContext, n: int) -> Any:
+    try:
+        await ctx.continue_as_new({"n": "not a number"})
+    except InvalidParamsError as exc:
+        return f"refused: {exc.parameter}"
+
+
+async def test_bad_successor_params_are_refused_at_the_call_and_nothing_continues(
+    client: WorkflowClient, drive: Drive, store: MemoryStore
+) -> None:
+    handle = await client.submit("chain_bad_params", {"n": 1})
+    assert await drive(handle) == RunStatus.COMPLETE
+    assert await handle.result() == "refused: n"
+    assert store.get_run("chain_bad_params", f"{handle.run_id}.c1") is None
+
+
+async def test_a_runner_that_rejects_continue_as_new_fails_the_run(
+    store: MemoryStore, clock: ManualClock
+) -> None:
+    runner = InlineWorkflowRunner(store=store, clock=clock, reject_continue_as_new=True)
+    handle = await runner.client.submit("chain_plain", {"tenant": "x", "left": 1})
+    await runner.run(handle.name, handle.run_id)
+    assert await handle.status() == RunStatus.ERROR
+    with pytest.raises(DurableInvocationError, match="reject_continue_as_new"):
+        await handle.result()
+    assert store.get_run("chain_plain", f"{handle.run_id}.c1") is None
+
+
+class CountingStore(MemoryStore):
+    """A MemoryStore counting the reads a resolve makes."""
+
+    reads = 0
+
+    def get_last_event(self, name: str, run_id: str) -> Any:
+        self.reads += 1
+        return super().get_last_event(name, run_id)
+
+    def get_chain_tail(self, root_name: str, root_run_id: str) -> Any:
+        self.reads += 1
+        return super().get_chain_tail(root_name, root_run_id)
+
+    def load_run(self, name: str, run_id: str, *, max_events: int | None = None) -> Any:
+        self.reads += 1
+        return super().load_run(name, run_id, max_events=max_events)
+
+
+async def test_resolving_costs_the_same_reads_at_hop_3_and_hop_60(clock: ManualClock) -> None:
+    counted: dict[int, tuple[int, int]] = {}
+    for hops in (3, 60):
+        store = CountingStore(clock=clock)
+        runner = InlineWorkflowRunner(store=store, clock=clock)
+        handle = await runner.client.submit("chain_plain", {"tenant": "r", "left": hops})
+        tail = handle.run_id
+        for _ in range(hops + 1):
+            await runner.run("chain_plain", tail)
+            last = store.get_last_event("chain_plain", tail)
+            if last is None or last.kind != EventKind.RUN_CONTINUED:
+                break
+            tail = last.payload["run_id"]
+        store.reads = 0
+        assert resolve_continuation(store, "chain_plain", handle.run_id)[1] == tail
+        from_root = store.reads
+        store.reads = 0
+        middle = f"{handle.run_id}.c2"
+        assert resolve_continuation(store, "chain_plain", middle)[1] == tail
+        counted[hops] = (from_root, store.reads)
+    assert counted[3] == counted[60] == (3, 5)
+
+
+async def test_a_plain_run_resolves_in_one_read(clock: ManualClock) -> None:
+    store = CountingStore(clock=clock)
+    runner = InlineWorkflowRunner(store=store, clock=clock)
+    handle = await runner.client.submit("chain_plain", {"tenant": "p", "left": 0})
+    await runner.run(handle.name, handle.run_id)
+    store.reads = 0
+    name, run_id, last = resolve_continuation(store, handle.name, handle.run_id)
+    assert (name, run_id, store.reads) == (handle.name, handle.run_id, 1)
+    assert last is not None
+    assert last.kind == EventKind.RUN_COMPLETE
+
+
+async def test_a_record_behind_the_chain_is_followed_on(clock: ManualClock) -> None:
+    store = MemoryStore(clock=clock)
+    runner = InlineWorkflowRunner(store=store, clock=clock)
+    handle = await runner.client.submit("chain_plain", {"tenant": "b", "left": 2})
+    await runner.run(handle.name, handle.run_id)
+    await runner.run(handle.name, f"{handle.run_id}.c1")
+    # As if the worker died between ending hop 1 and moving the record: put it back.
+    store._chains.clear()
+    store.advance_chain_tail(
+        ChainLink("chain_plain", f"{handle.run_id}.c1", "chain_plain", handle.run_id, 1)
+    )
+    assert resolve_continuation(store, handle.name, handle.run_id)[1] == f"{handle.run_id}.c2"
+
+
+def test_the_tail_record_only_moves_forward() -> None:
+    store = MemoryStore()
+    root = ChainLink.root("w", "r")
+    third = ChainLink("w", "r.c3", "w", "r", 3)
+    store.advance_chain_tail(third)
+    store.advance_chain_tail(root.successor("w", "r.c1"))
+    assert store.get_chain_tail("w", "r") == third
+    store.close_chain(root.successor("w", "r.c1"))
+    assert not store.chain_closed("w", "r")
+    store.close_chain(third)
+    assert store.chain_closed("w", "r")
+    assert store.get_chain_tail("w", "r") == third
+
+
+def test_a_link_reads_back_from_its_payload_and_json() -> None:
+    link = ChainLink("w", "r.c2", "w", "r", 2)
+    assert ChainLink.from_continued_payload(link.continued_payload()) == link
+    assert ChainLink.from_json(link.to_json()) == link
+    assert chain_link(None, "w", "r") == ChainLink.root("w", "r")
+    with pytest.raises(ContinuationChainError, match="hop"):
+        ChainLink.from_continued_payload(
+            {"name": "w", "run_id": "x", "root_name": "w", "root_run_id": "r"}
+        )
+    with pytest.raises(ContinuationChainError):
+        ChainLink.from_json("[1]")
