@@ -387,15 +387,27 @@ class WorkflowClient:
             reason="too_long",
         )
 
-    async def _on_tail(self, name: str, run_id: str, act: Callable[[str], Awaitable[T]]) -> T:
-        """Apply ``act`` to the run carrying ``run_id``'s work. A hand-on that lands between
-        finding the tail and acting on it moves what ``act`` left on the old run (a buffered
-        signal, a latched cancel), or ``act`` found it ended: act again on the new tail."""
+    async def _on_tail(
+        self,
+        name: str,
+        run_id: str,
+        act: Callable[[str], Awaitable[T]],
+        *,
+        landed: Callable[[T], bool] | None = None,
+    ) -> T:
+        """Apply ``act`` to the run carrying ``run_id``'s work. The run may move on between
+        finding it and acting on it (a hand-on, or a ``continue_as_new``): the store moves
+        what ``act`` left on it (a buffered signal, a latched cancel) to the successor, or
+        ``act`` found it ended; either way, act again on the new tail. ``landed`` says from
+        ``act``'s answer that it took effect where it was kept (a signal buffered), which
+        spares the look again unless a hand-on may still come."""
         tail, info = await self._tail(name, run_id)
         while True:
             result = await act(tail)
-            if not _may_be_handed_on(info):
-                return result  # its body started, or it ended: no hand-on can come
+            if info.status.is_terminal:
+                return result  # it ended for good: nothing follows it
+            if landed is not None and landed(result) and not _may_be_handed_on(info):
+                return result
             moved, info = await self._tail(name, tail)
             if moved == tail:
                 return result
@@ -494,10 +506,13 @@ class WorkflowClient:
                 iso(self.clock()),
                 idempotency_key=key,
             )
-            answers.append(answer)
-            return answers[0] if answer == "duplicate" else answer
+            if answer == "duplicate" and answers:
+                return answers[0]  # kept by this call's earlier send, before the run moved on
+            if answer not in ("duplicate", "rejected"):
+                answers.append(answer)
+            return answer
 
-        result = await self._on_tail(name, run_id, send)
+        result = await self._on_tail(name, run_id, send, landed=lambda sent: sent != "rejected")
         if result == "rejected":
             raise RunFinishedError(
                 f"run {run_id!r} of {name!r} has ended or is being "
@@ -574,11 +589,18 @@ class WorkflowClient:
                     )
                 raise RunFinishedError(f"run {run_id!r} of {name!r} has ended")
         deadline = self.clock() + timeout
+        # The runs the update may be settled on: the one it was delivered to, and each it
+        # moved on to with a hand-on or a continue_as_new before it was applied.
+        held_by = [run_id]
         while True:
-            outcome = await self._io(self.store.read_update_result, name, run_id, update_id)
-            if outcome is not None:
-                return _update_outcome(update, update_id, outcome)
-            run_id, info = await self._tail(name, run_id)  # a hand-on moves pending updates
+            for holder in held_by:
+                outcome = await self._io(self.store.read_update_result, name, holder, update_id)
+                if outcome is not None:
+                    return _update_outcome(update, update_id, outcome)
+            run_id, info = await self._tail(name, run_id)
+            if run_id not in held_by:
+                held_by.append(run_id)
+                continue
             if info.status.is_terminal:
                 raise RunFinishedError(
                     f"run {run_id!r} of {name!r} ended before it applied update {update_id!r}"
