@@ -20,6 +20,7 @@ EXPECTED = {
     "CapabilityMissing",
     "ChildWorkflowError",
     "Clock",
+    "CloseResult",
     "Collect",
     "ConfigurationError",
     "Debounce",

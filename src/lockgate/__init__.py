@@ -54,6 +54,7 @@ from lockgate._errors import (
     WaitTimeout,
 )
 from lockgate.client import (
+    CloseResult,
     ExistingRetry,
     InlineWorkflowRunner,
     RetryPlan,
@@ -117,6 +118,7 @@ __all__ = [
     "CapabilityMissing",
     "ChildWorkflowError",
     "Clock",
+    "CloseResult",
     "Collect",
     "CompositeStore",
     "ConfigurationError",
