@@ -12,6 +12,7 @@ with every signal applied exactly once, its result read from the root id.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import Counter
 from typing import Any
 
@@ -54,10 +55,8 @@ async def machine_chain(
     """Takes at most one ``add`` per hop, so a signal left buffered by a hop would be taken
     again by a later one if the hand-over moved it."""
     seen = list(applied or [])
-    try:
+    with contextlib.suppress(WaitTimeout):
         seen.append(str((await ctx.wait_for_signal("add", timeout=0))["id"]))
-    except WaitTimeout:
-        pass
     if await _drain(ctx, "stop"):
         # Every add sent before the stop is buffered by now: take them all.
         seen += [str(got["id"]) for got in await _drain(ctx, "add")]

@@ -22,6 +22,7 @@ EXPECTED = {
     "ChainStore",
     "ChildWorkflowError",
     "Clock",
+    "CloseResult",
     "Collect",
     "ConfigurationError",
     "Debounce",

@@ -54,6 +54,7 @@ from lockgate._errors import (
     WaitTimeout,
 )
 from lockgate.client import (
+    CloseResult,
     ExistingRetry,
     InlineWorkflowRunner,
     RetryPlan,
@@ -123,6 +124,7 @@ __all__ = [
     "ChainStore",
     "ChildWorkflowError",
     "Clock",
+    "CloseResult",
     "Collect",
     "CompositeStore",
     "ConfigurationError",

@@ -137,6 +137,12 @@ async def terminate(args: argparse.Namespace, store: Store) -> int:
     result = await client.terminate(
         args.name, args.run_id, reason=args.reason, requested_by=_requested_by()
     )
+    closed = result.children
+    if closed.total:
+        note(
+            f"children: {closed.terminated} terminated, {closed.cancelled} asked to cancel, "
+            f"{closed.abandoned} left running"
+        )
     if result.outcome == TerminateOutcome.ALREADY_ENDED:
         status = await client.status(args.name, args.run_id)
         note(f"run {args.run_id} had already ended ({status}); nothing to terminate")

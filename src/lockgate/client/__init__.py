@@ -1,5 +1,6 @@
 """Starting runs and talking to them: the client, run handles and the inline runner."""
 
+from lockgate.client._cascade import CloseResult
 from lockgate.client._chains import resolve_continuation
 from lockgate.client._client import RunHandle, TerminateResult, WorkflowClient
 from lockgate.client._inline import GATE_TIMEOUT_S, InlineWorkflowRunner, run_and_await
@@ -7,6 +8,7 @@ from lockgate.client._retry import ExistingRetry, RetryPlan
 
 __all__ = [
     "GATE_TIMEOUT_S",
+    "CloseResult",
     "ExistingRetry",
     "InlineWorkflowRunner",
     "RetryPlan",

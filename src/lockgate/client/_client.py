@@ -30,6 +30,7 @@ from lockgate._errors import (
     UpdateTimeout,
 )
 from lockgate._names import check_name, check_optional
+from lockgate.client._cascade import CloseResult, after_terminate
 from lockgate.client._chains import resolve_continuation
 from lockgate.client._recorded import recorded_cap, recorded_spec, recorded_stamp
 from lockgate.client._trigger_key import trigger_key
@@ -68,10 +69,14 @@ T = TypeVar("T")
 class TerminateResult:
     """What ``terminate`` did: ``TERMINATED`` when this call ended the run, ``ALREADY_ENDED``
     when its journal had already ended (a repeat, or a run that finished first). ``run_id``
-    is the run it acted on: the successor of a run that was handed on."""
+    is the run it acted on: the successor of a run that was handed on. ``children`` counts
+    the open children (grandchildren too) the cascade closed, and ``ended`` names each run
+    it terminated, as ``(name, run_id)``: the store wrote their terminal, no worker did."""
 
     outcome: TerminateOutcome
+    children: CloseResult
     run_id: str
+    ended: tuple[tuple[str, str], ...] = ()
 
 
 def _delay_seconds(delay: float | timedelta) -> float:
@@ -632,19 +637,23 @@ class WorkflowClient:
     async def terminate(
         self, name: str, run_id: str, *, reason: str | None = None, requested_by: str | None = None
     ) -> TerminateResult:
-        """End the run now, with no worker involved. A holder still running is fenced out."""
+        """End the run now, with no worker involved. A holder still running is fenced out.
+        Then each open child's ``parent_close`` policy is applied, grandchildren included
+        (``client/_cascade.py``); a repeat on a run already terminated finishes that."""
         if "terminate" not in self.store.capabilities():
             raise CapabilityMissing(type(self.store).__name__, "terminate")
         if await self._io(self.store.get_run, name, run_id) is None:
             raise RunNotFoundError(name, run_id)
 
-        async def terminate(tail: str) -> TerminateResult:
+        async def terminate(tail: str) -> tuple[str, TerminateOutcome]:
             outcome = await self._io(
                 self.store.terminate_run, name, tail, reason=reason, requested_by=requested_by
             )
-            return TerminateResult(outcome=TerminateOutcome(outcome), run_id=tail)
+            return tail, TerminateOutcome(outcome)
 
-        return await self._on_tail(name, run_id, terminate)
+        tail, outcome = await self._on_tail(name, run_id, terminate)
+        children, ended = await after_terminate(self, name, tail, outcome, reason, requested_by)
+        return TerminateResult(outcome=outcome, children=children, run_id=tail, ended=ended)
 
     async def pause(self, name: str, run_id: str) -> None:
         """Ask the run to park at its next boundary until :meth:`unpause`."""

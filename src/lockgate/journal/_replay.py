@@ -17,6 +17,7 @@ from lockgate.journal._events import (
     RunEvent,
     StepKind,
 )
+from lockgate.journal._members import WAITS_ON_RUNS, fold_members
 
 _KNOWN_KINDS = frozenset(kind.value for kind in EventKind)
 _KNOWN_STEP_KINDS = frozenset(kind.value for kind in StepKind)
@@ -41,6 +42,9 @@ class CallRecord:
     outcome: str | None = None
     payload: Any = None
     signal_id: str | None = None
+    #: The runs (or steps) a child or fan-out call started, by member index: what its
+    #: ``members`` facts say of each (see ``journal/_members.py``).
+    members: dict[int, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def fingerprint(self) -> str:
@@ -182,7 +186,9 @@ def _fold(state: ReplayState, event: RunEvent) -> None:
             str(payload.get("step_id", "")),
         )
         record.last_attempt = max(record.last_attempt, int(payload.get("attempt") or 0))
-        if kind == EventKind.STEP_PENDING:
+        if "members" in payload:
+            fold_members(record, kind, payload["members"])
+        elif kind == EventKind.STEP_PENDING:
             record.pending = True
         elif kind == EventKind.STEP_DONE:
             record.done, record.result = True, payload.get("result")
@@ -199,7 +205,8 @@ def _fold(state: ReplayState, event: RunEvent) -> None:
         record.due_at = float(deadline) if deadline is not None else None
     elif kind in (EventKind.RUN_WOKEN, EventKind.RUN_WAIT_TIMED_OUT):
         ended = state.calls.get(int(payload["call_index"]))
-        if ended is not None and ended.outcome is None:
+        # A child or fan-out wait's timer is only its backstop: the call goes on waiting.
+        if ended is not None and ended.outcome is None and ended.kind not in WAITS_ON_RUNS:
             ended.outcome = "woken" if kind == EventKind.RUN_WOKEN else "timed_out"
     elif kind == EventKind.RUN_SIGNAL_RECEIVED:
         record = _call(state, payload, StepKind.SIGNAL, str(payload["signal"]))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextvars
 import math
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -254,3 +254,79 @@ class WorkflowContext:
             poll_timeout=poll_timeout,
             retry=retry,
         )
+
+    async def run_child(
+        self,
+        workflow: Callable[..., Any] | str,
+        params: dict[str, Any] | None = None,
+        *,
+        run_id: str | None = None,
+        parent_close: str = "cancel",
+        timeout: float | timedelta | None = None,
+    ) -> Any:
+        """Start ``workflow`` (a ``@workflow`` function or its name) as a child run with
+        ``params`` and return its result. The submit is journaled once; while the child runs
+        this run is parked, holding no worker slot. The child's id is ``run_id``, else
+        ``{this run's id}.child{call position}``. ``parent_close`` says what becomes of the
+        child if this run ends first: ``"cancel"`` asks it to cancel (``terminate`` of this
+        run terminates it), ``"abandon"`` leaves it running. Raises
+        :class:`ChildWorkflowError` when the child fails, is cancelled or terminated, or
+        (status ``timed_out``) is still running ``timeout`` after it was started: it is
+        terminated then."""
+        from lockgate.workflow._children import child_target, run_child
+
+        name, _ = child_target("ctx.run_child", workflow)
+        return await run_child(
+            self._bound("run_child", name),
+            workflow,
+            params,
+            run_id=run_id,
+            parent_close=parent_close,
+            timeout=timeout,
+        )
+
+    async def fan_out(
+        self,
+        target: Callable[..., Any] | str,
+        items: Iterable[Any],
+        /,
+        *,
+        max_in_flight: int = 50,
+        parent_close: str = "cancel",
+    ) -> list[Any]:
+        """Run ``target`` once per item and return the results in item order. A ``@workflow``
+        function (or a workflow's name) starts one child run per item, the item being its
+        params; any other callable runs as a step per item, the item its one argument. At most
+        ``max_in_flight`` members run at once. Each member's start and outcome is journaled,
+        so a replay starts nothing twice and runs no finished member again. The first member
+        to fail (lowest item index among those found failed together) raises: a child's
+        :class:`ChildWorkflowError`, a step's own error; members still running are then
+        cancelled (children with ``parent_close="cancel"``) or dropped (steps)."""
+        from lockgate.workflow._fanout import fan_out, target_name
+
+        return await fan_out(
+            self._bound("fan_out", target_name(target)),
+            target,
+            items,
+            max_in_flight=max_in_flight,
+            parent_close=parent_close,
+        )
+
+    async def signal(
+        self,
+        workflow: Callable[..., Any] | str,
+        run_id: str,
+        signal: str,
+        payload: dict[str, Any] | None = None,
+    ) -> str:
+        """Send ``signal`` with ``payload`` to the run ``run_id`` of ``workflow`` (a
+        ``@workflow`` function or its name), once: the send is keyed by this run and call
+        position, so a replay after a crash does not send it again. Returns what
+        ``client.signal`` does (``"delivered"``, ``"buffered"``, or ``"duplicate"`` for a send
+        a crashed attempt had made); raises :class:`RunFinishedError` when the target has
+        ended, :class:`RunNotFoundError` for no such run (both journaled: a replay raises
+        them again)."""
+        from lockgate.workflow._signal_send import check_signal, send_signal
+
+        name, payload = check_signal(workflow, run_id, signal, payload)
+        return await send_signal(self._bound("signal", signal), name, run_id, signal, payload)

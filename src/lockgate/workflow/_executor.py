@@ -42,6 +42,7 @@ from lockgate.stores._calls import call_store
 from lockgate.stores._types import RunControls, WaitOutcome, WaitSpec
 from lockgate.workflow._attempt_core import AttemptCore
 from lockgate.workflow._chain import _Continued, close_if_chained
+from lockgate.workflow._children import after_attempt, close_children
 from lockgate.workflow._context import (
     StepContext,
     WorkflowContext,
@@ -329,7 +330,9 @@ class Attempt(AttemptCore):
         self._task = asyncio.current_task()
         heartbeat = asyncio.create_task(self._heartbeat())
         try:
-            return await self._drive()
+            outcome = await self._drive()
+            await after_attempt(self, outcome)  # a child's end is told to its parent
+            return outcome
         except asyncio.CancelledError:
             lost = self._lease_lost or self._store_lost is not None
             if self._task is None or not lost or self._task.uncancel() > 0:
@@ -562,6 +565,7 @@ class Attempt(AttemptCore):
         """Append the buffer and ``terminal`` in one fenced write, unless the store finds a
         cancel latched or an update pending: then only the buffer, and its controls come
         back. None when the run ended."""
+        await close_children(self, terminal.kind)
         events, self._buffer = [*self._buffer, terminal], []
         controls: RunControls | None = await self._io(
             self.store.finish_if_quiet, self.spec.name, self.run_id, events, fence=self.lease
@@ -581,6 +585,7 @@ class Attempt(AttemptCore):
     async def _finish(self, terminal: RunEvent) -> None:
         """Append the buffer and the terminal in one fenced batch. The store drops the run's
         lock with the terminal (see ``EventLogStore.append_events``): no release follows."""
+        await close_children(self, terminal.kind)
         events, self._buffer = [*self._buffer, terminal], []
         await self._io(
             self.store.append_events, self.spec.name, self.run_id, events, fence=self.lease

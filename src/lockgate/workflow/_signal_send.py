@@ -1,0 +1,96 @@
+"""``ctx.signal``: a signal sent from a body to another run, once.
+
+The send takes a call position (``StepKind.SIGNAL_SEND``) and goes out with an idempotency key
+made of this run's id and that position, to the target's live tail (as ``client.signal``
+sends). An attempt that dies after the send and before its outcome is journaled sends it
+again on replay with the same key, and the target's store keeps it once (the answer is then
+``"duplicate"``). The outcome (the store's answer, or the error the send met) is journaled
+and returned on every later replay without sending.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from lockgate import _failpoints as failpoints
+from lockgate._errors import (
+    LockgateError,
+    LockLost,
+    RunNotFoundError,
+    StoreFileGone,
+    StoreUnavailable,
+)
+from lockgate._names import check_name
+from lockgate.journal._events import EventKind, StepKind
+from lockgate.workflow._spec import json_ready
+from lockgate.workflow._unwind import (
+    _LeaseLost,
+    _StoreFailed,
+    describe_with_args,
+    rebuild_error,
+)
+
+if TYPE_CHECKING:
+    from lockgate.workflow._attempt_core import AttemptCore
+
+
+def check_signal(
+    workflow: Callable[..., Any] | str, run_id: object, signal: object, payload: object
+) -> tuple[str, dict[str, Any]]:
+    """The target workflow's name and the payload, once the call's arguments are checked
+    (:class:`InvalidNameError`, ``TypeError``, ``ValueError``)."""
+    from lockgate.workflow._children import child_target
+
+    name, _ = child_target("ctx.signal", workflow)
+    check_name("run id", run_id, length=False)
+    check_name("signal name", signal)
+    payload = {} if payload is None else payload
+    if not isinstance(payload, dict) or not json_ready(payload):
+        raise ValueError("a ctx.signal payload must be a JSON-serializable dict")
+    return name, payload
+
+
+async def send_signal(
+    core: AttemptCore, name: str, run_id: str, signal: str, payload: dict[str, Any]
+) -> str:
+    """Send ``signal`` to the run ``run_id`` of ``name`` once; see ``ctx.signal``."""
+    from lockgate.client._client import WorkflowClient
+
+    index, record = core._next(StepKind.SIGNAL_SEND, signal)
+    await core._before_call(index, record)
+    if record is not None and record.done:
+        return str(record.result)
+    if record is not None and record.failed:
+        error = record.errors[-1]
+        target = error.get("target") or {}
+        if error.get("code") == RunNotFoundError.code and target:
+            raise RunNotFoundError(str(target.get("name")), str(target.get("run_id")))
+        raise rebuild_error(error, signal)
+    base = {
+        "call_index": index,
+        "step_id": signal,
+        "kind": StepKind.SIGNAL_SEND.value,
+        "target": {"name": name, "run_id": run_id},
+    }
+    client = WorkflowClient(core.store, clock=core.clock)
+    try:
+        answer = await client.signal(
+            name, run_id, signal, payload, signal_id=f"signal-send:{core.run_id}:{index}"
+        )
+    except LockLost as exc:
+        raise _LeaseLost() from exc
+    except (StoreUnavailable, StoreFileGone) as exc:
+        raise _StoreFailed(exc) from exc
+    except LockgateError as exc:
+        described = describe_with_args(exc)
+        described["target"] = {"name": name, "run_id": run_id}
+        core._record(
+            EventKind.STEP_ERROR, {**base, "attempt": 1, "final": True, "error": described}
+        )
+        await core.flush()
+        raise
+    failpoints.hit("after_step_effect")  # sent; its outcome not yet journaled
+    core._record(EventKind.STEP_DONE, {**base, "attempt": 1, "result": answer})
+    await core.flush()
+    return answer
