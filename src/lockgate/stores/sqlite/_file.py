@@ -15,7 +15,7 @@ from pathlib import Path
 from lockgate._errors import StoreFileError, StoreFileGone, StoreUnavailable
 
 #: Bumped whenever the schema changes in a way an older lockgate cannot read.
-FORMAT_GENERATION = 2
+FORMAT_GENERATION = 3
 #: ``PRAGMA application_id`` of a lockgate file: "LKGT".
 APPLICATION_ID = 0x4C4B4754
 #: UPSERT (3.24) and partial indexes are needed; WAL needs a library built with it.
@@ -280,6 +280,14 @@ CREATE TABLE IF NOT EXISTS lg_served (
 ) WITHOUT ROWID;
 """
 
+#: Poison bookkeeping (format generation 3): a run's counted crashes (a JSON list of times)
+#: and the lease last seen with its loop blocked, with the lock expiry it had then.
+POISON_COLUMNS = """
+ALTER TABLE lg_runs ADD COLUMN crashes TEXT;
+ALTER TABLE lg_runs ADD COLUMN blocked_lease TEXT;
+ALTER TABLE lg_runs ADD COLUMN blocked_until REAL;
+"""
+
 #: What brings a file of an older generation to this one, by the generation it starts from.
 MIGRATIONS = {
     1: """
@@ -291,6 +299,7 @@ ALTER TABLE lg_runs ADD COLUMN rburst INTEGER;
 ALTER TABLE lg_runs ADD COLUMN bucket TEXT NOT NULL DEFAULT '';
 """
     + GATES_SCHEMA,
+    2: POISON_COLUMNS,
 }
 
 
@@ -344,6 +353,9 @@ CREATE TABLE IF NOT EXISTS lg_runs (
     rps REAL,
     rburst INTEGER,
     bucket TEXT NOT NULL DEFAULT '',
+    crashes TEXT,
+    blocked_lease TEXT,
+    blocked_until REAL,
     PRIMARY KEY (name, run_id)
 );
 CREATE INDEX IF NOT EXISTS lg_runs_queue ON lg_runs (name, queued) WHERE queued IS NOT NULL;
