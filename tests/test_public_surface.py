@@ -94,6 +94,7 @@ EXPECTED = {
     "StoreFileGone",
     "StoreProtocolError",
     "StoreUnavailable",
+    "StrandedPolicy",
     "StreamProgress",
     "SystemClock",
     "TerminateOutcome",

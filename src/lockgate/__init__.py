@@ -94,7 +94,7 @@ from lockgate.stores import (
 )
 from lockgate.streams._values import KafkaRecord
 from lockgate.streams.sources import Batch, InMemorySource, KafkaSource, Source
-from lockgate.worker import WorkerOptions, WorkflowWorker
+from lockgate.worker import StrandedPolicy, WorkerOptions, WorkflowWorker
 from lockgate.workflow import (
     DuplicateWorkflowWarning,
     KafkaTopic,
@@ -190,6 +190,7 @@ __all__ = [
     "StoreFileGone",
     "StoreProtocolError",
     "StoreUnavailable",
+    "StrandedPolicy",
     "StreamProgress",
     "SystemClock",
     "TerminateOutcome",
