@@ -97,6 +97,7 @@ EXPECTED = {
     "StoreFileGone",
     "StoreProtocolError",
     "StoreUnavailable",
+    "StrandedPolicy",
     "StreamProgress",
     "SystemClock",
     "TerminateOutcome",

@@ -330,3 +330,25 @@ def test_processes_opening_a_new_file_at_once_all_see_a_whole_store(tmp_path: Pa
             assert opener.returncode == 0, err.decode()
         assert SQLiteStore(path).info()["format_generation"] == FORMAT_GENERATION
         assert not list(tmp_path.glob(".new-*")), "a scratch file was left behind"
+
+
+def test_a_generation_2_file_gains_the_poison_columns(tmp_path: Path) -> None:
+    from lockgate.stores import PoisonPolicy
+
+    path = tmp_path / "store.db"
+    old = SQLiteStore(path, lock_ttl=1.0)
+    old.submit_run(NAME, "r1", {})
+    old.close()
+    raw = sqlite3.connect(path)
+    for column in ("crashes", "blocked_lease", "blocked_until"):
+        raw.execute(f"ALTER TABLE lg_runs DROP COLUMN {column}")
+    raw.execute("UPDATE lg_meta SET value = '2' WHERE key = 'format_generation'")
+    raw.commit()
+    raw.close()
+    now = [1000.0]
+    store = SQLiteStore(path, lock_ttl=1.0, clock=lambda: now[0])
+    assert store.info()["format_generation"] == FORMAT_GENERATION == 3
+    assert store.claim_next_run(NAME, "lease-a") == "r1"
+    now[0] += 2.0
+    store.recover_pending_runs(NAME, poison=PoisonPolicy(max_retries=0))
+    assert store.get_run(NAME, "r1").status == RunStatus.QUARANTINED  # type: ignore[union-attr]

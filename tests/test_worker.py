@@ -276,11 +276,11 @@ async def test_orphan_scan_requeues_a_lapsed_lease_as_owner_gone() -> None:
     async with serving(worker):
         assert await handle.result(timeout=WAIT_S) == 9
     requeues = [
-        e.payload
+        (e.payload["reason"], e.payload["count"], e.payload["crashes"])
         for e in journal(store, "wk_double", handle.run_id)
         if e.kind == EventKind.RUN_REQUEUED
     ]
-    assert requeues == [{"reason": "owner_gone", "count": 1}]
+    assert requeues == [("owner_gone", 1, 1)]  # and a crash of the run (poison_max_retries)
 
 
 # -- shutdown ------------------------------------------------------------------------------------
@@ -421,9 +421,9 @@ class FlakyStore(MemoryStore):
         self._maybe_fail("append_events")
         super().append_events(*args, **kwargs)
 
-    def recover_pending_runs(self, name: str, now: float | None = None) -> list[str]:
+    def recover_pending_runs(self, name: str, now: float | None = None, **kwargs: Any) -> list[str]:
         self._maybe_fail("recover_pending_runs")
-        return super().recover_pending_runs(name, now)
+        return super().recover_pending_runs(name, now, **kwargs)
 
     def claim_next_runs_loaded(self, *args: Any, **kwargs: Any) -> Claims:
         self._maybe_fail("claim_next_runs_loaded")

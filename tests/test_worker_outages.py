@@ -62,9 +62,9 @@ class OutageStore(MemoryStore):
         self._answer("get_sleeping_runs")
         return super().get_sleeping_runs(before, limit)
 
-    def recover_pending_runs(self, name: str, now: float | None = None) -> list[str]:
+    def recover_pending_runs(self, name: str, now: float | None = None, **kwargs: Any) -> list[str]:
         self._answer("recover_pending_runs")
-        return super().recover_pending_runs(name, now)
+        return super().recover_pending_runs(name, now, **kwargs)
 
     def run_maintenance(self, now: float | None = None) -> int:
         self._answer("run_maintenance")

@@ -99,7 +99,7 @@ from lockgate.stores import (
 )
 from lockgate.streams._values import KafkaRecord
 from lockgate.streams.sources import Batch, InMemorySource, KafkaSource, Source
-from lockgate.worker import WorkerOptions, WorkflowWorker
+from lockgate.worker import StrandedPolicy, WorkerOptions, WorkflowWorker
 from lockgate.workflow import (
     DuplicateWorkflowWarning,
     KafkaTopic,
@@ -198,6 +198,7 @@ __all__ = [
     "StoreFileGone",
     "StoreProtocolError",
     "StoreUnavailable",
+    "StrandedPolicy",
     "StreamProgress",
     "SystemClock",
     "TerminateOutcome",

@@ -114,6 +114,8 @@ class ErrorCode(enum.StrEnum):
     RUN_NOT_WAITING = "run_not_waiting"
     SUSPEND = "suspend"
     QUARANTINED = "quarantined"
+    #: A queued pinned run that no live worker's version served in time (``StrandedPolicy``).
+    STRANDED = "stranded"
     INTERRUPT_HANDLER_FAILED = "interrupt_handler_failed"
 
 

@@ -18,6 +18,7 @@ from lockgate.cli._output import fields, flatten, json_line, note, out
 from lockgate.cli._params import (
     FROM_FILE,
     Subparsers,
+    count,
     json_object,
     port,
     positive_int,
@@ -91,7 +92,45 @@ def _worker_options(args: argparse.Namespace) -> dict[str, Any]:
         "orphan_scan_interval": args.orphan_scan_interval,
         "shutdown_grace": args.shutdown_grace,
         "health_port": args.health_port,
+        **_poison_options(args),
     }
+
+
+def _poison_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The poison, cancel and stranded knobs (None: the option's default)."""
+    return {
+        "poison_max_retries": args.poison_max_retries,
+        "poison_retry_ttl_s": args.poison_retry_ttl,
+        "poison_counts_loop_blocked": False if args.poison_ignores_loop_blocked else None,
+        "cancel_timeout": args.cancel_timeout,
+        "stranded_policy": args.stranded_policy,
+        "stranded_timeout": args.stranded_timeout,
+    }
+
+
+def _add_poison_flags(p: argparse.ArgumentParser, defaults: dict[str, Any]) -> None:
+    p.add_argument(
+        "--poison-max-retries",
+        type=count,
+        metavar="N",
+        help=f"quarantine a run at its crash N+1 within the TTL ({defaults['poison_max_retries']})",
+    )
+    for flag, field, what in (
+        ("--poison-retry-ttl", "poison_retry_ttl_s", "forget a run's crashes after S seconds"),
+        ("--cancel-timeout", "cancel_timeout", "cancel a body that ignores a cancel after S"),
+        ("--stranded-timeout", "stranded_timeout", "with --stranded-policy fail: after S"),
+    ):
+        p.add_argument(flag, type=seconds, metavar="S", help=f"{what} ({defaults[field]}s)")
+    p.add_argument(
+        "--poison-ignores-loop-blocked",
+        action="store_true",
+        help="a lapse of a worker whose event loop was blocked is not counted as a crash",
+    )
+    p.add_argument(
+        "--stranded-policy",
+        choices=("wait", "fail"),
+        help="queued pinned runs no live worker's version serves: wait, or fail (wait)",
+    )
 
 
 def _known_here_or_there(store: Store, name: str) -> bool:
@@ -206,6 +245,7 @@ def add_run_parsers(group: Subparsers, common: list[argparse.ArgumentParser]) ->
         metavar="PORT",
         help="serve /livez and /readyz on 127.0.0.1 (0: a free port, printed at start)",
     )
+    _add_poison_flags(p, defaults)
     p.set_defaults(run=worker, opens_store=True)
 
     p = group.add_parser("submit", parents=common, help="start a run; prints its id")

@@ -121,6 +121,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def count(text: str) -> int:
+    """A whole number >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
 def seconds(text: str) -> float:
     try:
         value = float(text)

@@ -19,6 +19,7 @@ from lockgate.stores._chains import ChainLink, ChainStore, chain_link
 from lockgate.stores._composite import CompositeStore
 from lockgate.stores._gates import Gates, WaitReason
 from lockgate.stores._open import JOURNAL_URL_ENV, STORE_URL_ENV, open_store
+from lockgate.stores._poison import PoisonPolicy
 from lockgate.stores._records import Continuation
 from lockgate.stores._triggers import FiredBatch, TriggerPolicy
 from lockgate.stores._types import (
@@ -62,6 +63,7 @@ __all__ = [
     "KafkaEventLogStore",
     "LifecycleStore",
     "MemoryStore",
+    "PoisonPolicy",
     "PolicyStore",
     "RebuildReport",
     "ReplaySummary",

@@ -24,6 +24,7 @@ from lockgate._names import check_new_run
 from lockgate.journal._events import RunEvent
 from lockgate.stores._chains import ChainStore
 from lockgate.stores._gates import Gates, WaitReason
+from lockgate.stores._poison import PoisonPolicy
 from lockgate.stores._records import Continuation, Submit
 from lockgate.stores._triggers import FiredBatch, TriggerPolicy
 from lockgate.stores._types import (
@@ -168,17 +169,21 @@ class LifecycleStore(abc.ABC):
         """
 
     @abc.abstractmethod
-    def claim_run(self, name: str, run_id: str, worker_id: str) -> None:
+    def claim_run(
+        self, name: str, run_id: str, worker_id: str, *, poison: PoisonPolicy | None = None
+    ) -> None:
         """Take the named run under lease ``worker_id``, out of the queue if it was queued.
 
         Succeeds when the lock is free or already this lease's. A lock whose lease lapsed is
         taken over, and the lapsed attempt counts as ``owner_gone`` exactly as
-        :meth:`requeue_run` counts it (``run:requeued`` is journaled); past ``max_retries`` the
-        run ends with ``run:error`` and this raises :class:`RunFinishedError`. Raises
-        :class:`RunOwnedError` when another live lease holds it, :class:`RunFinishedError` when
-        its journal has ended, :class:`RunGatedError` (leaving the run as it was) when its
-        gates refuse it, and :class:`RunNotFoundError` for an unknown run. Re-asserting a claim
-        the lease already holds takes no slot and spends no token.
+        :meth:`requeue_run` counts it (``run:requeued`` is journaled) and as a crash against
+        ``poison`` as :meth:`recover_pending_runs` counts it; past ``max_retries`` (or
+        quarantined) the run ends with ``run:error`` and this raises
+        :class:`RunFinishedError`. Raises :class:`RunOwnedError` when another live lease holds
+        it, :class:`RunFinishedError` when its journal has ended, :class:`RunGatedError`
+        (leaving the run as it was) when its gates refuse it, and :class:`RunNotFoundError`
+        for an unknown run. Re-asserting a claim the lease already holds takes no slot and
+        spends no token.
         """
 
     @abc.abstractmethod
@@ -202,8 +207,26 @@ class LifecycleStore(abc.ABC):
         """
 
     @abc.abstractmethod
-    def recover_pending_runs(self, name: str, now: float | None = None) -> list[str]:
-        """Requeue (as ``owner_gone``) every run of ``name`` whose lease expired; return them."""
+    def recover_pending_runs(
+        self, name: str, now: float | None = None, *, poison: PoisonPolicy | None = None
+    ) -> list[str]:
+        """Requeue (as ``owner_gone``) every run of ``name`` whose lease expired; return them.
+
+        With ``poison`` each lapse is also a crash of the run, at the store's time, unless it
+        is loop-blocked (see :meth:`note_loop_blocked`) and the policy does not count those;
+        crashes older than ``poison.retry_ttl_s`` are forgotten, progress resets none. The
+        crash that brings the run past ``poison.max_retries`` of them ends it instead with
+        ``run:error`` code ``quarantined`` (status ``quarantined``; ``detail`` says how many
+        crashes in what window), freeing its slot. A requeue of a counted crash journals its
+        time as ``crash_at`` in ``run:requeued`` (what a rebuild restores the count from), and
+        a loop-blocked one says ``loop_blocked``. Without ``poison`` nothing is counted."""
+
+    def note_loop_blocked(self, name: str, run_id: str, lease: str) -> bool:
+        """Note that the holder of ``lease`` saw its event loop blocked while holding the run:
+        should the lease lapse before another heartbeat or claim of it, that lapse is
+        loop-blocked. False (nothing noted) unless ``lease`` holds the run's lock. A store
+        that cannot note it counts every lapse as a crash."""
+        return False
 
     def explain_wait(self, name: str, run_id: str) -> WaitReason | None:
         """Why a queued run has not started (its gate, its place in line, when the next token

@@ -35,6 +35,7 @@ from lockgate.stores._composed import (
 from lockgate.stores._drops import OutboxDrops
 from lockgate.stores._gates import WaitReason
 from lockgate.stores._outbox import CopyingLog, Outbox, as_kept
+from lockgate.stores._poison import PoisonPolicy
 from lockgate.stores._records import Continuation, Submit
 from lockgate.stores._triggers import FiredBatch, TriggerPolicy
 from lockgate.stores._types import (
@@ -394,11 +395,13 @@ class CompositeStore(Store):
             return None
 
     @composed
-    def claim_run(self, name: str, run_id: str, worker_id: str) -> Op[None]:
+    def claim_run(
+        self, name: str, run_id: str, worker_id: str, *, poison: PoisonPolicy | None = None
+    ) -> Op[None]:
         # A lapsed lease taken over journals run:requeued: copied whether the claim is taken
         # or refused, and a refusal stays the caller's error even when the copy fails too.
         try:
-            yield Call(self.lifecycle.claim_run, (name, run_id, worker_id))
+            yield Call(self.lifecycle.claim_run, (name, run_id, worker_id), {"poison": poison})
         except Exception:
             with contextlib.suppress(Exception):
                 yield from self._copy_op(name, run_id)
@@ -417,11 +420,18 @@ class CompositeStore(Store):
         yield from self._copy_soon_op(name, run_id)
 
     @composed
-    def recover_pending_runs(self, name: str, now: float | None = None) -> Op[list[str]]:
-        recovered: list[str] = yield Call(self.lifecycle.recover_pending_runs, (name, now))
+    def recover_pending_runs(
+        self, name: str, now: float | None = None, *, poison: PoisonPolicy | None = None
+    ) -> Op[list[str]]:
+        recovered: list[str] = yield Call(
+            self.lifecycle.recover_pending_runs, (name, now), {"poison": poison}
+        )
         for run_id in recovered:
             yield from self._copy_soon_op(name, run_id)
         return recovered
+
+    def note_loop_blocked(self, name: str, run_id: str, lease: str) -> bool:
+        return self.lifecycle.note_loop_blocked(name, run_id, lease)
 
     def explain_wait(self, name: str, run_id: str) -> WaitReason | None:
         return self.lifecycle.explain_wait(name, run_id)

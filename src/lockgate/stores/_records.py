@@ -292,10 +292,16 @@ def continued_payload(name: str, successor_id: str, gates: Gates) -> dict[str, A
 
 
 def requeue_outcome(
-    reason: str, owner_gone: int, store_requeues: int, max_retries: int, max_store_requeues: int
+    reason: str,
+    owner_gone: int,
+    store_requeues: int,
+    max_retries: int,
+    max_store_requeues: int,
+    extra: dict[str, Any] | None = None,
 ) -> tuple[int, int, str, dict[str, Any]]:
     """Count one requeue against its budget: the new counters, and the event to journal
-    (``run:requeued``, or ``run:error`` once the budget is spent)."""
+    (``run:requeued``, with ``extra`` in its payload, or ``run:error`` once the budget is
+    spent)."""
     if reason == "store_unavailable":
         store_requeues += 1
         count, over, code = store_requeues, store_requeues > max_store_requeues, reason
@@ -309,7 +315,8 @@ def requeue_outcome(
             "error": {"type": "lockgate:requeue_budget", "message": reason, "code": code},
         }
         return owner_gone, store_requeues, EventKind.RUN_ERROR, payload
-    return owner_gone, store_requeues, EventKind.RUN_REQUEUED, {"reason": reason, "count": count}
+    requeued = {"reason": reason, "count": count, **(extra or {})}
+    return owner_gone, store_requeues, EventKind.RUN_REQUEUED, requeued
 
 
 def terminated_payload(

@@ -13,6 +13,7 @@ from lockgate.stores import _notices as notices
 from lockgate.stores._types import ClaimedRun
 from lockgate.worker._runtime import Runtime, wait_all
 from lockgate.worker._status import backoff
+from lockgate.workflow import _blocked as blocked
 from lockgate.workflow._executor import Attempt
 from lockgate.workflow._spec import WorkflowSpec
 from lockgate.workflow._unwind import AttemptOutcome
@@ -190,6 +191,7 @@ class AttemptPool:
             controls=claimed.controls if claimed is not None else None,
             leased_at=leased_at,
         )
+        attempt.cancel_timeout = rt.options.cancel_timeout
         try:
             outcome = await attempt.execute()
         except StoreFileGone:
@@ -200,6 +202,8 @@ class AttemptPool:
             rt.store_state.failed(exc, asked_at)
             log.info("run %s of %s: %s", claim.run_id, spec.name, exc)
             self.outcomes["store_unavailable"] += 1
+            if blocked.was_blocked(claim.lease):
+                return  # the loop was blocked, not the store away: the orphan scan counts it
             if not attempt.put_back:
                 # The store is still away: keep the run in its slot and try until it lands.
                 await self._requeue_when_back(claim)

@@ -186,9 +186,12 @@ async def fire_triggers_due(rt: Runtime, now: float) -> bool:
 
 async def recover_orphans(rt: Runtime) -> bool:
     """Requeue the runs of this worker's workflows whose holder's lease lapsed (a worker that
-    died or froze). The store counts each as ``owner_gone`` against the run's retries."""
+    died or froze). The store counts each as ``owner_gone`` against the run's retries, and as
+    a crash against this worker's poison policy (quarantining a run past it)."""
     for name in rt.specs:
-        recovered = await rt.io(rt.store.recover_pending_runs, name)
+        recovered = await rt.io(
+            rt.store.recover_pending_runs, name, poison=rt.options.poison_policy
+        )
         if recovered:
             log.info("requeued %d run(s) of %s whose lease lapsed", len(recovered), name)
     return False

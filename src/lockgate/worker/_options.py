@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import enum
 import math
 from dataclasses import dataclass
 
 from lockgate._errors import ConfigurationError
+from lockgate.stores._poison import PoisonPolicy
 
 
 def _refuse(field_name: str, wanted: str, value: object) -> ConfigurationError:
@@ -27,6 +29,16 @@ def _check_seconds(field_name: str, value: object, *, allow_zero: bool = False) 
     ):
         bound = ">= 0" if allow_zero else "> 0"
         raise _refuse(field_name, f"a finite number of seconds {bound}", value)
+
+
+class StrandedPolicy(enum.StrEnum):
+    """What a worker does with a queued run no live worker can run: a ``pinned`` run whose
+    version no worker serving its workflow has (see ``WorkerOptions.stranded_timeout``)."""
+
+    #: Leave it queued until a worker of its version comes (a rollback, a canary).
+    WAIT = "wait"
+    #: End it with ``run:error`` code ``stranded`` once it has waited ``stranded_timeout``.
+    FAIL = "fail"
 
 
 @dataclass(frozen=True)
@@ -56,6 +68,20 @@ class WorkerOptions:
     ``event_buffer_size`` events are batched into one append, and a crash may run again a step
     whose outcome was still buffered. ``health_port`` (0 picks a free port) serves
     ``/livez`` and ``/readyz`` on ``health_host``; None serves nothing.
+
+    Poison runs: a run whose worker dies or freezes under it (its lease lapses) is requeued by
+    the next orphan scan or claim, and each such lapse is a crash of the run. The crash number
+    ``poison_max_retries + 1`` within ``poison_retry_ttl_s`` seconds (older ones are forgotten;
+    progress forgets none) quarantines the run instead: it ends with status ``quarantined``
+    and ``lockgate runs retry`` starts it again from its journal. A worker whose own event
+    loop stays blocked (a body that never awaits) notes it on the runs it holds before their
+    leases can lapse; ``poison_counts_loop_blocked=False`` requeues such lapses without
+    counting them. ``cancel_timeout``: after a cancel reaches a running attempt, a body that
+    has not reached a boundary within that many seconds has its task cancelled and the run
+    ends cancelled. ``stranded_policy`` (:class:`StrandedPolicy`) says what becomes of a
+    queued ``pinned`` run no live worker's version serves: ``WAIT`` leaves it queued, ``FAIL``
+    ends it with code ``stranded`` once it has waited ``stranded_timeout`` seconds. The
+    stranded scan runs with the orphan scan.
     """
 
     max_concurrent_runs: int = 50
@@ -71,8 +97,22 @@ class WorkerOptions:
     step_boundary_durability: bool = True
     health_port: int | None = None
     health_host: str = "127.0.0.1"
+    cancel_timeout: float = 5.0
+    poison_max_retries: int = 3
+    poison_retry_ttl_s: float = 3600.0
+    poison_counts_loop_blocked: bool = True
+    stranded_policy: StrandedPolicy = StrandedPolicy.WAIT
+    stranded_timeout: float = 0.0
+
+    @property
+    def poison_policy(self) -> PoisonPolicy:
+        """The poison knobs as the store calls that count a lapsed lease take them."""
+        return PoisonPolicy(
+            self.poison_max_retries, self.poison_retry_ttl_s, self.poison_counts_loop_blocked
+        )
 
     def __post_init__(self) -> None:
+        self._check_poison()
         for count in (
             "max_concurrent_runs",
             "claim_batch_size",
@@ -100,3 +140,18 @@ class WorkerOptions:
             raise _refuse("health_port", "None or a port number from 0 to 65535", port)
         if not isinstance(self.health_host, str) or not self.health_host:
             raise _refuse("health_host", "a host name or address", self.health_host)
+
+    def _check_poison(self) -> None:
+        _check_count("poison_max_retries", self.poison_max_retries, minimum=0)
+        _check_seconds("poison_retry_ttl_s", self.poison_retry_ttl_s)
+        _check_seconds("cancel_timeout", self.cancel_timeout, allow_zero=True)
+        _check_seconds("stranded_timeout", self.stranded_timeout, allow_zero=True)
+        if not isinstance(self.poison_counts_loop_blocked, bool):
+            raise _refuse(
+                "poison_counts_loop_blocked", "True or False", self.poison_counts_loop_blocked
+            )
+        policy = self.stranded_policy
+        if not isinstance(policy, StrandedPolicy):
+            if policy not in {p.value for p in StrandedPolicy}:
+                raise _refuse("stranded_policy", "a StrandedPolicy ('wait' or 'fail')", policy)
+            object.__setattr__(self, "stranded_policy", StrandedPolicy(policy))

@@ -34,7 +34,8 @@ from lockgate.worker._loops import (
     recover_orphans,
     sharded,
 )
-from lockgate.worker._options import WorkerOptions
+from lockgate.worker._options import StrandedPolicy, WorkerOptions
+from lockgate.worker._poison import fail_stranded, watch_loop
 from lockgate.worker._registration import register_workflows
 from lockgate.worker._runtime import Runtime, wait_all
 from lockgate.worker._status import backoff, describe_store, runs, status_log
@@ -244,6 +245,7 @@ class WorkflowWorker:
         try:
             await register_workflows(self._rt)
             await recover_orphans(self._rt)
+            await fail_stranded(self._rt)
             await self._drain_runnable()
         except asyncio.CancelledError:
             grace = 0.0
@@ -375,6 +377,14 @@ class WorkflowWorker:
                 name="lockgate-maintenance",
             )
         )
+        loops.append(asyncio.create_task(watch_loop(rt, self._pool), name="lockgate-watchdog"))
+        if options.stranded_policy == StrandedPolicy.FAIL:
+            loops.append(
+                asyncio.create_task(
+                    every(rt, fail_stranded, options.orphan_scan_interval),
+                    name="lockgate-stranded",
+                )
+            )
         for task in loops:
             task.add_done_callback(self._loop_ended)
         return loops

@@ -40,7 +40,9 @@ from lockgate.journal._events import (
 from lockgate.journal._replay import ReplayState
 from lockgate.stores._calls import call_store
 from lockgate.stores._types import RunControls, WaitOutcome, WaitSpec
+from lockgate.workflow import _blocked as blocked
 from lockgate.workflow._attempt_core import AttemptCore
+from lockgate.workflow._cancel_timeout import arm_cancel_timeout
 from lockgate.workflow._chain import _Continued, close_if_chained
 from lockgate.workflow._children import after_attempt, close_children
 from lockgate.workflow._context import (
@@ -74,6 +76,11 @@ log = logging.getLogger("lockgate.executor")
 class Attempt(AttemptCore):
     """One attempt at one run under one lease (``mode="live"``), or a read-only replay that
     serves a query (``mode="query"``)."""
+
+    #: Seconds a body has, after the heartbeat saw its cancel, to reach a boundary before its
+    #: task is cancelled and the run ends cancelled (None: no limit; see _cancel_timeout.py).
+    cancel_timeout: float | None = None
+    cancel_forced = False
 
     # -- durable operations --------------------------------------------------------------------
 
@@ -335,6 +342,12 @@ class Attempt(AttemptCore):
             return outcome
         except asyncio.CancelledError:
             lost = self._lease_lost or self._store_lost is not None
+            if self.cancel_forced and not lost and self._task is not None:
+                if self._task.uncancel() > 0:
+                    raise
+                return await self._finish_error(
+                    await self._cancelled_payload(), AttemptOutcome.CANCELLED
+                )
             if self._task is None or not lost or self._task.uncancel() > 0:
                 raise
             if self._store_lost is not None:
@@ -344,6 +357,10 @@ class Attempt(AttemptCore):
             heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await heartbeat
+            if self._cancel_timer is not None:
+                self._cancel_timer.cancel()
+
+    _cancel_timer: asyncio.Task[None] | None = None
 
     async def _heartbeat(self) -> None:
         while True:
@@ -356,6 +373,8 @@ class Attempt(AttemptCore):
                 self.lease_renewed(asked_at)
                 if cancel_at is not None:
                     self._cancel_seen = True
+                    if self._cancel_timer is None:
+                        self._cancel_timer = arm_cancel_timeout(self)
             except _LeaseLost:
                 log.warning(
                     "run %s of %s: lease %s lost; abandoning the attempt",
@@ -438,6 +457,10 @@ class Attempt(AttemptCore):
         requeue: its :class:`StoreFileGone` is raised as it is."""
         if isinstance(cause, StoreFileGone):
             raise cause
+        if blocked.was_blocked(self.lease) and self.lease_lapsed():
+            raise StoreUnavailable(
+                f"run {self.run_id!r}: the event loop was blocked past the lease"
+            )
         with contextlib.suppress(Exception):
             await call_store(
                 self.store,

@@ -38,6 +38,7 @@ from lockgate.journal._events import (
 )
 from lockgate.journal._replay import ReplayState, reconstruct_state
 from lockgate.stores._composite import CompositeStore
+from lockgate.stores._poison import crashes_in
 from lockgate.stores._records import PROGRESS_KINDS, WAIT_STATUS, Submit
 from lockgate.stores._types import WaitSpec
 from lockgate.stores.kafka._codec import (
@@ -311,6 +312,7 @@ def _latch(run: JournaledRun, events: Sequence[RunEvent]) -> None:
         elif event.kind in PROGRESS_KINDS:
             run.owner_gone = run.store_requeues = 0
         elif event.kind == EventKind.RUN_REQUEUED:
+            run.crashes.extend(crashes_in([event]))
             count = int(payload.get("count") or 0)
             if payload.get("reason") == "store_unavailable":
                 run.store_requeues = count

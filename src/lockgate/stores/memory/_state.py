@@ -70,6 +70,10 @@ class _Run:
     pause_at: str | None = None
     owner_gone: int = 0
     store_requeues: int = 0
+    #: Counted crashes (store clock times), and the lease whose loop was seen blocked with
+    #: the lock expiry it had then (see ``stores/_poison.py``).
+    crashes: list[float] = field(default_factory=list)
+    blocked: tuple[str, float] | None = None
     signals: list[dict[str, Any]] = field(default_factory=list)
     signal_keys: dict[str, str] = field(default_factory=dict)
     updates: dict[str, dict[str, Any]] = field(default_factory=dict)

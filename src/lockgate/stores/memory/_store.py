@@ -22,6 +22,7 @@ from lockgate.journal._events import (
 from lockgate.stores._base import Store, loaded_claim
 from lockgate.stores._chains import ChainLink, advance_record
 from lockgate.stores._gates import WaitReason, refill, sooner, wait_reason
+from lockgate.stores._poison import PoisonPolicy, judge_lapse
 from lockgate.stores._records import (
     Submit,
     idempotency_conflict,
@@ -183,7 +184,9 @@ class MemoryStore(MemoryWaits, Store):
         return None, next_token_in
 
     @_locked
-    def claim_run(self, name: str, run_id: str, worker_id: str) -> None:
+    def claim_run(
+        self, name: str, run_id: str, worker_id: str, *, poison: PoisonPolicy | None = None
+    ) -> None:
         run = self._run(name, run_id)
         if run.ended:
             raise RunFinishedError(f"run {run_id!r} of {name!r} has ended")
@@ -191,7 +194,7 @@ class MemoryStore(MemoryWaits, Store):
             raise RunOwnedError(f"run {run_id!r} is held by another lease")
         if run.lock is not None and run.lock != worker_id:
             # The last holder's lease lapsed: that attempt is gone, and counts as one.
-            self.requeue_run(name, run_id, reason="owner_gone")
+            self._lapsed(run, poison)
             if run.ended:
                 raise RunFinishedError(f"run {run_id!r} of {name!r} ran out of retries")
         if run.lock != worker_id or not self._held(run):
@@ -218,26 +221,58 @@ class MemoryStore(MemoryWaits, Store):
         run = self._runs.get((name, run_id))
         if run is None or (worker_id is not None and run.lock != worker_id):
             return
+        self._requeue(run, reason)
+
+    def _requeue(self, run: _Run, reason: str, extra: dict[str, Any] | None = None) -> None:
         self._set_lock(run, None)
         if run.ended:
             return
         run.owner_gone, run.store_requeues, kind, payload = requeue_outcome(
-            reason, run.owner_gone, run.store_requeues, self.max_retries, self.max_store_requeues
+            reason,
+            run.owner_gone,
+            run.store_requeues,
+            self.max_retries,
+            self.max_store_requeues,
+            extra,
         )
         self._append(run, [self._event(run, kind, payload)], None)
         if kind == EventKind.RUN_REQUEUED:
             self._enqueue(run)
 
+    def _lapsed(self, run: _Run, poison: PoisonPolicy | None) -> None:
+        """Requeue (or quarantine) a run whose holder's lease lapsed: see ``_poison.py``."""
+        if run.ended:
+            self._set_lock(run, None)
+            return
+        blocked = run.lock is not None and run.blocked == (run.lock, run.lock_expires)
+        lapse = judge_lapse(run.crashes, self._clock(), poison, loop_blocked=blocked)
+        run.crashes, run.blocked = lapse.crashes, None
+        if lapse.quarantine is None:
+            self._requeue(run, "owner_gone", lapse.requeued)
+            return
+        self._set_lock(run, None)
+        self._append(run, [self._event(run, EventKind.RUN_ERROR, lapse.quarantine)], None)
+
     @_locked
-    def recover_pending_runs(self, name: str, now: float | None = None) -> list[str]:
+    def recover_pending_runs(
+        self, name: str, now: float | None = None, *, poison: PoisonPolicy | None = None
+    ) -> list[str]:
         now = self._clock() if now is None else now
         recovered = []
         for (run_name, run_id), run in list(self._runs.items()):
             if run_name == name and run.lock is not None and run.lock_expires <= now:
                 if not run.ended:
                     recovered.append(run_id)
-                self.requeue_run(name, run_id, reason="owner_gone")
+                self._lapsed(run, poison)
         return recovered
+
+    @_locked
+    def note_loop_blocked(self, name: str, run_id: str, lease: str) -> bool:
+        run = self._runs.get((name, run_id))
+        if run is None or run.ended or run.lock != lease:
+            return False
+        run.blocked = (lease, run.lock_expires)
+        return True
 
     @_locked
     def explain_wait(self, name: str, run_id: str) -> WaitReason | None:

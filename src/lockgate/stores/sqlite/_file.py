@@ -280,13 +280,21 @@ CREATE TABLE IF NOT EXISTS lg_served (
 ) WITHOUT ROWID;
 """
 
-#: The tail record of each continue_as_new chain, by its root (format generation 3).
+#: The tail record of each continue_as_new chain, by its root (also format generation 3).
 CHAINS_SCHEMA = """
 CREATE TABLE IF NOT EXISTS lg_chains (
     root_name TEXT NOT NULL, root_run_id TEXT NOT NULL, hop INTEGER NOT NULL,
     link TEXT NOT NULL, closed INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (root_name, root_run_id)
 ) WITHOUT ROWID;
+"""
+
+#: Poison bookkeeping (format generation 3): a run's counted crashes (a JSON list of times)
+#: and the lease last seen with its loop blocked, with the lock expiry it had then.
+POISON_COLUMNS = """
+ALTER TABLE lg_runs ADD COLUMN crashes TEXT;
+ALTER TABLE lg_runs ADD COLUMN blocked_lease TEXT;
+ALTER TABLE lg_runs ADD COLUMN blocked_until REAL;
 """
 
 #: What brings a file of an older generation to this one, by the generation it starts from.
@@ -300,7 +308,7 @@ ALTER TABLE lg_runs ADD COLUMN rburst INTEGER;
 ALTER TABLE lg_runs ADD COLUMN bucket TEXT NOT NULL DEFAULT '';
 """
     + GATES_SCHEMA,
-    2: CHAINS_SCHEMA,
+    2: POISON_COLUMNS + CHAINS_SCHEMA,
 }
 
 
@@ -354,6 +362,9 @@ CREATE TABLE IF NOT EXISTS lg_runs (
     rps REAL,
     rburst INTEGER,
     bucket TEXT NOT NULL DEFAULT '',
+    crashes TEXT,
+    blocked_lease TEXT,
+    blocked_until REAL,
     PRIMARY KEY (name, run_id)
 );
 CREATE INDEX IF NOT EXISTS lg_runs_queue ON lg_runs (name, queued) WHERE queued IS NOT NULL;

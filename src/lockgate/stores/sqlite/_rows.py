@@ -21,6 +21,7 @@ from lockgate._errors import (
 )
 from lockgate.journal._events import EPOCH_HEADER, EventKind, RunEvent, RunStatus, terminal_status
 from lockgate.stores._gates import Gates, Refusal, fair_bucket, refill, token_wait
+from lockgate.stores._poison import PoisonPolicy, judge_lapse
 from lockgate.stores._records import PROGRESS_KINDS, Submit, derive_status, requeue_outcome
 from lockgate.stores._types import RunInfo, WaitSpec
 from lockgate.stores.sqlite._file import FileIdentity
@@ -224,7 +225,34 @@ class SQLiteRows:
             epoch=row["epoch"] if same else row["epoch"] + 1,
         )
 
-    def _requeue(self, db: sqlite3.Connection, row: sqlite3.Row, reason: str) -> None:
+    def _lapsed(
+        self, db: sqlite3.Connection, row: sqlite3.Row, poison: PoisonPolicy | None
+    ) -> None:
+        """Requeue (or quarantine) a run whose holder's lease lapsed: see ``_poison.py``."""
+        if row["terminal"] is not None:
+            self._set(db, row, lock=None)
+            return
+        blocked = (
+            row["lock"] is not None
+            and row["blocked_lease"] == row["lock"]
+            and row["blocked_until"] == row["lock_expires"]
+        )
+        crashes = json.loads(row["crashes"]) if row["crashes"] else []
+        lapse = judge_lapse(crashes, self._clock(), poison, loop_blocked=blocked)
+        self._set(db, row, crashes=dumps(lapse.crashes), blocked_lease=None, blocked_until=None)
+        if lapse.quarantine is None:
+            self._requeue(db, row, "owner_gone", lapse.requeued)
+            return
+        self._set(db, row, lock=None)
+        self._append(db, row, [self._event(row, EventKind.RUN_ERROR, lapse.quarantine)], None)
+
+    def _requeue(
+        self,
+        db: sqlite3.Connection,
+        row: sqlite3.Row,
+        reason: str,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
         self._set(db, row, lock=None)
         if row["terminal"] is not None:
             return
@@ -234,6 +262,7 @@ class SQLiteRows:
             row["store_requeues"],
             self.max_retries,
             self.max_store_requeues,
+            extra,
         )
         self._set(db, row, owner_gone=owner_gone, store_requeues=store_requeues)
         self._append(db, row, [self._event(row, kind, payload)], None)

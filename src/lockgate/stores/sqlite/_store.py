@@ -32,6 +32,7 @@ from lockgate.journal._events import (
 )
 from lockgate.stores._base import Store, loaded_claim
 from lockgate.stores._gates import WaitReason, refill, wait_reason
+from lockgate.stores._poison import PoisonPolicy
 from lockgate.stores._records import (
     Submit,
     idempotency_conflict,
@@ -276,7 +277,9 @@ class SQLiteStore(SQLiteClaims, SQLiteWaits, SQLiteTriggers, SQLiteChains, Store
         )
 
     @translated
-    def claim_run(self, name: str, run_id: str, worker_id: str) -> None:
+    def claim_run(
+        self, name: str, run_id: str, worker_id: str, *, poison: PoisonPolicy | None = None
+    ) -> None:
         self._check_file(now=True)  # never claim from a file its path no longer names
         with self._write() as db:
             row = self._require(db, name, run_id)
@@ -286,7 +289,7 @@ class SQLiteStore(SQLiteClaims, SQLiteWaits, SQLiteTriggers, SQLiteChains, Store
                 raise RunOwnedError(f"run {run_id!r} is held by another lease")
             if row["lock"] is not None and row["lock"] != worker_id:
                 # The last holder's lease lapsed: that attempt is gone, and counts as one.
-                self._requeue(db, row, "owner_gone")
+                self._lapsed(db, row, poison)
                 row = self._require(db, name, run_id)
             if row["terminal"] is None:
                 if not (self._live(row) and row["lock"] == worker_id):
@@ -332,7 +335,9 @@ class SQLiteStore(SQLiteClaims, SQLiteWaits, SQLiteTriggers, SQLiteChains, Store
             self._requeue(db, row, reason)
 
     @translated
-    def recover_pending_runs(self, name: str, now: float | None = None) -> list[str]:
+    def recover_pending_runs(
+        self, name: str, now: float | None = None, *, poison: PoisonPolicy | None = None
+    ) -> list[str]:
         recovered = []
         with self._write() as db:
             now = self._clock() if now is None else now
@@ -343,8 +348,18 @@ class SQLiteStore(SQLiteClaims, SQLiteWaits, SQLiteTriggers, SQLiteChains, Store
             for row in rows:
                 if row["terminal"] is None:
                     recovered.append(str(row["run_id"]))
-                self._requeue(db, row, "owner_gone")
+                self._lapsed(db, row, poison)
         return recovered
+
+    @translated
+    def note_loop_blocked(self, name: str, run_id: str, lease: str) -> bool:
+        with self._write() as db:
+            cursor = db.execute(
+                "UPDATE lg_runs SET blocked_lease = lock, blocked_until = lock_expires "
+                "WHERE name = ? AND run_id = ? AND lock = ? AND terminal IS NULL",
+                (name, run_id, lease),
+            )
+            return cursor.rowcount > 0
 
     @translated
     def explain_wait(self, name: str, run_id: str) -> WaitReason | None:

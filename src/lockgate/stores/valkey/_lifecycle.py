@@ -14,6 +14,7 @@ from lockgate._errors import DuplicateRunError, RunNotFoundError
 from lockgate._names import check_new_run
 from lockgate.journal._events import RunEvent
 from lockgate.stores._gates import Gates, WaitReason, fair_bucket, sooner, wait_reason
+from lockgate.stores._poison import NO_POLICY_ARGS, PoisonPolicy
 from lockgate.stores._records import Submit
 from lockgate.stores._types import ClaimedRun, Claims, RunControls, RunInfo, Written
 from lockgate.stores.valkey._core import (
@@ -324,8 +325,11 @@ class ValkeyLifecycle(ValkeyCore):
                 next_token_in = sooner(next_token_in, float(_text(token_in)))
         return claimed, (next_token_in if len(claimed) < len(leases) else None)
 
-    def claim_run(self, name: str, run_id: str, worker_id: str) -> None:
-        self._on_run("claim_run", name, run_id, worker_id)
+    def claim_run(
+        self, name: str, run_id: str, worker_id: str, *, poison: PoisonPolicy | None = None
+    ) -> None:
+        policy = poison.script_args() if poison is not None else NO_POLICY_ARGS
+        self._on_run("claim_run", name, run_id, worker_id, *policy)
 
     @operation
     def release_run(self, name: str, run_id: str, worker_id: str | None = None) -> Op[None]:
@@ -337,13 +341,22 @@ class ValkeyLifecycle(ValkeyCore):
     ) -> Op[None]:
         yield from self._on_run_op("requeue", name, run_id, worker_id or "", reason)
 
-    def recover_pending_runs(self, name: str, now: float | None = None) -> list[str]:
+    def recover_pending_runs(
+        self, name: str, now: float | None = None, *, poison: PoisonPolicy | None = None
+    ) -> list[str]:
         at = "" if now is None else repr(float(now))
+        policy = poison.script_args() if poison is not None else NO_POLICY_ARGS
         recovered: list[str] = []
         for shard in self._shards():
-            answer = self._script("recover", name, at, shard=shard)
+            answer = self._script("recover", name, at, *policy, shard=shard)
             recovered.extend(_text(r) for r in answer)
         return recovered
+
+    def note_loop_blocked(self, name: str, run_id: str, lease: str) -> bool:
+        try:
+            return bool(self._on_run("note_blocked", name, run_id, lease))
+        except RunNotFoundError:
+            return False
 
     def explain_wait(self, name: str, run_id: str) -> WaitReason | None:
         fields = self._fields(name, run_id)

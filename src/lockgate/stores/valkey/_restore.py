@@ -49,6 +49,8 @@ class JournaledRun:
     pause_at: str | None = None
     owner_gone: int = 0
     store_requeues: int = 0
+    #: Counted crashes (``crash_at`` of its requeues; see ``stores/_poison.py``).
+    crashes: list[float] = field(default_factory=list)
     idempotency: tuple[str, str, float] | None = None  # key, body hash, expires at
     outbox: Sequence[RunEvent] = field(default_factory=list)
 
@@ -75,6 +77,8 @@ def hash_fields(run: JournaledRun) -> list[Any]:
         "store_requeues": run.store_requeues,
         "journal_at": f"{run.journal_at[0]}:{run.journal_at[1]}",
     }
+    if run.crashes:
+        extra["crashes"] = _dumps(run.crashes)
     if run.idempotency is not None:
         extra["idem"] = run.idempotency[0]
     if run.cancel is not None:

@@ -288,7 +288,7 @@ end
 
 -- -- requeue budgets -----------------------------------------------------------------------------
 
-local function requeue(run, reason)
+local function requeue(run, reason, extra)
   set_lock(run, nil)
   if ended(run) then return nil end
   local owner_gone = tonumber(run.owner_gone or '0')
@@ -310,10 +310,61 @@ local function requeue(run, reason)
       error = {type = 'lockgate:requeue_budget', message = reason, code = code},
     })}, nil)
   end
-  local err = append(run, {event('run:requeued', {reason = reason, count = count})}, nil)
+  local requeued = {reason = reason, count = count}
+  for k, v in pairs(extra or {}) do requeued[k] = v end
+  local err = append(run, {event('run:requeued', requeued)}, nil)
   if err then return err end
   enqueue(run)
   return nil
+end
+
+-- -- poison runs (stores/_poison.py: the same rule) ----------------------------------------------
+
+-- Requeue, or quarantine, a run whose holder's lease lapsed. With no policy (pmax '') nothing is
+-- counted. Else the lapse is a crash at NOW (unless it is loop-blocked, the lease's loop noted
+-- blocked with no heartbeat since, and pcounts is '0'); crashes older than pttl seconds are
+-- forgotten; the one past pmax ends the run with run:error code quarantined.
+local function lapse(run, pmax, pttl, pcounts)
+  if ended(run) then
+    set_lock(run, nil)
+    return nil
+  end
+  local blocked = locked(run) and has(run.blocked_lease) and run.blocked_lease == run.lock
+    and tostring(run.blocked_until) == tostring(run.lock_expires)
+  local crashes = {}
+  if has(run.crashes) then crashes = cjson.decode(run.crashes) end
+  set(run, 'blocked_lease', '')
+  set(run, 'blocked_until', '')
+  local extra = {}
+  if blocked then extra.loop_blocked = true end
+  if has(pmax) then
+    local ttl, kept = tonumber(pttl), {}
+    for _, at in ipairs(crashes) do
+      if at > NOW - ttl then table.insert(kept, at) end
+    end
+    crashes = kept
+    if pcounts == '1' or not blocked then
+      table.insert(crashes, NOW)
+      if #crashes > tonumber(pmax) then
+        set(run, 'crashes', cjson.encode(crashes))
+        set_lock(run, nil)
+        local message = 'quarantined: the run took its worker down ' .. #crashes ..
+          ' times within ' .. string.format('%g', ttl) .. 's (poison_max_retries=' .. pmax .. ')'
+        return append(run, {event('run:error', {
+          code = 'quarantined',
+          message = message,
+          error = {type = 'lockgate:quarantined', message = message, code = 'quarantined'},
+          detail = {
+            crashes = #crashes, first_crash_at = crashes[1], last_crash_at = crashes[#crashes],
+            window_s = ttl, max_retries = tonumber(pmax), loop_blocked = blocked,
+          },
+        })}, nil)
+      end
+      extra = {crash_at = NOW, crashes = #crashes, loop_blocked = extra.loop_blocked}
+    end
+  end
+  if #crashes > 0 then set(run, 'crashes', cjson.encode(crashes)) else set(run, 'crashes', '') end
+  return requeue(run, 'owner_gone', extra)
 end
 
 -- -- idempotency keys -----------------------------------------------------------------------
