@@ -323,6 +323,12 @@ def test_a_run_no_worker_serves_can_be_inspected_and_terminated(
     assert events[-1]["payload"]["code"] == "terminated"
     code, out, _ = _run(capsys, "runs", "list", name, "--status", "terminated", "--json")
     assert [json.loads(line)["run_id"] for line in out.splitlines()] == [run_id]
+    code, out, _ = _run(capsys, "runs", "retry", name, run_id, "--plan")
+    assert code == 0
+    assert out.splitlines()[0].split() == ["retry", "run", f"{run_id}.retry1"]
+    assert out.splitlines()[-1].split() == ["in", "doubt", "none"]
+    code, _, err = _run(capsys, "runs", "show", name, f"{run_id}.retry1")
+    assert code == 2, "--plan started the retry"
     code, out, err = _run(capsys, "runs", "retry", name, run_id)
     assert code == 0
     assert out.strip() == f"{run_id}.retry1"

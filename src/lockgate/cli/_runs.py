@@ -152,10 +152,24 @@ async def terminate(args: argparse.Namespace, store: Store) -> int:
 
 
 async def retry(args: argparse.Namespace, store: Store) -> int:
-    """Start a run that ended without completing again, and print the new run's id."""
-    handle = await WorkflowClient(store).retry(args.name, args.run_id)
+    """Start a run that ended without completing again, and print the new run's id; with
+    ``--plan``, print what the retry would carry over and run again, starting nothing."""
+    client = WorkflowClient(store)
+    plan = await client.plan_retry(args.name, args.run_id)
+    if args.plan:
+        out(f"retry run      {plan.retry_run_id}")
+        out(f"carried over   {plan.seeded_events} events of {args.run_id}'s journal")
+        out(f"runs again     from index {plan.cut} of that journal")
+        out(f"in doubt       {', '.join(plan.in_doubt) or 'none'}")
+        return OK
+    handle = await client.retry(args.name, args.run_id)
     out(handle.run_id)
     note(f"run {args.run_id} retried as run {handle.run_id}")
+    if plan.in_doubt:
+        note(
+            f"started with no recorded outcome, so the retry runs them again: "
+            f"{', '.join(plan.in_doubt)} (check their effects did not land twice)"
+        )
     return OK
 
 
@@ -226,6 +240,12 @@ def add_parsers(group: Subparsers, common: list[argparse.ArgumentParser]) -> Non
         "retry", parents=common, help="run an ended run that did not complete again; prints its id"
     )
     _run_arguments(p)
+    p.add_argument(
+        "--plan",
+        action="store_true",
+        help="print what the retry would carry over and run again (in-doubt steps too); "
+        "start nothing",
+    )
     p.set_defaults(run=retry)
 
     p = sub.add_parser("signal", parents=common, help="send a signal to a run")
