@@ -24,7 +24,7 @@ from lockgate import (
     step,
     workflow,
 )
-from lockgate.journal import EventKind
+from lockgate.journal import EventKind, RunEvent
 from lockgate.stores import MemoryStore, SQLiteStore, ValkeyStore
 from valkey_server import shared_url
 
@@ -225,3 +225,45 @@ async def test_find_retry_needs_only_the_retry(store: MemoryStore) -> None:
     # A run that merely looks like a retry is not one.
     store.submit_run("retried_flow", "other.retry1", {"item": "j"})
     assert await client.find_retry("retried_flow", "other") is None
+
+
+async def test_a_write_step_left_without_an_outcome_is_named_in_doubt(
+    runner: InlineWorkflowRunner, store: MemoryStore
+) -> None:
+    """A worker died inside ``retried_ship`` (its ``step:pending`` journaled, no outcome),
+    and the run was then terminated: the plan names the step so the caller can check its
+    effect before the retry runs it again; the step that finished is served, not doubted."""
+    handle = await runner.client.submit("retried_flow", {"item": "doubt"})
+    store.claim_run(handle.name, handle.run_id, "lease-a")
+    base = {"attempt": 1, "kind": "named"}
+    store.append_events(
+        handle.name,
+        handle.run_id,
+        [
+            RunEvent(
+                EventKind.STEP_PENDING,
+                {**base, "call_index": 0, "step_id": "retried_fetch"},
+                handle.run_id,
+            ),
+            RunEvent(
+                EventKind.STEP_DONE,
+                {**base, "call_index": 0, "step_id": "retried_fetch", "result": "fetched doubt"},
+                handle.run_id,
+            ),
+            RunEvent(
+                EventKind.STEP_PENDING,
+                {**base, "call_index": 1, "step_id": "retried_ship"},
+                handle.run_id,
+            ),
+        ],
+        fence="lease-a",
+    )
+    await runner.client.terminate(handle.name, handle.run_id, reason="stuck")
+    plan = await runner.client.plan_retry(handle.name, handle.run_id)
+    assert plan.in_doubt == ("retried_ship",)
+    retried = await runner.client.retry(handle.name, handle.run_id)
+    FAILURES.pop("doubt", None)
+    CALLS.clear()
+    await runner.run(retried.name, retried.run_id)
+    assert await retried.result() == "fetched doubt, shipped doubt (None)"
+    assert CALLS == {"ship doubt": 1}  # the in-doubt step ran once more; the fetch was served
