@@ -19,7 +19,6 @@ from lockgate._errors import (
     ContinuationChainError,
     DurableInvocationCancelled,
     DurableInvocationError,
-    DurableInvocationTimeout,
     InvalidParamsError,
     QueryError,
     RunFinishedError,
@@ -42,7 +41,7 @@ from lockgate.stores import _notices as notices
 from lockgate.stores._base import Store
 from lockgate.stores._calls import call_store
 from lockgate.stores._gates import WaitReason
-from lockgate.stores._types import RunInfo, TerminateOutcome
+from lockgate.stores._types import INTERRUPT_SIGNAL_PREFIX, RunInfo, TerminateOutcome
 from lockgate.streams._topics import kafka_journal, trigger_topic
 from lockgate.streams.triggers._produce import producer_for
 from lockgate.workflow._spec import (
@@ -58,7 +57,9 @@ MAX_START_DELAY = 365 * 86_400.0
 MAX_CHAIN_HOPS = 64
 
 if TYPE_CHECKING:
+    from lockgate.client._interrupts import InterruptHandler
     from lockgate.client._retry import ExistingRetry, RetryPlan
+    from lockgate.workflow._interrupt import InterruptAction
 
 T = TypeVar("T")
 
@@ -443,23 +444,53 @@ class WorkflowClient:
             raise RunNotFoundError(name, run_id)
         return events
 
-    async def result(self, name: str, run_id: str, *, timeout: float | None = None) -> Any:
+    async def result(
+        self,
+        name: str,
+        run_id: str,
+        *,
+        timeout: float | None = None,
+        on_interrupt: InterruptHandler | None = None,
+    ) -> Any:
         """Wait for the run to end and return its result.
 
         Raises :class:`DurableInvocationError` if it failed, :class:`DurableInvocationCancelled`
         if it was cancelled or terminated, :class:`DurableInvocationTimeout` past ``timeout``
-        seconds (on the client's clock)."""
-        deadline = None if timeout is None else self.clock() + timeout
-        while True:
-            run_id, info = await self._tail(name, run_id)
-            if info.status.is_terminal:
-                last = await self._io(self.store.get_last_event, name, run_id)
-                return _outcome(name, run_id, last)
-            if deadline is not None and self.clock() >= deadline:
-                raise DurableInvocationTimeout(
-                    name, run_id, f"still {info.status.value} after {timeout:g}s"
-                )
-            await self._advance(name, run_id)
+        seconds (on the client's clock), and :class:`DurableInterrupt` (with the question and
+        its ``wait_id``) when the run waits on ``ctx.interrupt`` and no ``on_interrupt``
+        handler is given. ``on_interrupt(payload)`` (sync or async) answers each question the
+        run asks as it waits: an :class:`InterruptResponse` it returns chooses the action,
+        any other value is the value of a ``respond``. A handler that raises, or answers with
+        an action the question does not take, fails the question (the body's
+        ``ctx.interrupt`` raises :class:`InterruptHandlerFailed`) and its exception
+        propagates; one that raises :class:`DurableInterrupt` leaves the run waiting."""
+        from lockgate.client._interrupts import await_result
+
+        return await await_result(self, name, run_id, timeout=timeout, on_interrupt=on_interrupt)
+
+    async def resume(
+        self,
+        name: str,
+        run_id: str,
+        action: InterruptAction | str,
+        value: Any = None,
+        *,
+        wait_id: str | None = None,
+    ) -> None:
+        """Answer the run's ``ctx.interrupt`` with ``action`` (``approve``, ``reject``,
+        ``respond`` or ``edit``) and ``value``, and queue the run with the answer.
+
+        ``wait_id`` names the interrupt answered (from :class:`DurableInterrupt`, or ``runs
+        show``), so an answer meant for one question never lands on a later one; it defaults
+        to the one the run waits on now. An action the question does not take (see
+        :class:`InterruptAction`) raises ``ValueError`` and sends nothing. Raises
+        :class:`RunNotWaitingError` when the run does not wait on that interrupt: it has
+        ended, it never asked it, it reached its deadline, or it was answered already (of
+        two answers to one interrupt, the first one the store takes stands), and
+        :class:`RunNotFoundError` for an unknown run."""
+        from lockgate.client._interrupts import resume
+
+        await resume(self, name, run_id, action, value, wait_id)
 
     # -- talking to a run ----------------------------------------------------------------------
 
@@ -478,6 +509,11 @@ class WorkflowClient:
         once the run has ended or a cancel is latched."""
         check_name("signal name", signal)
         check_optional("signal id", signal_id)
+        if signal.startswith(INTERRUPT_SIGNAL_PREFIX):
+            raise ValueError(
+                f"signal name {signal!r} is reserved for the answers of ctx.interrupt; "
+                f"answer an interrupt with resume"
+            )
         payload = {} if payload is None else payload
         if not isinstance(payload, dict) or not json_ready(payload):
             raise ValueError("a signal payload must be a JSON-serializable dict")
@@ -704,8 +740,17 @@ class RunHandle:
     async def why_waiting(self) -> str | None:
         return await self.client.why_waiting(self.name, self.run_id)
 
-    async def result(self, *, timeout: float | None = None) -> Any:
-        return await self.client.result(self.name, self.run_id, timeout=timeout)
+    async def result(
+        self, *, timeout: float | None = None, on_interrupt: InterruptHandler | None = None
+    ) -> Any:
+        return await self.client.result(
+            self.name, self.run_id, timeout=timeout, on_interrupt=on_interrupt
+        )
+
+    async def resume(
+        self, action: InterruptAction | str, value: Any = None, *, wait_id: str | None = None
+    ) -> None:
+        await self.client.resume(self.name, self.run_id, action, value, wait_id=wait_id)
 
     async def events(self) -> list[RunEvent]:
         return await self.client.events(self.name, self.run_id)
