@@ -15,6 +15,7 @@ from lockgate._errors import (
     EventAfterTerminal,
     Fatal,
     IdempotencyConflict,
+    InterruptHandlerFailed,
     InvalidNameError,
     InvalidParamsError,
     JournalNeedsNewerRuntime,
@@ -102,6 +103,8 @@ from lockgate.streams.sources import Batch, InMemorySource, KafkaSource, Source
 from lockgate.worker import StrandedPolicy, WorkerOptions, WorkflowWorker
 from lockgate.workflow import (
     DuplicateWorkflowWarning,
+    InterruptAction,
+    InterruptResponse,
     KafkaTopic,
     RetryPolicy,
     StepContext,
@@ -145,6 +148,9 @@ __all__ = [
     "IdempotencyConflict",
     "InMemorySource",
     "InlineWorkflowRunner",
+    "InterruptAction",
+    "InterruptHandlerFailed",
+    "InterruptResponse",
     "InvalidNameError",
     "InvalidParamsError",
     "JournalNeedsNewerRuntime",

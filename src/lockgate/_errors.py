@@ -32,7 +32,9 @@ parsing messages::
     ├── NonDeterminismError             a body that no longer matches its journal
     ├── UnboundContextError             a durable API used outside a run
     ├── NestedDurableOperationError     a durable API used inside a step
-    ├── WaitTimeout                     a signal wait reached its deadline
+    ├── WaitTimeout                     a signal wait or interrupt reached its deadline
+    ├── RunNotWaitingError              a resume of an interrupt the run does not wait on
+    ├── InterruptHandlerFailed          an on_interrupt handler could not answer the question
     ├── LockLost                        a fenced write by a lease that no longer holds the run
     │   └── EventAfterTerminal          an append behind a terminal event
     ├── RunOwnedError                   another live lease holds the run
@@ -45,6 +47,7 @@ parsing messages::
     ├── DurableInvocationError          a run awaited by a caller ended in error
     │   ├── DurableInvocationCancelled  ... because it was cancelled or terminated
     │   └── DurableInvocationTimeout    ... or did not end within the caller's timeout
+    ├── DurableInterrupt                an awaited run asks a question no handler answers
     └── UserFailure                     failures a step raises to steer retries
         ├── Transient                   always retried, up to max_attempts
         ├── Poison                      bad input: never retried
@@ -257,6 +260,19 @@ class RunNotWaitingError(LockgateError):
     code = ErrorCode.RUN_NOT_WAITING
 
 
+class InterruptHandlerFailed(LockgateError):
+    """What ``ctx.interrupt`` raises in the body when the ``on_interrupt`` handler of the
+    caller awaiting the run (``client.result``, ``run_and_await``) raised or answered with an
+    action the question does not take. Uncaught, the run ends in error with this code.
+    ``error`` describes the handler's failure as the journal recorded it."""
+
+    code = ErrorCode.INTERRUPT_HANDLER_FAILED
+
+    def __init__(self, message: str, *, error: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.error = error or {}
+
+
 class ChildWorkflowError(LockgateError):
     """A child run started with ``ctx.run_child`` ended in error, was cancelled, or timed
     out. ``status`` is how it ended; ``error`` the child's recorded error."""
@@ -369,7 +385,7 @@ class NestedDurableOperationError(LockgateError):
 
 
 class WaitTimeout(LockgateError):
-    """A ``wait_for_signal`` reached its deadline with no signal.
+    """A ``wait_for_signal`` or ``interrupt`` reached its deadline with no signal or answer.
 
     An ordinary exception: the body may catch it and carry on. Uncaught, the run ends in error
     with code ``wait_timeout``."""

@@ -13,6 +13,7 @@ from lockgate._errors import (
     PayloadTooLarge,
     RetryRefused,
     RunNotFoundError,
+    RunNotWaitingError,
     one_line,
 )
 
@@ -29,6 +30,7 @@ USAGE_ERRORS: tuple[type[BaseException], ...] = (
     InvalidParamsError,
     PayloadTooLarge,
     RunNotFoundError,
+    RunNotWaitingError,
     RetryRefused,
     CapabilityMissing,
     IdempotencyConflict,

@@ -88,6 +88,7 @@ def wait_text(wait: WaitSpec | None, now: float) -> str:
         "sleep": "sleep",
         "signal": f"signal {wait.signal!r}",
         "pause": "pause (until unpaused)",
+        "interrupt": f"an answer to {wait.wait_id}",
     }.get(wait.kind, wait.kind)
     if wait.due_at is None:
         return what if wait.kind == "pause" else f"{what}, no deadline"
@@ -135,6 +136,13 @@ def event_detail(event: RunEvent) -> str:
     if kind in ("run:signal_waiting", "run:signal_received"):
         signal = repr(p.get("signal", "?"))
         return signal + (f" {compact(p.get('payload'), 60)}" if "payload" in p else "")
+    if kind == "run:interrupted":
+        return f"{p.get('wait_id', '?')} ({p.get('expects', '?')}) {compact(p.get('payload'), 60)}"
+    if kind == "run:resumed":
+        error = p.get("error")
+        if isinstance(error, dict):
+            return f"{p.get('wait_id', '?')} handler failed: {error.get('message', '')}"
+        return f"{p.get('wait_id', '?')} {p.get('action', '?')} {compact(p.get('value'), 60)}"
     if kind == "run:complete":
         return f"result={compact(p.get('result'), 80)}"
     if kind == "run:error":
@@ -191,6 +199,10 @@ def run_fields(
         ("waiting on", queued_behind or wait_text(info.wait, now)),
         ("cancel", f"requested at {info.cancel_requested_at}" if info.cancel_requested_at else "-"),
     ]
+    if info.wait is not None and info.wait.kind == "interrupt":
+        asked = _asked(events, info.wait.wait_id)
+        if asked is not None:
+            pairs.append(("question", f"({asked.get('expects')}) {compact(asked.get('payload'))}"))
     outcome = outcome_text(events)
     if events and events[-1].kind == "run:continued":
         successor = events[-1].payload.get("run_id")
@@ -202,6 +214,14 @@ def run_fields(
     body = table(EVENT_HEADERS, map(event_row, shown)) if shown else "(none)"
     indented = "\n".join("  " + line for line in body.splitlines())
     return f"{fields(pairs)}\n\n{title}:\n{indented}"
+
+
+def _asked(events: Sequence[RunEvent], wait_id: str) -> dict[str, Any] | None:
+    """The ``run:interrupted`` payload of the interrupt ``wait_id``, if the events hold it."""
+    for event in reversed(events):
+        if event.kind == "run:interrupted" and event.payload.get("wait_id") == wait_id:
+            return event.payload
+    return None
 
 
 def flatten(data: Any, prefix: str = "") -> list[tuple[str, str]]:

@@ -31,9 +31,23 @@ def json_object(given: str, option: str) -> dict[str, Any]:
     """The JSON object ``given`` spells; ``@PATH`` reads it from that file and ``-`` from
     standard input, for objects too big for a command line. Anything that is not one JSON
     object (NaN and Infinity are not JSON) is a usage error naming ``option`` and the source."""
+    value, where = _json(given, option, "a JSON object ({...})")
+    if not isinstance(value, dict):
+        raise Failure(f"{where} must be a JSON object ({{...}}), not {type(value).__name__}")
+    return value
+
+
+def json_value(given: str, option: str) -> Any:
+    """The JSON value ``given`` spells (an object, a list, a string in quotes, a number,
+    true, false or null), read as :func:`json_object` reads an object."""
+    return _json(given, option, "a JSON value")[0]
+
+
+def _json(given: str, option: str, wanted: str) -> tuple[Any, str]:
+    """The JSON ``given`` spells, and how to name where it came from."""
     text, where = _json_text(given, option)
     if not text.strip():
-        raise Failure(f"{where} is empty: give a JSON object ({{...}})")
+        raise Failure(f"{where} is empty: give {wanted}")
     try:
         value = json.loads(text, parse_constant=_refuse_constant)
     except _NotJSON as exc:
@@ -42,9 +56,7 @@ def json_object(given: str, option: str) -> dict[str, Any]:
         ) from None
     except json.JSONDecodeError as exc:
         raise Failure(f"{where} is not valid JSON: {exc}") from None
-    if not isinstance(value, dict):
-        raise Failure(f"{where} must be a JSON object ({{...}}), not {type(value).__name__}")
-    return value
+    return value, where
 
 
 #: The arguments holding names or ids: the argument, what it is, and whether its length is
@@ -55,6 +67,7 @@ NAMED_ARGUMENTS = (
     ("run_id", "run id", False),
     ("signal", "signal name", True),
     ("signal_id", "signal id", True),
+    ("wait_id", "wait id", True),
     ("idempotency_key", "idempotency key", True),
 )
 

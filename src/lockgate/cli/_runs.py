@@ -11,6 +11,7 @@ from lockgate.cli._exits import FAILED, OK, Failure
 from lockgate.cli._output import (
     EVENT_HEADERS,
     RUN_HEADERS,
+    compact,
     event_row,
     json_line,
     note,
@@ -19,11 +20,20 @@ from lockgate.cli._output import (
     run_row,
     table,
 )
-from lockgate.cli._params import FROM_FILE, Subparsers, json_object, positive_int, seconds
+from lockgate.cli._params import (
+    FROM_FILE,
+    Subparsers,
+    json_object,
+    json_value,
+    positive_int,
+    seconds,
+)
 from lockgate.client._client import WorkflowClient
+from lockgate.client._interrupts import resume as answer_interrupt
 from lockgate.journal._events import RunStatus
 from lockgate.stores._base import Store
 from lockgate.stores._types import RunInfo, TerminateOutcome
+from lockgate.workflow._interrupt import InterruptAction
 
 PAGE = 200
 
@@ -188,6 +198,20 @@ async def signal(args: argparse.Namespace, store: Store) -> int:
     return OK
 
 
+async def resume(args: argparse.Namespace, store: Store) -> int:
+    """Answer the interrupt the run waits on (or the one ``--wait-id`` names)."""
+    value = json_value(args.value, "--value") if args.value is not None else None
+    client = WorkflowClient(store)
+    question = await answer_interrupt(
+        client, args.name, args.run_id, args.action, value, args.wait_id
+    )
+    out(
+        f"{question.wait_id} of run {args.run_id} answered: {args.action}"
+        + (f" {compact(value)}" if value is not None else "")
+    )
+    return OK
+
+
 def add_parsers(group: Subparsers, common: list[argparse.ArgumentParser]) -> None:
     """``runs`` and its subcommands."""
     runs = group.add_parser("runs", help="look at runs and talk to them")
@@ -256,6 +280,22 @@ def add_parsers(group: Subparsers, common: list[argparse.ArgumentParser]) -> Non
     )
     p.add_argument("--signal-id", metavar="ID", help="a retry with the same id applies once")
     p.set_defaults(run=signal)
+
+    actions = ", ".join(a.value for a in InterruptAction)
+    p = sub.add_parser(
+        "resume", parents=common, help="answer the question a run waits on (ctx.interrupt)"
+    )
+    _run_arguments(p)
+    p.add_argument("action", metavar="ACTION", help=f"one of {actions}, as the question takes")
+    p.add_argument(
+        "--value", metavar="JSON", help=f"the answer, any JSON value (none); {FROM_FILE}"
+    )
+    p.add_argument(
+        "--wait-id",
+        metavar="ID",
+        help="the interrupt answered (`runs show` names it); default: the one it waits on now",
+    )
+    p.set_defaults(run=resume)
 
 
 def _run_arguments(parser: argparse.ArgumentParser) -> None:

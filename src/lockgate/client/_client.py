@@ -8,7 +8,6 @@ import json
 import math
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -19,7 +18,6 @@ from lockgate._errors import (
     ContinuationChainError,
     DurableInvocationCancelled,
     DurableInvocationError,
-    DurableInvocationTimeout,
     InvalidParamsError,
     QueryError,
     RunFinishedError,
@@ -30,8 +28,9 @@ from lockgate._errors import (
     UpdateTimeout,
 )
 from lockgate._names import check_name, check_optional
-from lockgate.client._cascade import CloseResult, after_terminate
+from lockgate.client._cascade import after_terminate
 from lockgate.client._chains import resolve_continuation
+from lockgate.client._handle import RunHandle, TerminateResult
 from lockgate.client._recorded import recorded_cap, recorded_spec, recorded_stamp
 from lockgate.client._trigger_key import trigger_key
 from lockgate.journal._events import (
@@ -44,7 +43,7 @@ from lockgate.stores import _notices as notices
 from lockgate.stores._base import Store
 from lockgate.stores._calls import call_store
 from lockgate.stores._gates import WaitReason
-from lockgate.stores._types import RunInfo, TerminateOutcome
+from lockgate.stores._types import INTERRUPT_SIGNAL_PREFIX, RunInfo, TerminateOutcome
 from lockgate.streams._topics import kafka_journal, trigger_topic
 from lockgate.streams.triggers._produce import producer_for
 from lockgate.workflow._spec import (
@@ -60,23 +59,11 @@ MAX_START_DELAY = 365 * 86_400.0
 MAX_CHAIN_HOPS = 64
 
 if TYPE_CHECKING:
+    from lockgate.client._interrupts import InterruptHandler
     from lockgate.client._retry import ExistingRetry, RetryPlan
+    from lockgate.workflow._interrupt import InterruptAction
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class TerminateResult:
-    """What ``terminate`` did: ``TERMINATED`` when this call ended the run, ``ALREADY_ENDED``
-    when its journal had already ended (a repeat, or a run that finished first). ``run_id``
-    is the run it acted on: the successor of a run that was handed on. ``children`` counts
-    the open children (grandchildren too) the cascade closed, and ``ended`` names each run
-    it terminated, as ``(name, run_id)``: the store wrote their terminal, no worker did."""
-
-    outcome: TerminateOutcome
-    children: CloseResult
-    run_id: str
-    ended: tuple[tuple[str, str], ...] = ()
 
 
 def _delay_seconds(delay: float | timedelta) -> float:
@@ -456,23 +443,53 @@ class WorkflowClient:
             raise RunNotFoundError(name, run_id)
         return events
 
-    async def result(self, name: str, run_id: str, *, timeout: float | None = None) -> Any:
+    async def result(
+        self,
+        name: str,
+        run_id: str,
+        *,
+        timeout: float | None = None,
+        on_interrupt: InterruptHandler | None = None,
+    ) -> Any:
         """Wait for the run to end and return its result.
 
         Raises :class:`DurableInvocationError` if it failed, :class:`DurableInvocationCancelled`
         if it was cancelled or terminated, :class:`DurableInvocationTimeout` past ``timeout``
-        seconds (on the client's clock)."""
-        deadline = None if timeout is None else self.clock() + timeout
-        while True:
-            run_id, info = await self._tail(name, run_id)
-            if info.status.is_terminal:
-                last = await self._io(self.store.get_last_event, name, run_id)
-                return _outcome(name, run_id, last)
-            if deadline is not None and self.clock() >= deadline:
-                raise DurableInvocationTimeout(
-                    name, run_id, f"still {info.status.value} after {timeout:g}s"
-                )
-            await self._advance(name, run_id)
+        seconds (on the client's clock), and :class:`DurableInterrupt` (with the question and
+        its ``wait_id``) when the run waits on ``ctx.interrupt`` and no ``on_interrupt``
+        handler is given. ``on_interrupt(payload)`` (sync or async) answers each question the
+        run asks as it waits: an :class:`InterruptResponse` it returns chooses the action,
+        any other value is the value of a ``respond``. A handler that raises, or answers with
+        an action the question does not take, fails the question (the body's
+        ``ctx.interrupt`` raises :class:`InterruptHandlerFailed`) and its exception
+        propagates; one that raises :class:`DurableInterrupt` leaves the run waiting."""
+        from lockgate.client._interrupts import await_result
+
+        return await await_result(self, name, run_id, timeout=timeout, on_interrupt=on_interrupt)
+
+    async def resume(
+        self,
+        name: str,
+        run_id: str,
+        action: InterruptAction | str,
+        value: Any = None,
+        *,
+        wait_id: str | None = None,
+    ) -> None:
+        """Answer the run's ``ctx.interrupt`` with ``action`` (``approve``, ``reject``,
+        ``respond`` or ``edit``) and ``value``, and queue the run with the answer.
+
+        ``wait_id`` names the interrupt answered (from :class:`DurableInterrupt`, or ``runs
+        show``), so an answer meant for one question never lands on a later one; it defaults
+        to the one the run waits on now. An action the question does not take (see
+        :class:`InterruptAction`) raises ``ValueError`` and sends nothing. Raises
+        :class:`RunNotWaitingError` when the run does not wait on that interrupt: it has
+        ended, it never asked it, it reached its deadline, or it was answered already (of
+        two answers to one interrupt, the first one the store takes stands), and
+        :class:`RunNotFoundError` for an unknown run."""
+        from lockgate.client._interrupts import resume
+
+        await resume(self, name, run_id, action, value, wait_id)
 
     # -- talking to a run ----------------------------------------------------------------------
 
@@ -491,6 +508,11 @@ class WorkflowClient:
         once the run has ended or a cancel is latched."""
         check_name("signal name", signal)
         check_optional("signal id", signal_id)
+        if signal.startswith(INTERRUPT_SIGNAL_PREFIX):
+            raise ValueError(
+                f"signal name {signal!r} is reserved for the answers of ctx.interrupt; "
+                f"answer an interrupt with resume"
+            )
         payload = {} if payload is None else payload
         if not isinstance(payload, dict) or not json_ready(payload):
             raise ValueError("a signal payload must be a JSON-serializable dict")
@@ -712,68 +734,3 @@ def _update_outcome(update: str, update_id: str, outcome: dict[str, Any]) -> Any
     if status == "rejected":
         raise UpdateRejected(f"update {update!r} ({update_id}) was rejected: {message}")
     raise UpdateError(f"update {update!r} ({update_id}) failed: {message}")
-
-
-class RunHandle:
-    """One run. Each method is the client's method of the same name, bound to this run."""
-
-    def __init__(self, client: WorkflowClient, name: str, run_id: str) -> None:
-        self.client = client
-        self.name = name
-        self.run_id = run_id
-
-    def __repr__(self) -> str:
-        return f"RunHandle(name={self.name!r}, run_id={self.run_id!r})"
-
-    async def status(self) -> RunStatus:
-        return await self.client.status(self.name, self.run_id)
-
-    async def why_waiting(self) -> str | None:
-        return await self.client.why_waiting(self.name, self.run_id)
-
-    async def result(self, *, timeout: float | None = None) -> Any:
-        return await self.client.result(self.name, self.run_id, timeout=timeout)
-
-    async def events(self) -> list[RunEvent]:
-        return await self.client.events(self.name, self.run_id)
-
-    async def signal(
-        self, signal: str, payload: dict[str, Any] | None = None, *, signal_id: str | None = None
-    ) -> str:
-        return await self.client.signal(
-            self.name, self.run_id, signal, payload, signal_id=signal_id
-        )
-
-    async def query(self, query: str, *args: Any, **kwargs: Any) -> Any:
-        return await self.client.query(self.name, self.run_id, query, *args, **kwargs)
-
-    async def update(
-        self,
-        update: str,
-        payload: dict[str, Any] | None = None,
-        *,
-        update_id: str | None = None,
-        timeout: float = 30.0,
-    ) -> Any:
-        return await self.client.update(
-            self.name, self.run_id, update, payload, update_id=update_id, timeout=timeout
-        )
-
-    async def cancel(self, *, reason: str | None = None, requested_by: str | None = None) -> None:
-        await self.client.cancel(self.name, self.run_id, reason=reason, requested_by=requested_by)
-
-    async def terminate(
-        self, *, reason: str | None = None, requested_by: str | None = None
-    ) -> TerminateResult:
-        return await self.client.terminate(
-            self.name, self.run_id, reason=reason, requested_by=requested_by
-        )
-
-    async def retry(self) -> RunHandle:
-        return await self.client.retry(self.name, self.run_id)
-
-    async def pause(self) -> None:
-        await self.client.pause(self.name, self.run_id)
-
-    async def unpause(self) -> None:
-        await self.client.unpause(self.name, self.run_id)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lockgate._clock import Clock, as_clock
 from lockgate._errors import (
@@ -14,13 +14,17 @@ from lockgate._errors import (
     RunGatedError,
     RunOwnedError,
 )
-from lockgate.client._client import RunHandle, WorkflowClient
+from lockgate.client._client import WorkflowClient
+from lockgate.client._handle import RunHandle
 from lockgate.journal._events import RunEvent, RunStatus
 from lockgate.stores._base import Store
 from lockgate.stores._calls import call_store
 from lockgate.workflow._executor import Attempt
 from lockgate.workflow._spec import WorkflowSpec, get_workflow, spec_of, trigger_policy
 from lockgate.workflow._unwind import AttemptOutcome
+
+if TYPE_CHECKING:
+    from lockgate.client._interrupts import InterruptHandler
 
 log = logging.getLogger("lockgate.inline")
 
@@ -217,7 +221,8 @@ class InlineWorkflowRunner:
             await self.run(name, run_id)
             return
         due = info.wait.due_at if info.wait is not None else None
-        if info.status in (RunStatus.SLEEPING, RunStatus.SIGNAL_WAITING) and due is not None:
+        timed = (RunStatus.SLEEPING, RunStatus.SIGNAL_WAITING, RunStatus.INTERRUPTED)
+        if info.status in timed and due is not None:
             remaining = due - self.clock()
             if remaining > 0:
                 # Poll, rather than sleep to the deadline: a signal, update or cancel may come
@@ -235,16 +240,42 @@ async def run_and_await(
     *,
     idempotency_key: str,
     owner: str | None = None,
+    on_interrupt: InterruptHandler | None = None,
     poll_interval: float = 0.5,
     timeout: float | None = None,
+    suspend_on: tuple[type[BaseException], ...] = (),
     clock: Clock | None = None,
 ) -> Any:
     """Submit ``name`` as the run ``idempotency_key`` (the key is also its run id) and await
     its result from whichever worker executes it. Calling again with the same key and params
     re-attaches to the same run instead of starting another. Must not be awaited inside the
-    worker that executes ``name``: it waits on the store for someone else to run it."""
+    worker that executes ``name``: it waits on the store for someone else to run it.
+
+    Raises as :meth:`WorkflowClient.result` does: :class:`DurableInvocationCancelled`,
+    :class:`DurableInvocationError`, :class:`DurableInvocationTimeout`, and
+    :class:`DurableInterrupt` when the run waits on ``ctx.interrupt`` with no
+    ``on_interrupt`` handler. A handler is called with each question's payload and its return
+    value answers it (an :class:`InterruptResponse` chooses the action; anything else is the
+    value of a ``respond``). A handler that raises, or answers with an action the question
+    does not take, fails the run's question with code ``interrupt_handler_failed`` (raised
+    in the body by ``ctx.interrupt``; uncaught, the run ends in error with that code) and its
+    exception propagates, unless it is a :class:`DurableInterrupt` or an instance of one of
+    ``suspend_on``: those leave the run parked on the question, for the caller to resume."""
+    from lockgate.client._interrupts import await_result
+
+    if not isinstance(suspend_on, tuple) or not all(
+        isinstance(kind, type) and issubclass(kind, BaseException) for kind in suspend_on
+    ):
+        raise TypeError("suspend_on must be a tuple of exception classes")
     client = WorkflowClient(store, poll_interval=poll_interval, clock=clock)
     handle = await client.submit(
         name, params, idempotency_key=idempotency_key, owner=owner, run_id=idempotency_key
     )
-    return await handle.result(timeout=timeout)
+    return await await_result(
+        client,
+        name,
+        handle.run_id,
+        timeout=timeout,
+        on_interrupt=on_interrupt,
+        suspend_on=suspend_on,
+    )

@@ -2,14 +2,15 @@
 from where the failed one stopped.
 
 The plan (:class:`RetryPlan`) cuts the failed run's journal where its own failure begins: the
-first event of the call whose failure escaped the body (every try of that step is run again),
-else its terminal. A wait still open before that point (a sleep or a signal wait the run was
-cancelled in) moves the cut back to it, as a wait cannot be carried over half done. The events
-before the cut, less ``run:init`` and the controls and lifecycle the store wrote (cancels,
-pauses, requeues), are the *seed*: the retry is created with them journaled right after its
-own ``run:init``, in the same step, so its first attempt replays them and serves every call
-the failed run finished without running it again. A write step that started and left no
-outcome (in doubt) runs again, once, as any in-doubt step does.
+first event of the call whose failure escaped the body (every try of that step is run again; an
+interrupt that went unanswered, past its deadline or for want of a working ``on_interrupt``
+handler, is asked again), else its terminal. A wait still open before that point (a sleep, a
+signal wait or an interrupt the run was cancelled in) moves the cut back to it, as a wait cannot
+be carried over half done. The events before the cut, less ``run:init`` and the controls and
+lifecycle the store wrote (cancels, pauses, requeues), are the *seed*: the retry is created
+with them journaled right after its own ``run:init``, in the same step, so its first attempt
+replays them and serves every call the failed run finished without running it again. A write
+step that started and left no outcome (in doubt) runs again, once, as any in-doubt step does.
 
 The retry's id is the first run's id followed by ``.retry{n}``, ``n`` counting retries from
 that first run, so a retry asked for twice (a double click, a client that timed out) is one
@@ -29,7 +30,8 @@ from lockgate.workflow._spec import get_workflow
 from lockgate.workflow._unwind import is_final
 
 if TYPE_CHECKING:
-    from lockgate.client._client import RunHandle, WorkflowClient
+    from lockgate.client._client import WorkflowClient
+    from lockgate.client._handle import RunHandle
 
 log = logging.getLogger("lockgate.client")
 
@@ -157,12 +159,29 @@ def _cut(events: list[RunEvent]) -> int:
     last = events[cut - 1] if cut > 0 else None
     if last is not None and last.kind == EventKind.STEP_ERROR and last.payload.get("final"):
         cut = _first_of(events, last.payload.get("call_index"), cut)
+    elif last is not None and _unanswered_question(last):
+        # The run failed on its question (no one answered in time, or the caller's handler
+        # could not): the retry asks it again.
+        cut = _first_of(events, last.payload.get("call_index"), cut)
     # A wait still open before the cut is where the retry picks up.
     state = reconstruct_state(events[:cut])
     for record in state.calls.values():
         if record.wait_id is not None and not is_final(record):
             cut = min(cut, _first_of(events, record.call_index, cut))
     return cut
+
+
+def _unanswered_question(event: RunEvent) -> bool:
+    """Whether ``event`` closed a ``ctx.interrupt`` without an answer: its deadline, or the
+    failure of the handler that was to answer it."""
+    if event.kind == EventKind.RUN_RESUMED:
+        return isinstance(event.payload.get("error"), dict)
+    wait_id = event.payload.get("wait_id")
+    return (
+        event.kind == EventKind.RUN_WAIT_TIMED_OUT
+        and isinstance(wait_id, str)
+        and wait_id.startswith("interrupt:")
+    )
 
 
 def _first_of(events: list[RunEvent], call_index: Any, before: int) -> int:

@@ -21,7 +21,8 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 from lockgate._errors import ConfigurationError
 from lockgate.cli._output import event_detail
-from lockgate.client._client import RunHandle, WorkflowClient
+from lockgate.client._client import WorkflowClient
+from lockgate.client._handle import RunHandle
 from lockgate.demo._board import Board
 from lockgate.demo._orders import CRASH_EXIT, DEMO_DIR_ENV
 from lockgate.journal._events import RunStatus

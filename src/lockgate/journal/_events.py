@@ -40,6 +40,12 @@ class EventKind(enum.StrEnum):
     RUN_WAIT_TIMED_OUT = "run:wait_timed_out"
     RUN_SIGNAL_WAITING = "run:signal_waiting"
     RUN_SIGNAL_RECEIVED = "run:signal_received"
+    #: ``ctx.interrupt`` parks on a question: its ``payload``, what it ``expects``, its
+    #: ``wait_id`` and ``deadline``.
+    RUN_INTERRUPTED = "run:interrupted"
+    #: The answer to an interrupt (``client.resume``): its ``action`` and ``value``, or the
+    #: ``error`` of an ``on_interrupt`` handler that could not answer it.
+    RUN_RESUMED = "run:resumed"
     RUN_UPDATE_RECEIVED = "run:update_received"
     RUN_UPDATE_COMPLETED = "run:update_completed"
     RUN_UPDATE_FAILED = "run:update_failed"

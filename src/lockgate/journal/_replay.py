@@ -26,7 +26,13 @@ _SCHEMA_MAJOR = int(EVENT_SCHEMA_VERSION.split(".")[0])
 
 @dataclass
 class CallRecord:
-    """What the journal says about one durable call, identified by its call position."""
+    """What the journal says about one durable call, identified by its call position.
+
+    A wait (a sleep, a signal wait, an interrupt) has a ``wait_id`` and ends with an
+    ``outcome``: ``woken``, ``received`` (``payload`` is the signal's), ``timed_out``, and for
+    an interrupt ``resumed`` (``result`` holds the answer's ``action`` and ``value``) or
+    ``failed`` (``result`` is the error of the handler that could not answer). An interrupt's
+    ``payload`` is its question."""
 
     call_index: int
     kind: str
@@ -203,6 +209,21 @@ def _fold(state: ReplayState, event: RunEvent) -> None:
         record.wait_id = str(payload["wait_id"])
         deadline = payload.get("deadline")
         record.due_at = float(deadline) if deadline is not None else None
+    elif kind == EventKind.RUN_INTERRUPTED:
+        record = _call(state, payload, StepKind.INTERRUPT, "interrupt")
+        record.wait_id, record.payload = str(payload["wait_id"]), payload.get("payload")
+        deadline = payload.get("deadline")
+        record.due_at = float(deadline) if deadline is not None else None
+    elif kind == EventKind.RUN_RESUMED:
+        record = _call(state, payload, StepKind.INTERRUPT, "interrupt")
+        if record.outcome is None:
+            error = payload.get("error")
+            if isinstance(error, dict):
+                record.outcome, record.result = "failed", dict(error)
+            else:
+                answer = {"action": payload.get("action"), "value": payload.get("value")}
+                record.outcome, record.result = "resumed", answer
+            record.signal_id = str(payload.get("signal_id"))
     elif kind in (EventKind.RUN_WOKEN, EventKind.RUN_WAIT_TIMED_OUT):
         ended = state.calls.get(int(payload["call_index"]))
         # A child or fan-out wait's timer is only its backstop: the call goes on waiting.

@@ -16,6 +16,7 @@ WAIT_STATUS = {
     "sleep": RunStatus.SLEEPING,
     "signal": RunStatus.SIGNAL_WAITING,
     "pause": RunStatus.PAUSED,
+    "interrupt": RunStatus.INTERRUPTED,
 }
 
 #: Events that count as progress: each resets a run's requeue budgets.

@@ -9,7 +9,18 @@ from typing import Any, Literal
 
 from lockgate.journal._events import RunEvent, RunStatus
 
-WaitKind = Literal["start", "sleep", "signal", "pause"]
+WaitKind = Literal["start", "sleep", "signal", "pause", "interrupt"]
+#: The kinds of wait a signal answers; the wait's ``signal`` names the one it takes.
+SIGNAL_WAITS: frozenset[str] = frozenset({"signal", "interrupt"})
+#: What the name of the signal that answers an interrupt starts with (``ctx.interrupt``).
+INTERRUPT_SIGNAL_PREFIX = "lockgate.interrupt:"
+
+
+def interrupt_signal(wait_id: str) -> str:
+    """The signal that answers the interrupt ``wait_id``: one name per interrupt, so an answer
+    sent before the run parks on it is buffered for it alone, and no answer meant for one
+    interrupt can be taken by another."""
+    return f"{INTERRUPT_SIGNAL_PREFIX}{wait_id}"
 
 
 class WaitOutcome(enum.StrEnum):
@@ -29,10 +40,13 @@ class TerminateOutcome(enum.StrEnum):
 
 @dataclass(frozen=True)
 class WaitSpec:
-    """An open wait of a parked run: a delayed start, a sleep, a signal wait or a pause.
+    """An open wait of a parked run: a delayed start, a sleep, a signal wait, a pause or an
+    interrupt (``ctx.interrupt``).
 
     ``due_at`` is when the timer ends it (epoch seconds on the store's clock), None for a wait
-    only an answer ends. ``signal`` names the signal a signal wait takes."""
+    only an answer ends. ``signal`` names the signal a signal wait or an interrupt takes (an
+    interrupt's is :func:`interrupt_signal` of its wait id): a store treats the two alike,
+    answering either with that signal and timing either out at ``due_at``."""
 
     kind: WaitKind
     wait_id: str

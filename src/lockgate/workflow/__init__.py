@@ -3,6 +3,7 @@
 from lockgate.workflow._binding import KafkaTopic
 from lockgate.workflow._context import StepContext, WorkflowContext
 from lockgate.workflow._executor import check_replay
+from lockgate.workflow._interrupt import InterruptAction, InterruptResponse
 from lockgate.workflow._retry import RetryPolicy
 from lockgate.workflow._spec import (
     DuplicateWorkflowWarning,
@@ -15,6 +16,8 @@ from lockgate.workflow._stream import StreamProgress
 
 __all__ = [
     "DuplicateWorkflowWarning",
+    "InterruptAction",
+    "InterruptResponse",
     "KafkaTopic",
     "RetryPolicy",
     "StepContext",

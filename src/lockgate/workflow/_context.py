@@ -12,11 +12,13 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from lockgate._errors import ConfigurationError, NestedDurableOperationError, UnboundContextError
+from lockgate.stores._types import INTERRUPT_SIGNAL_PREFIX
 
 if TYPE_CHECKING:
     from lockgate.streams._values import KafkaRecord
     from lockgate.streams.sources._source import Batch, Source
     from lockgate.workflow._executor import Attempt
+    from lockgate.workflow._interrupt import Expects, InterruptResponse
     from lockgate.workflow._retry import RetryPolicy
     from lockgate.workflow._stream import StreamProgress
 
@@ -184,6 +186,8 @@ class WorkflowContext:
         buffered and is returned at once. Raises :class:`WaitTimeout` at the deadline."""
         if not isinstance(name, str) or not name:
             raise TypeError(f"ctx.wait_for_signal needs a signal name, not {name!r}")
+        if name.startswith(INTERRUPT_SIGNAL_PREFIX):
+            raise ValueError(f"signal name {name!r} is reserved for the answers of ctx.interrupt")
         seconds = None if timeout is None else _seconds("ctx.wait_for_signal timeout", timeout)
         return await self._bound("wait_for_signal", name).wait_for_signal(name, seconds)
 
@@ -196,6 +200,30 @@ class WorkflowContext:
         from lockgate.workflow._chain import continue_as_new
 
         await continue_as_new(self._bound("continue_as_new", self.name), dict(params or {}))
+
+    async def interrupt(
+        self,
+        payload: dict[str, Any],
+        /,
+        *,
+        expects: Expects = "approval",
+        timeout: float | timedelta | None = None,
+    ) -> InterruptResponse:
+        """Ask a person ``payload`` (a JSON dict describing the question) and park the run,
+        holding no worker or slot, until ``client.resume`` answers it; return the answer.
+
+        ``expects`` says what kind of answer it takes, and so which actions
+        (:class:`InterruptAction`): ``approval`` (approve or reject), ``choice``, ``text`` or
+        ``value`` (respond, with the answer as the value), ``edit`` (approve, reject, or edit
+        with the edited proposal as the value). An answer sent before the run parks is kept
+        for it. The run reads ``interrupted`` while it waits. Raises :class:`WaitTimeout` at
+        the deadline ``timeout`` sets, and :class:`InterruptHandlerFailed` when the caller's
+        ``on_interrupt`` handler could not answer."""
+        from lockgate.workflow._interrupt import check_question, interrupt
+
+        question = check_question(payload, expects)
+        seconds = None if timeout is None else _seconds("ctx.interrupt timeout", timeout)
+        return await interrupt(self._bound("interrupt", "interrupt"), question, expects, seconds)
 
     def on_query(self, name: str, fn: Callable[..., Any]) -> None:
         """Serve ``client.query(name, ...)`` with ``fn`` from the run's replayed state."""

@@ -66,6 +66,7 @@ _WAIT_STATUS = {
     "run:sleeping": RunStatus.SLEEPING,
     "run:signal_waiting": RunStatus.SIGNAL_WAITING,
     "run:paused": RunStatus.PAUSED,
+    "run:interrupted": RunStatus.INTERRUPTED,
 }
 _QUEUED_KINDS = frozenset(
     {
@@ -74,6 +75,7 @@ _QUEUED_KINDS = frozenset(
         "run:woken",
         "run:wait_timed_out",
         "run:signal_received",
+        "run:resumed",
         "run:unpaused",
     }
 )

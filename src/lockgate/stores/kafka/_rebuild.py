@@ -40,7 +40,7 @@ from lockgate.journal._replay import ReplayState, reconstruct_state
 from lockgate.stores._composite import CompositeStore
 from lockgate.stores._poison import crashes_in
 from lockgate.stores._records import PROGRESS_KINDS, WAIT_STATUS, Submit
-from lockgate.stores._types import WaitSpec
+from lockgate.stores._types import WaitSpec, interrupt_signal
 from lockgate.stores.kafka._codec import (
     RUN_ID_HEADER,
     SCHEMA_HEADER,
@@ -322,8 +322,8 @@ def _latch(run: JournaledRun, events: Sequence[RunEvent]) -> None:
 
 def _open_wait(state: ReplayState, events: Sequence[RunEvent]) -> WaitSpec | None:
     """The wait the run was parked on when its journal ends: of the waits the fold leaves open
-    (a delayed start, sleep or signal wait with no outcome, a pause not lifted), the one opened
-    last."""
+    (a delayed start, sleep, signal wait or interrupt with no outcome, a pause not lifted), the
+    one opened last."""
     opened: dict[str, tuple[int, int]] = {}  # wait id -> (run_seq, call index) of its opening
     for event in events:
         if (
@@ -331,6 +331,7 @@ def _open_wait(state: ReplayState, events: Sequence[RunEvent]) -> WaitSpec | Non
             in (
                 EventKind.RUN_SLEEPING,
                 EventKind.RUN_SIGNAL_WAITING,
+                EventKind.RUN_INTERRUPTED,
                 EventKind.RUN_PAUSED,
             )
             and "wait_id" in event.payload
@@ -343,6 +344,8 @@ def _open_wait(state: ReplayState, events: Sequence[RunEvent]) -> WaitSpec | Non
             continue
         kind = "start" if record.wait_id == "start" else str(record.kind)
         signal = record.name if kind == "signal" else None
+        if kind == "interrupt":
+            signal = interrupt_signal(record.wait_id)
         spec = WaitSpec(kind, record.wait_id, record.call_index, record.due_at, signal)  # type: ignore[arg-type]
         candidates.append((opened[record.wait_id][0], spec))
     if state.paused_wait is not None and state.paused_wait in opened:
@@ -390,10 +393,15 @@ class RebuildReport:
         if not self.restored_total:
             lines.append("restored nothing: every run in the journal is in the store already")
         else:
+            # Interrupted runs are named only when there are some, so the line of a journal
+            # with none reads as it always has.
+            interrupted = statuses[RunStatus.INTERRUPTED]
             lines.append(
                 f"restored {self.restored_total} runs: {statuses[RunStatus.PENDING]} queued, "
                 f"{statuses[RunStatus.SLEEPING]} sleeping, {statuses[RunStatus.SIGNAL_WAITING]}"
-                f" waiting for a signal, {statuses[RunStatus.PAUSED]} paused, {finished} finished"
+                f" waiting for a signal, {statuses[RunStatus.PAUSED]} paused, "
+                + (f"{interrupted} waiting on an interrupt, " if interrupted else "")
+                + f"{finished} finished"
             )
             for workflow in sorted({w for w, _ in self.restored}):
                 counts = sorted((s, n) for (w, s), n in self.restored.items() if w == workflow)

@@ -27,6 +27,7 @@ from lockgate.stores._records import (
 )
 from lockgate.stores._triggers import FiredBatch, TriggerPolicy, settled_fire
 from lockgate.stores._types import (
+    SIGNAL_WAITS,
     TerminateOutcome,
     WaitOutcome,
     WaitSpec,
@@ -46,7 +47,7 @@ class MemoryWaits(MemoryState):
         if (
             run.cancel_at is not None
             or run.updates
-            or (wait.kind == "signal" and any(s["name"] == wait.signal for s in run.signals))
+            or (wait.kind in SIGNAL_WAITS and any(s["name"] == wait.signal for s in run.signals))
         ):
             return WaitOutcome.SUPERSEDED
         if wait.kind == "pause" and run.pause_at is None:
@@ -89,7 +90,7 @@ class MemoryWaits(MemoryState):
         wait = run.wait if run is not None else None
         if run is None or wait is None or wait.due_at is None or wait.due_at > due_by:
             return WaitOutcome.SUPERSEDED
-        if wait.kind == "signal":
+        if wait.kind in SIGNAL_WAITS:
             if any(s["name"] == wait.signal for s in run.signals):
                 return WaitOutcome.SUPERSEDED
             kind = EventKind.RUN_WAIT_TIMED_OUT
@@ -114,7 +115,7 @@ class MemoryWaits(MemoryState):
         if lease is not None:
             self._check_fence(run, lease)
         wait = run.wait
-        kinds = ("signal",) if kind == EventKind.RUN_WAIT_TIMED_OUT else ("sleep", "start")
+        kinds = SIGNAL_WAITS if kind == EventKind.RUN_WAIT_TIMED_OUT else {"sleep", "start"}
         if wait is None or wait.wait_id != wait_id or wait.kind not in kinds:
             journaled = any(
                 e.kind == kind and e.payload.get("wait_id") == wait_id for e in run.events
@@ -181,7 +182,8 @@ class MemoryWaits(MemoryState):
             }
         )
         result = "buffered"
-        if run.wait is not None and run.wait.kind == "signal" and run.wait.signal == signal_name:
+        wait = run.wait
+        if wait is not None and wait.kind in SIGNAL_WAITS and wait.signal == signal_name:
             self._close_wait(run)
             if not self._held(run):
                 self._enqueue(run)

@@ -19,7 +19,7 @@ from lockgate.stores._records import (
     handed_on_to,
     terminated_payload,
 )
-from lockgate.stores._types import TerminateOutcome, WaitOutcome, WaitSpec
+from lockgate.stores._types import SIGNAL_WAITS, TerminateOutcome, WaitOutcome, WaitSpec
 from lockgate.stores.sqlite._rows import SQLiteRows, dumps
 from lockgate.stores.sqlite._translate import translated
 
@@ -39,7 +39,7 @@ class SQLiteWaits(SQLiteRows):
                 row["cancel_at"] is not None
                 or self._updates_pending(db, row)
                 or (
-                    wait.kind == "signal"
+                    wait.kind in SIGNAL_WAITS
                     and wait.signal is not None
                     and self._signal_buffered(db, row, wait.signal)
                 )
@@ -83,7 +83,7 @@ class SQLiteWaits(SQLiteRows):
             wait = self._wait(row) if row is not None else None
             if row is None or wait is None or wait.due_at is None or wait.due_at > due_by:
                 return WaitOutcome.SUPERSEDED
-            if wait.kind == "signal":
+            if wait.kind in SIGNAL_WAITS:
                 if wait.signal is not None and self._signal_buffered(db, row, wait.signal):
                     return WaitOutcome.SUPERSEDED
                 kind = EventKind.RUN_WAIT_TIMED_OUT
@@ -102,7 +102,7 @@ class SQLiteWaits(SQLiteRows):
             if lease is not None:
                 self._check_fence(row, lease)
             wait = self._wait(row)
-            kinds = ("signal",) if kind == EventKind.RUN_WAIT_TIMED_OUT else ("sleep", "start")
+            kinds = SIGNAL_WAITS if kind == EventKind.RUN_WAIT_TIMED_OUT else {"sleep", "start"}
             if wait is None or wait.wait_id != wait_id or wait.kind not in kinds:
                 journaled = db.execute(
                     "SELECT 1 FROM lg_events WHERE name = ? AND run_id = ? AND kind = ? "
@@ -167,7 +167,7 @@ class SQLiteWaits(SQLiteRows):
             )
             result = "buffered"
             wait = self._wait(row)
-            if wait is not None and wait.kind == "signal" and wait.signal == signal_name:
+            if wait is not None and wait.kind in SIGNAL_WAITS and wait.signal == signal_name:
                 self._set(db, row, wait=None, wait_due=None)
                 if not self._live(row):
                     self._enqueue(db, name, run_id)

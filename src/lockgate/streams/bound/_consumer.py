@@ -77,9 +77,11 @@ COMMIT_EVERY = 0.5
 ASK_AFTER = 0.25
 #: Seconds a submit that found the store unavailable waits before it is tried again.
 RETRY_AFTER = 0.5
-#: The statuses of a run that waits (a sleep, a signal, a pause), holding no slot: it does not
-#: count against ``max_concurrency`` while it waits.
-PARKED = frozenset({RunStatus.SLEEPING, RunStatus.SIGNAL_WAITING, RunStatus.PAUSED})
+#: The statuses of a run that waits (a sleep, a signal, a pause, a question), holding no slot:
+#: it does not count against ``max_concurrency`` while it waits.
+PARKED = frozenset(
+    {RunStatus.SLEEPING, RunStatus.SIGNAL_WAITING, RunStatus.PAUSED, RunStatus.INTERRUPTED}
+)
 #: Why a record went to the dead-letter topic besides its value not decoding.
 UNSUBMITTABLE = "unsubmittable"
 

@@ -154,6 +154,10 @@ end
 
 -- -- waits and timers --------------------------------------------------------------------------
 
+-- The kinds of wait a signal answers (the wait's signal field names it): a signal wait, and an
+-- interrupt (ctx.interrupt), whose answer is a signal named after its wait id.
+local SIGNAL_WAITS = {signal = true, interrupt = true}
+
 local function open_wait(run, wait_json, due)
   set(run, 'wait', wait_json)
   set(run, 'wait_due', due or '')

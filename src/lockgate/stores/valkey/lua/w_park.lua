@@ -19,7 +19,7 @@ if err then return err end
 local kind, signal_name = A(7), A(8)
 if has(run.cancel_at)
   or redis.call('HLEN', K('upd', run.name, run.id)) > 0
-  or (kind == 'signal' and has(signal_name) and signal_buffered(run, signal_name))
+  or (SIGNAL_WAITS[kind] and has(signal_name) and signal_buffered(run, signal_name))
   or (kind == 'pause' and not has(run.pause_at)) then
   return 'superseded'
 end

@@ -1,4 +1,5 @@
--- Buffer a signal, delivering it to a run that waits on its name; once per idempotency key.
+-- Buffer a signal, delivering it to a run that waits on its name (a signal wait, or the
+-- interrupt the signal answers); once per idempotency key.
 -- A(1) name  A(2) run id  A(3) signal name  A(4) the entry (name SEP signal id SEP record JSON)
 -- A(5) idempotency key or ''. Returns 'delivered', 'buffered', 'rejected', or 'duplicate' for a
 -- key already used on this run (nothing kept).
@@ -14,7 +15,7 @@ redis.call('RPUSH', K('sig', run.name, run.id), A(4))
 local result = 'buffered'
 if has(run.wait) then
   local wait = cjson.decode(run.wait)
-  if wait.kind == 'signal' and wait.signal == A(3) then
+  if SIGNAL_WAITS[wait.kind] and wait.signal == A(3) then
     close_wait(run)
     if not held(run) then enqueue(run) end
     result = 'delivered'

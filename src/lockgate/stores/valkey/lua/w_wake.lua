@@ -1,6 +1,6 @@
 -- End a run's open wait: the timer's path (A(3) == '', by due time) or by wait id (a sleep's
--- wake, a signal wait's deadline). Journals run:woken or run:wait_timed_out, closes the wait and
--- queues the run unless it is running.
+-- wake, a signal wait's or an interrupt's deadline). Journals run:woken or run:wait_timed_out,
+-- closes the wait and queues the run unless it is running.
 -- A(1) name  A(2) run id  A(3) the event to journal ('run:woken', 'run:wait_timed_out') or ''
 -- for the timer path  A(4) wait id (by id) or due_by (timer path)  A(5) fence lease or ''
 local WOKEN, TIMED_OUT = 'run:woken', 'run:wait_timed_out'
@@ -51,7 +51,7 @@ local function by_timer(name, id, due_by)
     return 'superseded'
   end
   local wait = cjson.decode(run.wait)
-  if wait.kind == 'signal' then
+  if SIGNAL_WAITS[wait.kind] then
     if signal_buffered(run, wait.signal) then return 'superseded' end
     return resolve(run, wait, TIMED_OUT, nil)
   elseif wait.kind == 'sleep' or wait.kind == 'start' then
@@ -68,7 +68,7 @@ local function by_id(name, id, kind, wait_id, lease)
     if err then return err end
   end
   local wait = has(run.wait) and cjson.decode(run.wait) or nil
-  local kinds = kind == TIMED_OUT and {signal = true} or {sleep = true, start = true}
+  local kinds = kind == TIMED_OUT and SIGNAL_WAITS or {sleep = true, start = true}
   if not wait or tostring(wait.wait_id) ~= wait_id or not kinds[wait.kind] then
     return journaled(run, kind, wait_id) and 'duplicate' or 'superseded'
   end

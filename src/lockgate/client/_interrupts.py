@@ -1,0 +1,273 @@
+"""The caller's side of ``ctx.interrupt``: answering a run's question (``client.resume``), and
+awaiting a run that may ask some (``client.result`` and ``run_and_await`` with
+``on_interrupt``).
+
+Which interrupt a run waits on, and whether it is still open, is read from its journal: an
+interrupt is open from its ``run:interrupted`` until its ``run:resumed`` or its
+``run:wait_timed_out``, while the run has not ended. An answer is the signal the interrupt
+takes (see ``workflow/_interrupt.py``), sent with the idempotency key ``resume:{wait_id}``,
+so of two answers racing for one interrupt the store keeps the first and refuses the other.
+An answer sent while the run is not parked on the interrupt is buffered for it; should the
+interrupt have reached its deadline between the journal read and the send, the answer is
+taken back out of the buffer and refused, so an answer is applied or refused, never kept for
+nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from lockgate._clock import iso
+from lockgate._errors import (
+    DurableInterrupt,
+    DurableInvocationTimeout,
+    ErrorCode,
+    RunNotFoundError,
+    RunNotWaitingError,
+    describe_error,
+)
+from lockgate._names import check_name, check_optional
+from lockgate.journal._events import EventKind, RunEvent, RunStatus
+from lockgate.stores._types import interrupt_signal
+from lockgate.workflow._interrupt import (
+    InterruptAction,
+    InterruptResponse,
+    check_answer,
+    parse_action,
+)
+from lockgate.workflow._spec import json_ready
+
+if TYPE_CHECKING:
+    from lockgate.client._client import WorkflowClient
+
+#: What answers a run's interrupts for a caller awaiting it: called with the question (the
+#: ``payload`` the body gave ``ctx.interrupt``), sync or async; an :class:`InterruptResponse`
+#: it returns chooses the action, any other value is the value of a RESPOND.
+InterruptHandler = Callable[[dict[str, Any]], Any | Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class Question:
+    """An interrupt a run asked, as its ``run:interrupted`` journals it. ``event_id`` is
+    that event's place in the run's journal (its ``run_seq``)."""
+
+    wait_id: str
+    call_index: int
+    payload: dict[str, Any]
+    expects: str
+    deadline: float | None
+    event_id: str | None
+
+
+def _question(event: RunEvent) -> Question:
+    p = event.payload
+    payload = p.get("payload")
+    deadline = p.get("deadline")
+    return Question(
+        wait_id=str(p["wait_id"]),
+        call_index=int(p.get("call_index", -1)),
+        payload=dict(payload) if isinstance(payload, dict) else {},
+        expects=str(p.get("expects") or "approval"),
+        deadline=float(deadline) if deadline is not None else None,
+        event_id=str(event.run_seq) if event.run_seq is not None else None,
+    )
+
+
+def open_question(name: str, run_id: str, events: list[RunEvent], wait_id: str | None) -> Question:
+    """The interrupt ``wait_id`` of the run, or the one it waits on now when None, while it is
+    open; else :class:`RunNotWaitingError` saying why not."""
+    asked: dict[str, RunEvent] = {}
+    closed: dict[str, str] = {}
+    for event in events:
+        key = event.payload.get("wait_id")
+        if event.kind == EventKind.RUN_INTERRUPTED:
+            asked[str(key)] = event
+        elif event.kind == EventKind.RUN_RESUMED and str(key) in asked:
+            closed.setdefault(str(key), "was answered already")
+        elif event.kind == EventKind.RUN_WAIT_TIMED_OUT and str(key) in asked:
+            closed.setdefault(str(key), "reached its deadline unanswered")
+        elif event.is_terminal:
+            raise RunNotWaitingError(
+                f"run {run_id!r} of {name!r} has ended: it waits on no interrupt"
+            )
+    waiting = [event for key, event in asked.items() if key not in closed]
+    now = _question(waiting[-1]) if waiting else None
+    if wait_id is None:
+        if now is None:
+            last = next(reversed(asked), None)
+            why = f" (its last, {last}, {closed[last]})" if last is not None else ""
+            raise RunNotWaitingError(
+                f"run {run_id!r} of {name!r} is not waiting on an interrupt{why}"
+            )
+        return now
+    if now is not None and now.wait_id == wait_id:
+        return now
+    if wait_id in closed:
+        why = f"{wait_id} of run {run_id!r} {closed[wait_id]}"
+    else:
+        why = f"run {run_id!r} of {name!r} never asked {wait_id}"
+    also = f"; it waits on {now.wait_id} now" if now is not None else ""
+    raise RunNotWaitingError(why + also)
+
+
+async def _journal(client: WorkflowClient, name: str, run_id: str) -> list[RunEvent]:
+    events: list[RunEvent] = await client._io(client.store.load_run, name, run_id)
+    if not events:
+        raise RunNotFoundError(name, run_id)
+    return events
+
+
+async def resume(
+    client: WorkflowClient,
+    name: str,
+    run_id: str,
+    action: InterruptAction | str,
+    value: Any,
+    wait_id: str | None,
+) -> Question:
+    """See :meth:`WorkflowClient.resume`; returns the question answered."""
+    check_name("workflow name", name)
+    check_name("run id", run_id, length=False)
+    check_optional("wait id", wait_id)
+    parse_action(action)  # the action and value alone, before anything is read
+    if not json_ready(value):
+        raise ValueError("the value of an answer to an interrupt must be JSON data")
+    await client._check_cap(name, value, "value of an answer to an interrupt")
+
+    async def answer(tail: str) -> Question:
+        question = open_question(name, tail, await _journal(client, name, tail), wait_id)
+        chosen = check_answer(question.expects, question.wait_id, action, value)
+        await send_answer(
+            client, name, tail, question.wait_id, {"action": chosen.value, "value": value}
+        )
+        return question
+
+    return await client._on_tail(name, run_id, answer)
+
+
+async def send_answer(
+    client: WorkflowClient, name: str, run_id: str, wait_id: str, answer: dict[str, Any]
+) -> None:
+    """Send ``answer`` to the open interrupt ``wait_id`` (see the module docstring)."""
+    signal, key = interrupt_signal(wait_id), f"resume:{wait_id}"
+    sent = await client._io(
+        client.store.send_signal,
+        name,
+        run_id,
+        signal,
+        answer,
+        iso(client.clock()),
+        idempotency_key=key,
+    )
+    if sent == "duplicate":
+        raise RunNotWaitingError(f"{wait_id} of run {run_id!r} was answered already")
+    if sent == "rejected":
+        raise RunNotWaitingError(
+            f"run {run_id!r} of {name!r} has ended or is being cancelled; {wait_id} takes no answer"
+        )
+    if sent != "buffered":
+        return  # delivered: the run was parked on it, and is queued with its answer
+    events = await _journal(client, name, run_id)
+    try:
+        open_question(name, run_id, events, wait_id)
+    except RunNotWaitingError:
+        if any(
+            e.kind == EventKind.RUN_RESUMED
+            and e.payload.get("wait_id") == wait_id
+            and e.payload.get("signal_id") == key
+            for e in events
+        ):
+            return  # the run took this answer already
+        await client._io(client.store.pop_signal_match, name, run_id, signal, key)
+        raise
+
+
+async def fail_interrupt(
+    client: WorkflowClient, name: str, run_id: str, wait_id: str, exc: BaseException
+) -> None:
+    """Answer the interrupt ``wait_id`` with the failure of the handler that could not: the
+    body's ``ctx.interrupt`` raises :class:`InterruptHandlerFailed`. An interrupt no longer
+    open is left as it is."""
+    error = {**describe_error(exc), "code": ErrorCode.INTERRUPT_HANDLER_FAILED.value}
+    with contextlib.suppress(RunNotWaitingError):
+        await send_answer(client, name, run_id, wait_id, {"error": error})
+
+
+async def _answer_with(
+    client: WorkflowClient,
+    name: str,
+    run_id: str,
+    question: Question,
+    handler: InterruptHandler,
+    suspend_on: tuple[type[BaseException], ...],
+) -> None:
+    """Ask ``handler`` for the answer to ``question`` and send it. A handler that raises, or
+    answers with an action the question does not take, fails the interrupt and its exception
+    propagates; a :class:`DurableInterrupt` or an instance of ``suspend_on`` leaves the run
+    parked on the question, and propagates."""
+    try:
+        reply = handler(dict(question.payload))
+        if inspect.isawaitable(reply):
+            reply = await reply
+        if isinstance(reply, InterruptResponse):
+            action, value = reply.action, reply.value
+        else:
+            action, value = InterruptAction.RESPOND, reply
+        chosen = check_answer(question.expects, question.wait_id, action, value)
+    except BaseException as exc:
+        if isinstance(exc, (DurableInterrupt, *suspend_on)) or not isinstance(exc, Exception):
+            raise
+        await fail_interrupt(client, name, run_id, question.wait_id, exc)
+        raise
+    # Answered by someone else meanwhile, or past its deadline: either way, wait on.
+    with contextlib.suppress(RunNotWaitingError):
+        await send_answer(
+            client, name, run_id, question.wait_id, {"action": chosen.value, "value": value}
+        )
+
+
+async def await_result(
+    client: WorkflowClient,
+    name: str,
+    run_id: str,
+    *,
+    timeout: float | None = None,
+    on_interrupt: InterruptHandler | None = None,
+    suspend_on: tuple[type[BaseException], ...] = (),
+) -> Any:
+    """See :meth:`WorkflowClient.result`; ``suspend_on`` as ``run_and_await`` takes it."""
+    from lockgate.client._client import _outcome
+
+    if on_interrupt is not None and not callable(on_interrupt):
+        raise TypeError(f"on_interrupt must be callable, not {on_interrupt!r}")
+    deadline = None if timeout is None else client.clock() + timeout
+    answered: set[tuple[str, str]] = set()
+    while True:
+        run_id, info = await client._tail(name, run_id)
+        if info.status.is_terminal:
+            last = await client._io(client.store.get_last_event, name, run_id)
+            return _outcome(name, run_id, last)
+        if info.status == RunStatus.INTERRUPTED:
+            try:
+                question: Question | None = open_question(
+                    name, run_id, await _journal(client, name, run_id), None
+                )
+            except RunNotWaitingError:
+                question = None  # answered or ended since the status was read
+            if question is not None and (run_id, question.wait_id) not in answered:
+                if on_interrupt is None:
+                    raise DurableInterrupt(
+                        name, run_id, question.event_id, question.payload, wait_id=question.wait_id
+                    )
+                await _answer_with(client, name, run_id, question, on_interrupt, suspend_on)
+                answered.add((run_id, question.wait_id))
+                continue
+        if deadline is not None and client.clock() >= deadline:
+            raise DurableInvocationTimeout(
+                name, run_id, f"still {info.status.value} after {timeout:g}s"
+            )
+        await client._advance(name, run_id)
