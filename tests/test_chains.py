@@ -18,6 +18,7 @@ from lockgate import (
     Limit,
     ManualClock,
     MemoryStore,
+    RunEvent,
     RunFinishedError,
     RunHandle,
     RunStatus,
@@ -239,3 +240,40 @@ def test_a_link_reads_back_from_its_payload_and_json() -> None:
         )
     with pytest.raises(ContinuationChainError):
         ChainLink.from_json("[1]")
+
+
+async def test_a_chain_whose_record_is_gone_is_walked_hop_by_hop(clock: ManualClock) -> None:
+    """A tail record lost (a store that keeps none, or one that expired) costs one read per
+    hop, however long the chain: it still resolves."""
+    store = MemoryStore(clock=clock)
+    runner = InlineWorkflowRunner(store=store, clock=clock)
+    handle = await runner.client.submit("chain_plain", {"tenant": "w", "left": 120})
+    tail = handle.run_id
+    for _ in range(121):
+        await runner.run("chain_plain", tail)
+        last = store.get_last_event("chain_plain", tail)
+        assert last is not None
+        if last.kind != EventKind.RUN_CONTINUED:
+            break
+        tail = last.payload["run_id"]
+    store._chains.clear()
+    assert resolve_continuation(store, "chain_plain", handle.run_id)[1] == tail
+    assert tail == f"{handle.run_id}.c120"
+
+
+def test_links_whose_hop_does_not_increase_are_refused(store: MemoryStore) -> None:
+    """A journal whose run:continued names an earlier hop (corrupt, or links in a loop)
+    fails loud instead of being followed round for ever."""
+    for run_id, successor, hop in (("a", "a.c1", 1), ("a.c1", "a", 0)):
+        store.submit_run("w", run_id, {})
+        store.claim_run("w", run_id, "lease")
+        link = ChainLink("w", successor, "w", "a", hop)
+        store.append_events(
+            "w",
+            run_id,
+            [RunEvent(EventKind.RUN_CONTINUED, link.continued_payload(), run_id)],
+            fence="lease",
+        )
+    with pytest.raises(ContinuationChainError) as raised:
+        resolve_continuation(store, "w", "a")
+    assert raised.value.reason == "hop_not_increasing"

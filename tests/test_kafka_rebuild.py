@@ -496,3 +496,39 @@ def test_a_rebuild_restores_the_fired_through_marks_of_trigger_topics(
     )
     assert again.run_id is None  # records up to 9 are in a run already
     assert rebuild_lifecycle(composite).fired_marks == 0  # a mark only grows
+
+
+@workflow(name="rb_chain")
+async def rb_chain(ctx: WorkflowContext, left: int) -> str:
+    if left == 0:
+        return "end"
+    await ctx.continue_as_new({"left": left - 1})
+
+
+async def test_a_rebuild_restores_the_tail_record_of_each_chain(
+    composite: CompositeStore, clock: ManualClock
+) -> None:
+    """A chain's tail record goes with Valkey; the rebuild moves it forward again from the
+    hops the topic holds, so the chain's first id resolves in three reads, not one per hop."""
+    runner = InlineWorkflowRunner(store=composite, clock=clock)
+    finished = await runner.client.submit("rb_chain", {"left": 4})
+    going = await runner.client.submit("rb_chain", {"left": 9})
+    for handle, hops in ((finished, 5), (going, 3)):
+        tail = handle.run_id
+        for _ in range(hops):
+            await runner.run("rb_chain", tail)
+            tail = (
+                f"{handle.run_id}.c{(tail.count('.c') and int(tail.rsplit('.c', 1)[1]) + 1) or 1}"
+            )
+    lifecycle = composite.lifecycle
+    assert isinstance(lifecycle, ValkeyLifecycleStore)
+    before = {h.run_id: lifecycle.get_chain_tail("rb_chain", h.run_id) for h in (finished, going)}
+    lose_valkey(lifecycle)
+    assert lifecycle.get_chain_tail("rb_chain", finished.run_id) is None
+    rebuild_lifecycle(composite)
+    for handle in (finished, going):
+        assert lifecycle.get_chain_tail("rb_chain", handle.run_id) == before[handle.run_id]
+    assert lifecycle.chain_closed("rb_chain", finished.run_id)
+    assert not lifecycle.chain_closed("rb_chain", going.run_id)
+    assert await finished.result() == "end"
+    assert await going.status() == RunStatus.PENDING  # hop 3 is queued, as it was

@@ -11,8 +11,9 @@ the chain is:
 - a run in the middle: also the run's ``run:init``, which names the root.
 
 The record may lag one hop behind (a worker that died between ending the run and moving the
-record), and a gates hand-on is not recorded at all; from wherever the record stands, the
-resolve follows ``run:continued`` links, one last-event read per link.
+record), a gates hand-on is not recorded at all, and a store without the ``chains`` group keeps
+no record; from wherever the record stands (or from the id given), the resolve follows
+``run:continued`` links, one last-event read per link.
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ from typing import Any
 
 from lockgate._errors import ContinuationChainError
 from lockgate.journal._events import EventKind, RunEvent
-from lockgate.stores._chains import ChainLink, chain_link
+from lockgate.stores._chains import CONTINUE_REASON, ChainLink, chain_link
 
-#: Links followed past the tail record before a resolve gives up: far more than a record
-#: that lags (one hop) and gates hand-ons (one per deploy that changed a run's gates) make.
-MAX_LINKS_FOLLOWED = 64
+#: Links a resolve follows at most: past the tail record that is a hop or two, but a store that
+#: keeps no record is walked hop by hop. Only a corrupt journal (links in a loop) gets this far.
+MAX_LINKS_FOLLOWED = 10_000_000
 
 
 def resolve_continuation(store: Any, name: str, run_id: str) -> tuple[str, str, RunEvent | None]:
@@ -41,14 +42,16 @@ def resolve_continuation(store: Any, name: str, run_id: str) -> tuple[str, str, 
     if recorded is not None:
         name, run_id = recorded.name, recorded.run_id
         last = store.get_last_event(name, run_id)
+    hop = recorded.hop if recorded is not None else -1
     for _ in range(MAX_LINKS_FOLLOWED):
         if last is None or last.kind != EventKind.RUN_CONTINUED:
             return name, run_id, last
+        hop = _check_hop(last, name, run_id, hop)
         name, run_id = _successor(last, name, run_id)
         last = store.get_last_event(name, run_id)
     raise ContinuationChainError(
         f"run {run_id!r} of {name!r} is still followed by more runs after "
-        f"{MAX_LINKS_FOLLOWED} links past the chain's tail record",
+        f"{MAX_LINKS_FOLLOWED} links: the chain's links go round in a loop",
         reason="too_long",
     )
 
@@ -68,6 +71,20 @@ def _recorded_tail(store: Any, name: str, run_id: str) -> ChainLink | None:
         return None  # a root with no record (it continued, the record not yet written)
     tail = store.get_chain_tail(link.root_name, link.root_run_id)
     return tail if tail is not None and tail.hop > link.hop else None
+
+
+def _check_hop(last: RunEvent, name: str, run_id: str, hop: int) -> int:
+    """The hop a ``continue_as_new`` link names, which must be past ``hop`` (the one before);
+    a gates hand-on names none and keeps ``hop``."""
+    if last.payload.get("reason") != CONTINUE_REASON:
+        return hop
+    link = ChainLink.from_continued_payload(last.payload)
+    if link.hop <= hop:
+        raise ContinuationChainError(
+            f"run {run_id!r} of {name!r} continues as hop {link.hop}, not past hop {hop}",
+            reason="hop_not_increasing",
+        )
+    return link.hop
 
 
 def _successor(last: RunEvent, name: str, run_id: str) -> tuple[str, str]:

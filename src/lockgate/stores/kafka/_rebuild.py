@@ -37,6 +37,7 @@ from lockgate.journal._events import (
     terminal_status,
 )
 from lockgate.journal._replay import ReplayState, reconstruct_state
+from lockgate.stores._chains import chain_link
 from lockgate.stores._composite import CompositeStore
 from lockgate.stores._poison import crashes_in
 from lockgate.stores._records import PROGRESS_KINDS, WAIT_STATUS, Submit
@@ -482,4 +483,19 @@ def rebuild_lifecycle(store: CompositeStore, *, progress: Progress | None = None
             source, key, last = str(fired["source"]), str(fired["key"]), int(fired["last"])
             if lifecycle.restore_fired_mark(run.name, source, key, last, run.shard):
                 report.fired_marks += 1
+        _restore_chain_tail(lifecycle, run)
     return report
+
+
+def _restore_chain_tail(lifecycle: ValkeyLifecycleStore, run: JournaledRun) -> None:
+    """Move the tail record of the chain ``run`` is a hop of (if it is one) forward to it, and
+    mark it final when it ended another way than continuing: the record went with Valkey, and
+    without it a chain's first id resolves one read per hop. The record only moves forward,
+    so restoring the hops in any order leaves it at the newest."""
+    link = chain_link(run.submit.init_payload(0.0), run.name, run.run_id)
+    if link.hop == 0:
+        return
+    if run.status.is_terminal and run.status != RunStatus.CONTINUED:
+        lifecycle.close_chain(link)
+    else:
+        lifecycle.advance_chain_tail(link)
