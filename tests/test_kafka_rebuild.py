@@ -514,12 +514,8 @@ async def test_a_rebuild_restores_the_tail_record_of_each_chain(
     finished = await runner.client.submit("rb_chain", {"left": 4})
     going = await runner.client.submit("rb_chain", {"left": 9})
     for handle, hops in ((finished, 5), (going, 3)):
-        tail = handle.run_id
-        for _ in range(hops):
-            await runner.run("rb_chain", tail)
-            tail = (
-                f"{handle.run_id}.c{(tail.count('.c') and int(tail.rsplit('.c', 1)[1]) + 1) or 1}"
-            )
+        for hop in range(hops):
+            await runner.run("rb_chain", f"{handle.run_id}.c{hop}" if hop else handle.run_id)
     lifecycle = composite.lifecycle
     assert isinstance(lifecycle, ValkeyLifecycleStore)
     before = {h.run_id: lifecycle.get_chain_tail("rb_chain", h.run_id) for h in (finished, going)}
