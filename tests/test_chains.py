@@ -277,3 +277,16 @@ def test_links_whose_hop_does_not_increase_are_refused(store: MemoryStore) -> No
     with pytest.raises(ContinuationChainError) as raised:
         resolve_continuation(store, "w", "a")
     assert raised.value.reason == "hop_not_increasing"
+
+
+async def test_runs_show_names_the_run_a_run_continued_as(
+    client: WorkflowClient, drive: Drive, store: MemoryStore
+) -> None:
+    from lockgate.cli._output import run_fields
+
+    handle = await client.submit("chain_plain", {"tenant": "s", "left": 1})
+    assert await to_end(drive, handle, client) == RunStatus.COMPLETE
+    info = store.get_run("chain_plain", handle.run_id)
+    assert info is not None
+    shown = run_fields(info, store.load_run("chain_plain", handle.run_id), 0.0, 5)
+    assert f"continued as  {handle.run_id}.c1 (continue_as_new, hop 1)" in shown

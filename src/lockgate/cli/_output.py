@@ -206,7 +206,11 @@ def run_fields(
     outcome = outcome_text(events)
     if events and events[-1].kind == "run:continued":
         successor = events[-1].payload.get("run_id")
-        pairs.append(("handed on to", f"{successor} (its gates were out of date)"))
+        if events[-1].payload.get("reason") == "continue_as_new":
+            hop = events[-1].payload.get("hop")
+            pairs.append(("continued as", f"{successor} (continue_as_new, hop {hop})"))
+        else:
+            pairs.append(("handed on to", f"{successor} (its gates were out of date)"))
     elif outcome is not None:
         pairs.append(("result" if events[-1].kind == "run:complete" else "error", outcome))
     shown = list(events[-last:]) if last > 0 else []
