@@ -16,6 +16,7 @@ import pytest
 from lockgate import (
     ChildWorkflowError,
     CloseResult,
+    DurableInvocationError,
     EventKind,
     InlineWorkflowRunner,
     InvalidParamsError,
@@ -463,3 +464,33 @@ async def test_a_child_whose_submit_has_not_landed_starts_cancelled(
     store.submit_run("ch_waits", child_id, {})  # the parent's submit lands late
     await settle(runner)
     assert await client.status("ch_waits", child_id) == RunStatus.CANCELLED
+
+
+async def test_a_child_the_store_quarantines_tells_its_parent_at_once(
+    client: WorkflowClient, runner: InlineWorkflowRunner, store: Store, clock: ManualClock
+) -> None:
+    """A child whose worker keeps dying is ended by the store (quarantined) when a worker
+    finds its lease lapsed; its own attempt never reached an end to send the notice, so the
+    orphan scan sends it: the parent is queued at once, not at its backstop timer."""
+    from lockgate.client._cascade import notify_parent_if_ended
+    from lockgate.stores._calls import call_store
+    from lockgate.stores._poison import PoisonPolicy
+
+    handle = await client.submit("ch_parent", {"n": 1})
+    await runner.run(handle.name, handle.run_id)  # starts the child, then parks
+    child = f"{handle.run_id}.child0"
+    assert await handle.status() == RunStatus.SIGNAL_WAITING
+    store.claim_run("ch_double", child, "dying-worker")
+    clock.advance(31.0)  # its lease lapses: the worker died
+    recovered = store.recover_pending_runs("ch_double", poison=PoisonPolicy(max_retries=0))
+    assert recovered == [child]
+    assert await client.status("ch_double", child) == RunStatus.QUARANTINED
+
+    async def io(method: Any, *args: Any, **kwargs: Any) -> Any:
+        return await call_store(store, method, *args, **kwargs)
+
+    await notify_parent_if_ended(io, store, "now", "ch_double", child)
+    assert await handle.status() == RunStatus.PENDING  # woken by the notice, not the timer
+    await settle(runner)
+    with pytest.raises(DurableInvocationError, match=f"child run '{child}' .* ended quarantined"):
+        await handle.result()

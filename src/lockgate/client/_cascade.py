@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from lockgate._clock import iso
 from lockgate.client._chains import resolve_continuation
-from lockgate.journal._events import EventKind
+from lockgate.journal._events import EventKind, RunStatus
 from lockgate.journal._members import WAITS_ON_RUNS
 from lockgate.journal._replay import ReplayState, reconstruct_state
 from lockgate.stores._base import Store
@@ -206,6 +206,20 @@ async def notify_parent(
         sent_at,
         idempotency_key=f"child-end:{run_id}",
     )
+
+
+async def notify_parent_if_ended(
+    io: Io, store: Store, sent_at: str, name: str, run_id: str
+) -> None:
+    """:func:`notify_parent` for a run the store itself may have ended (quarantined, or out of
+    retries, when a worker found its lease lapsed): its own attempt never reached its end, so
+    no notice was sent. Nothing for a run still going or with no parent."""
+    info: RunInfo | None = await io(store.get_run, name, run_id)
+    if info is None or not info.status.is_terminal or info.status == RunStatus.CONTINUED:
+        return
+    opening = await io(store.load_run, name, run_id, max_events=1)
+    if opening and opening[0].kind == EventKind.RUN_INIT:
+        await notify_parent(io, store, sent_at, run_id, dict(opening[0].payload))
 
 
 async def after_terminate(

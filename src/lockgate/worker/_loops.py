@@ -13,8 +13,9 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import NamedTuple
 
-from lockgate._clock import PRECISE_TAIL
+from lockgate._clock import PRECISE_TAIL, iso
 from lockgate._errors import StoreUnavailable
+from lockgate.client._cascade import notify_parent_if_ended
 from lockgate.stores._types import WaitOutcome
 from lockgate.worker._attempts import AttemptPool
 from lockgate.worker._runtime import Runtime
@@ -194,6 +195,9 @@ async def recover_orphans(rt: Runtime) -> bool:
         )
         if recovered:
             log.info("requeued %d run(s) of %s whose lease lapsed", len(recovered), name)
+        for run_id in recovered:
+            # One the store ended instead (quarantined, out of retries) tells its parent here.
+            await notify_parent_if_ended(rt.io, rt.store, iso(rt.clock()), name, run_id)
     return False
 
 
