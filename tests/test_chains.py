@@ -27,7 +27,7 @@ from lockgate import (
     workflow,
 )
 from lockgate.client import resolve_continuation
-from lockgate.stores import ChainLink, chain_link
+from lockgate.stores import ChainLink, Gates, chain_link
 
 Drive = Callable[..., Awaitable[RunStatus]]
 
@@ -290,3 +290,62 @@ async def test_runs_show_names_the_run_a_run_continued_as(
     assert info is not None
     shown = run_fields(info, store.load_run("chain_plain", handle.run_id), 0.0, 5)
     assert f"continued as  {handle.run_id}.c1 (continue_as_new, hop 1)" in shown
+
+
+class ReadCounter:
+    """A view of a store counting the reads a resolve makes through it."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self.store = store
+        self.reads = 0
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.store, name)
+        if name not in ("get_last_event", "get_chain_tail", "load_run"):
+            return method
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.reads += 1
+            return method(*args, **kwargs)
+
+        return counted
+
+
+@workflow(name="chain_regated")
+async def regated(ctx: WorkflowContext, hop: int = 0) -> Any:
+    if hop < 3:
+        await ctx.continue_as_new({"hop": hop + 1})
+    return await ctx.wait_for_signal("done")
+
+
+@pytest.mark.parametrize("handed_on", ["root", "hop"])
+async def test_a_run_handed_on_to_new_gates_keeps_its_place_in_the_chain(
+    client: WorkflowClient, drive: Drive, store: MemoryStore, handed_on: str
+) -> None:
+    """A deploy that changes a workflow's gates hands its queued runs on (``hand_on_run``):
+    the successor takes the run's place in its chain, so the chain goes on resolving from the
+    id callers hold, in the same few reads."""
+    handle = await client.submit("chain_regated", {})
+    regated_id = handle.run_id if handed_on == "root" else f"{handle.run_id}.c1"
+    if handed_on == "hop":
+        assert await drive(handle) == RunStatus.CONTINUED
+    store.claim_run("chain_regated", regated_id, "new-deploy")
+    version = store.load_run("chain_regated", regated_id)[0].payload["version"]
+    store.hand_on_run(
+        "chain_regated",
+        regated_id,
+        "new-deploy",
+        f"{regated_id}.g",
+        version=version,
+        version_behavior="auto_upgrade",
+        gates=Gates(concurrency_key="new", concurrency_max=5),
+    )
+    assert await to_end(drive, handle, client) == RunStatus.SIGNAL_WAITING
+    tail, _ = await client._tail("chain_regated", handle.run_id)
+    assert tail == f"{handle.run_id}.c3"
+    counted = ReadCounter(store)
+    assert resolve_continuation(counted, "chain_regated", handle.run_id)[1] == tail
+    assert counted.reads == 3  # from the root: its last event, the tail record, the tail's
+    await handle.signal("done", {"ok": True})
+    assert await to_end(drive, handle, client) == RunStatus.COMPLETE
+    assert await handle.result() == {"ok": True}

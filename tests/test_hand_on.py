@@ -73,7 +73,7 @@ async def test_a_run_with_out_of_date_gates_is_handed_on_before_its_body_runs(
     successor = own[-1].payload["run_id"]
     assert successor != handle.run_id
     (init,) = store.load_run("hand_basic", successor)
-    assert init.payload["provenance"] == {"source": {"gated_from": handle.run_id}}
+    assert init.payload["provenance"]["source"]["gated_from"] == handle.run_id
     assert init.payload["gates"] == {
         "concurrency": {"key": "acme", "max": 3},
         "rate": {"key": "acme", "per_second": 2.0, "burst": 2},

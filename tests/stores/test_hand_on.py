@@ -67,7 +67,15 @@ def test_the_successor_takes_the_params_and_new_gates_and_the_run_ends_continued
     assert init.payload["owner"] == "acme"
     assert init.payload["version"] == "v2"
     assert init.payload["gates"] == {"concurrency": {"key": "acme", "max": 5}}
-    assert init.payload["provenance"] == {"source": {"gated_from": "r1"}}
+    assert init.payload["provenance"] == {
+        "source": {
+            "gated_from": "r1",
+            # The successor takes the run's place: a chain it starts is keyed by the run.
+            "chain_root_name": NAME,
+            "chain_root_run_id": "r1",
+            "chain_hop": 0,
+        }
+    }
     assert status(store, "r1.g") == RunStatus.PENDING
     assert store.claim_next_run(NAME, "lease-b") == "r1.g"
 

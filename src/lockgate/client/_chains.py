@@ -67,7 +67,7 @@ def _recorded_tail(store: Any, name: str, run_id: str) -> ChainLink | None:
     if not opening or opening[0].kind != EventKind.RUN_INIT:
         return None
     link = chain_link(opening[0].payload, name, run_id)
-    if link.hop == 0:
+    if (link.root_name, link.root_run_id) == (name, run_id):
         return None  # a root with no record (it continued, the record not yet written)
     tail = store.get_chain_tail(link.root_name, link.root_run_id)
     return tail if tail is not None and tail.hop > link.hop else None

@@ -162,8 +162,20 @@ def successor_submit(
     version: str,
     version_behavior: str,
     gates: Gates,
+    init: dict[str, Any] | None = None,
 ) -> Submit:
-    """The submit of the run ``run_id`` is handed on to (see ``ControlStore.hand_on_run``)."""
+    """The submit of the run ``run_id`` is handed on to (see ``ControlStore.hand_on_run``).
+
+    The successor takes the run's place whole: what the run's ``run:init`` (``init``) records
+    of where it comes from (a chain's root and hop, a child's parent) carries over, with
+    ``gated_from`` naming the run, and so does its shard key. A run that was no hop of a chain
+    becomes its successor's chain root (hop 0), so a chain the successor starts is keyed by
+    the id its callers hold."""
+    source: dict[str, Any] = dict(init_source(init))
+    if "chain_hop" not in source:
+        source.update(chain_root_name=name, chain_root_run_id=run_id, chain_hop=0)
+    source["gated_from"] = run_id
+    shard_key = (init or {}).get("shard_key")
     return Submit(
         name,
         params,
@@ -176,9 +188,17 @@ def successor_submit(
         gates.rate_key,
         gates.rate_per_second,
         gates.rate_burst,
-        {"source": {"gated_from": run_id}},
+        {"source": source},
         None,
+        shard_key=shard_key if isinstance(shard_key, str) and shard_key else None,
     )
+
+
+def init_source(init: dict[str, Any] | None) -> dict[str, Any]:
+    """``provenance.source`` of a ``run:init`` payload ({} when it records none)."""
+    provenance = (init or {}).get("provenance")
+    source = provenance.get("source") if isinstance(provenance, dict) else None
+    return dict(source) if isinstance(source, dict) else {}
 
 
 @dataclass(frozen=True)
@@ -218,10 +238,11 @@ class Continuation:
         )
 
 
-#: How a run handed on builds its successor: from the run's params, metadata and owner, the
-#: successor's submit and the ``run:continued`` payload that ends the run.
+#: How a run handed on builds its successor: from the run's params, metadata, owner and
+#: ``run:init`` payload, the successor's submit and the ``run:continued`` that ends the run.
 SuccessorPlan = Callable[
-    [dict[str, Any], dict[str, Any] | None, str | None], tuple[Submit, dict[str, Any]]
+    [dict[str, Any], dict[str, Any] | None, str | None, dict[str, Any]],
+    tuple[Submit, dict[str, Any]],
 ]
 
 
@@ -231,7 +252,10 @@ def gated_successor(
     """The plan of a hand-on to new gates (see ``ControlStore.hand_on_run``)."""
 
     def plan(
-        params: dict[str, Any], metadata: dict[str, Any] | None, owner: str | None
+        params: dict[str, Any],
+        metadata: dict[str, Any] | None,
+        owner: str | None,
+        init: dict[str, Any],
     ) -> tuple[Submit, dict[str, Any]]:
         submit = successor_submit(
             name,
@@ -242,6 +266,7 @@ def gated_successor(
             version=version,
             version_behavior=version_behavior,
             gates=gates,
+            init=init,
         )
         return submit, continued_payload(name, successor_id, gates)
 
@@ -252,7 +277,10 @@ def continued_successor(name: str, continuation: Continuation) -> SuccessorPlan:
     """The plan of a ``continue_as_new`` (see ``ControlStore.continue_run``)."""
 
     def plan(
-        params: dict[str, Any], metadata: dict[str, Any] | None, owner: str | None
+        params: dict[str, Any],
+        metadata: dict[str, Any] | None,
+        owner: str | None,
+        init: dict[str, Any],
     ) -> tuple[Submit, dict[str, Any]]:
         return continuation.submit(name, metadata, owner), dict(continuation.continued)
 

@@ -373,7 +373,9 @@ class MemoryWaits(MemoryState):
                 return successor_id
             raise EventAfterTerminal(f"run {run_id!r} has ended; it cannot be handed on")
         self._check_fence(run, lease)
-        submit, continued_with = plan(run.params, run.metadata, run.owner)
+        submit, continued_with = plan(
+            run.params, run.metadata, run.owner, dict(run.events[0].payload)
+        )
         self._insert_run(submit, successor_id, None, self._clock())
         successor = self._runs[(name, successor_id)]
         successor.signals, run.signals = run.signals, []

@@ -426,8 +426,15 @@ class SQLiteWaits(SQLiteRows):
                     return successor_id
                 raise EventAfterTerminal(f"run {run_id!r} has ended; it cannot be handed on")
             self._check_fence(row, lease)
+            opening = db.execute(
+                "SELECT payload FROM lg_events WHERE name = ? AND run_id = ? ORDER BY seq LIMIT 1",
+                (name, run_id),
+            ).fetchone()
             submit, continued_with = plan(
-                json.loads(row["params"]), json.loads(row["metadata"]), row["owner"]
+                json.loads(row["params"]),
+                json.loads(row["metadata"]),
+                row["owner"],
+                json.loads(opening["payload"]) if opening is not None else {},
             )
             self._insert_run(db, submit, successor_id, None, self._clock())
             moved = (name, successor_id, name, run_id)

@@ -301,8 +301,12 @@ class ValkeyWaits(ValkeyLifecycle):
         if shard is None or fields is None:
             raise RunNotFoundError(name, run_id)
         owner = fields.get("owner") or None
+        opening = self.load_run(name, run_id, max_events=1)
         submit, continued_with = plan(
-            json.loads(fields["params"]), json.loads(fields.get("metadata") or "{}"), owner
+            json.loads(fields["params"]),
+            json.loads(fields.get("metadata") or "{}"),
+            owner,
+            dict(opening[0].payload) if opening else {},
         )
         gates = submit.gates
         continued = event_args([RunEvent(EventKind.RUN_CONTINUED, continued_with, run_id)])
