@@ -936,3 +936,48 @@ def test_the_example_in_the_docs_runs_and_prints_what_they_show() -> None:
     )
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout == shown
+
+
+CHAIN_ANSWERS: list[tuple[str, str]] = []
+
+
+@workflow(name="int_chain")
+async def int_chain(ctx: WorkflowContext, hop: int = 0) -> Any:
+    answer = await ctx.interrupt({"q": f"hop {hop}?"})
+    CHAIN_ANSWERS.append((ctx.run_id, str(answer.action)))
+    if hop == 0:
+        await ctx.continue_as_new({"hop": 1})
+    return str(answer.action)
+
+
+async def test_one_resume_answers_one_question_when_the_run_moves_on_meanwhile(
+    runner: InlineWorkflowRunner, client: WorkflowClient
+) -> None:
+    """An answer queues the run; a fast worker takes it, continues as new, and the successor
+    asks its own question, all before the client would look at the run again: the answer
+    went to the question it was meant for, and the successor's question still waits."""
+    CHAIN_ANSWERS.clear()
+    handle = await client.submit("int_chain", run_id="ic")
+    await runner.run("int_chain", "ic")
+    real_tail = client._tail
+    looks = {"n": 0}
+
+    async def tail_with_a_fast_worker(name: str, run_id: str) -> Any:
+        looks["n"] += 1
+        if looks["n"] == 2:
+            await runner.run("int_chain", "ic")
+            await runner.run("int_chain", "ic.c1")
+        return await real_tail(name, run_id)
+
+    client._tail = tail_with_a_fast_worker  # type: ignore[method-assign]
+    try:
+        await client.resume("int_chain", "ic", "approve")
+        await runner.run("int_chain", "ic")
+        await runner.run("int_chain", "ic.c1")
+    finally:
+        client._tail = real_tail  # type: ignore[method-assign]
+    assert CHAIN_ANSWERS == [("ic", "approve")]
+    assert await handle.status() == RunStatus.INTERRUPTED  # hop 1 asks, unanswered
+    await handle.resume("reject")
+    await runner.run("int_chain", "ic.c1")
+    assert await handle.result() == "reject"

@@ -392,14 +392,14 @@ class WorkflowClient:
         what ``act`` left on it (a buffered signal, a latched cancel) to the successor, or
         ``act`` found it ended; either way, act again on the new tail. ``landed`` says from
         ``act``'s answer that it took effect where it was kept (a signal buffered), which
-        spares the look again unless a hand-on may still come."""
+        spares the look again: the store moves it with the run if the run moves on."""
         tail, info = await self._tail(name, run_id)
         while True:
             result = await act(tail)
             if info.status.is_terminal:
                 return result  # it ended for good: nothing follows it
-            if landed is not None and landed(result) and not _may_be_handed_on(info):
-                return result
+            if landed is not None and landed(result):
+                return result  # kept where it was sent: a hand-over moves it with the run
             moved, info = await self._tail(name, tail)
             if moved == tail:
                 return result

@@ -44,6 +44,9 @@ from lockgate.workflow._spec import json_ready
 if TYPE_CHECKING:
     from lockgate.client._client import WorkflowClient
 
+#: Times a resume follows a run that moved on (continued) between finding it and reading it.
+MAX_MOVES = 64
+
 #: What answers a run's interrupts for a caller awaiting it: called with the question (the
 #: ``payload`` the body gave ``ctx.interrupt``), sync or async; an :class:`InterruptResponse`
 #: it returns chooses the action, any other value is the value of a RESPOND.
@@ -138,15 +141,22 @@ async def resume(
         raise ValueError("the value of an answer to an interrupt must be JSON data")
     await client._check_cap(name, value, "value of an answer to an interrupt")
 
-    async def answer(tail: str) -> Question:
-        question = open_question(name, tail, await _journal(client, name, tail), wait_id)
+    # The answer goes to the run that asked, once: not through ``_on_tail``, which acts
+    # again on a successor, where it could answer a later question no one answered. A run
+    # that moved on before its journal was read is followed to the run carrying the work.
+    for _ in range(MAX_MOVES):
+        tail, _ = await client._tail(name, run_id)
+        events = await _journal(client, name, tail)
+        if events[-1].kind == EventKind.RUN_CONTINUED:
+            run_id = tail
+            continue
+        question = open_question(name, tail, events, wait_id)
         chosen = check_answer(question.expects, question.wait_id, action, value)
         await send_answer(
             client, name, tail, question.wait_id, {"action": chosen.value, "value": value}
         )
         return question
-
-    return await client._on_tail(name, run_id, answer)
+    raise RunNotWaitingError(f"run {run_id!r} of {name!r} kept moving on; it was not answered")
 
 
 async def send_answer(
