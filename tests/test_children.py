@@ -494,3 +494,30 @@ async def test_a_child_the_store_quarantines_tells_its_parent_at_once(
     await settle(runner)
     with pytest.raises(DurableInvocationError, match=f"child run '{child}' .* ended quarantined"):
         await handle.result()
+
+
+@workflow(name=named("ch_chain_child"))
+async def chain_child(ctx: WorkflowContext, hop: int = 0) -> Any:
+    if hop == 0:
+        await ctx.continue_as_new({"hop": 1})
+    return await ctx.wait_for_signal("go")
+
+
+@workflow(name=named("ch_parent_of_chain"))
+async def parent_of_chain(ctx: WorkflowContext) -> Any:
+    return await ctx.run_child(chain_child, {})
+
+
+async def test_a_parent_cancelled_cancels_its_child_where_the_child_continued_to(
+    client: WorkflowClient, runner: InlineWorkflowRunner, store: Store
+) -> None:
+    """A child that continued as new lives on in its successor: the parent's cancel reaches
+    that run, not the ended one it started."""
+    handle = await client.submit("ch_parent_of_chain", run_id="pc")
+    await settle(runner)
+    tail, info = await client._tail("ch_chain_child", "pc.child0")
+    assert (tail, info.status) == ("pc.child0.c1", RunStatus.SIGNAL_WAITING)
+    await handle.cancel(reason="stop")
+    await settle(runner)
+    assert await handle.status() == RunStatus.CANCELLED
+    assert await client.status("ch_chain_child", "pc.child0") == RunStatus.CANCELLED

@@ -145,11 +145,10 @@ async def close_children(core: AttemptCore, terminal_kind: str) -> None:
         if ref.parent_close != "cancel":
             continue
         try:
-            await core._io(
-                core.store.request_cancel,
-                ref.name,
-                ref.run_id,
-                detail={
+            await cancel_child(
+                core,
+                ref,
+                {
                     "reason": "parent ended",
                     "requested_by": core.run_id,
                     "cause": {"parent": {"name": core.spec.name, "run_id": core.run_id}},
@@ -299,6 +298,15 @@ def rebuild_child_error(error: dict[str, Any]) -> ChildWorkflowError:
         str(child.get("message", "")),
         error=child.get("error") if isinstance(child.get("error"), dict) else None,
     )
+
+
+async def cancel_child(core: AttemptCore, ref: ChildRef, detail: dict[str, Any]) -> None:
+    """Ask the child ``ref`` to cancel: its live run, should it have continued as new (a
+    cancel of the run it continued from would land on an ended run and do nothing), or its
+    own id when its submit has not landed yet (the store holds the cancel for it)."""
+    tail, info = await live_tail(core._io, core.store, ref.name, ref.run_id)
+    target = tail if info is not None else ref.run_id
+    await core._io(core.store.request_cancel, ref.name, target, detail=detail)
 
 
 async def end_child(core: AttemptCore, ref: ChildRef, reason: str) -> ChildOutcome:

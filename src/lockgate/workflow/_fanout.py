@@ -28,6 +28,7 @@ from lockgate.workflow._children import (
     MISSING,
     ChildOutcome,
     book,
+    cancel_child,
     check_policy,
     child_error,
     child_params,
@@ -218,11 +219,10 @@ async def _children_failed(
     for i in sorted(in_flight):
         ref = refs[i]
         if ref.parent_close == "cancel":
-            await core._io(
-                core.store.request_cancel,
-                ref.name,
-                ref.run_id,
-                detail={"reason": f"fan-out member {first} failed", "requested_by": core.run_id},
+            await cancel_child(
+                core,
+                ref,
+                {"reason": f"fan-out member {first} failed", "requested_by": core.run_id},
             )
         book(core).open.pop(ref.run_id, None)
     entry = members[first]
