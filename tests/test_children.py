@@ -472,7 +472,7 @@ async def test_a_child_the_store_quarantines_tells_its_parent_at_once(
     """A child whose worker keeps dying is ended by the store (quarantined) when a worker
     finds its lease lapsed; its own attempt never reached an end to send the notice, so the
     orphan scan sends it: the parent is queued at once, not at its backstop timer."""
-    from lockgate.client._cascade import notify_parent_if_ended
+    from lockgate.client._cascade import after_store_ended
     from lockgate.stores._calls import call_store
     from lockgate.stores._poison import PoisonPolicy
 
@@ -489,7 +489,7 @@ async def test_a_child_the_store_quarantines_tells_its_parent_at_once(
     async def io(method: Any, *args: Any, **kwargs: Any) -> Any:
         return await call_store(store, method, *args, **kwargs)
 
-    await notify_parent_if_ended(io, store, "now", "ch_double", child)
+    await after_store_ended(io, store, "now", "ch_double", child)
     assert await handle.status() == RunStatus.PENDING  # woken by the notice, not the timer
     await settle(runner)
     with pytest.raises(DurableInvocationError, match=f"child run '{child}' .* ended quarantined"):
@@ -521,3 +521,31 @@ async def test_a_parent_cancelled_cancels_its_child_where_the_child_continued_to
     await settle(runner)
     assert await handle.status() == RunStatus.CANCELLED
     assert await client.status("ch_chain_child", "pc.child0") == RunStatus.CANCELLED
+
+
+async def test_a_parent_the_store_quarantines_closes_its_cancel_children(
+    client: WorkflowClient, runner: InlineWorkflowRunner, store: Store, clock: ManualClock
+) -> None:
+    """A parent whose worker keeps dying is ended by the store, not by its attempt, so its
+    own ``parent_close`` never ran: the worker that found the lapse cancels its children."""
+    from lockgate.client._cascade import after_store_ended
+    from lockgate.stores._calls import call_store
+    from lockgate.stores._poison import PoisonPolicy
+
+    handle = await client.submit("ch_keeps", {"policy": "cancel"})
+    await runner.run(handle.name, handle.run_id)
+    child = f"{handle.run_id}.child0"
+    await settle(runner)
+    assert await client.status("ch_waits", child) == RunStatus.SIGNAL_WAITING
+    store.send_signal(handle.name, handle.run_id, f"lockgate.child:{child}", {}, "t")
+    store.claim_run(handle.name, handle.run_id, "dying-worker")
+    clock.advance(31.0)
+    store.recover_pending_runs(handle.name, poison=PoisonPolicy(max_retries=0))
+    assert await handle.status() == RunStatus.QUARANTINED
+
+    async def io(method: Any, *args: Any, **kwargs: Any) -> Any:
+        return await call_store(store, method, *args, **kwargs)
+
+    await after_store_ended(io, store, "now", handle.name, handle.run_id)
+    await settle(runner)
+    assert await client.status("ch_waits", child) == RunStatus.CANCELLED

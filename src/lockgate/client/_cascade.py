@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from lockgate._clock import iso
 from lockgate.client._chains import resolve_continuation
-from lockgate.journal._events import EventKind, RunStatus
+from lockgate.journal._events import EventKind, RunEvent, RunStatus
 from lockgate.journal._members import WAITS_ON_RUNS
 from lockgate.journal._replay import ReplayState, reconstruct_state
 from lockgate.stores._base import Store
@@ -208,18 +208,31 @@ async def notify_parent(
     )
 
 
-async def notify_parent_if_ended(
-    io: Io, store: Store, sent_at: str, name: str, run_id: str
-) -> None:
-    """:func:`notify_parent` for a run the store itself may have ended (quarantined, or out of
-    retries, when a worker found its lease lapsed): its own attempt never reached its end, so
-    no notice was sent. Nothing for a run still going or with no parent."""
+async def after_store_ended(io: Io, store: Store, sent_at: str, name: str, run_id: str) -> None:
+    """What a run's own attempt does as it ends, done for a run something else ended: the
+    store (quarantined, or out of retries, when a worker found its lease lapsed) or a
+    worker's stranded scan. Its parent is told (:func:`notify_parent`), and its open children
+    whose ``parent_close`` is ``cancel`` are asked to cancel, at their live runs. Nothing for
+    a run still going."""
     info: RunInfo | None = await io(store.get_run, name, run_id)
     if info is None or not info.status.is_terminal or info.status == RunStatus.CONTINUED:
         return
-    opening = await io(store.load_run, name, run_id, max_events=1)
-    if opening and opening[0].kind == EventKind.RUN_INIT:
-        await notify_parent(io, store, sent_at, run_id, dict(opening[0].payload))
+    events: list[RunEvent] = await io(store.load_run, name, run_id)
+    if not events or events[0].kind != EventKind.RUN_INIT:
+        return
+    detail = {
+        "reason": f"parent ended {info.status.value}",
+        "requested_by": run_id,
+        "cause": {"parent": {"name": name, "run_id": run_id}},
+    }
+    for ref in open_children(reconstruct_state(events)):
+        if ref.parent_close != "cancel":
+            continue
+        tail, child = await live_tail(io, store, ref.name, ref.run_id)
+        if child is None or not child.status.is_terminal:
+            target = tail if child is not None else ref.run_id
+            await io(store.request_cancel, ref.name, target, detail=detail)
+    await notify_parent(io, store, sent_at, run_id, dict(events[0].payload))
 
 
 async def after_terminate(

@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 from lockgate._clock import PRECISE_TAIL, iso
 from lockgate._errors import StoreUnavailable
-from lockgate.client._cascade import notify_parent_if_ended
+from lockgate.client._cascade import after_store_ended
 from lockgate.stores._types import WaitOutcome
 from lockgate.worker._attempts import AttemptPool
 from lockgate.worker._runtime import Runtime
@@ -196,8 +196,9 @@ async def recover_orphans(rt: Runtime) -> bool:
         if recovered:
             log.info("requeued %d run(s) of %s whose lease lapsed", len(recovered), name)
         for run_id in recovered:
-            # One the store ended instead (quarantined, out of retries) tells its parent here.
-            await notify_parent_if_ended(rt.io, rt.store, iso(rt.clock()), name, run_id)
+            # One the store ended instead (quarantined, out of retries) tells its parent and
+            # closes its children here: its own attempt never reached its end to do it.
+            await after_store_ended(rt.io, rt.store, iso(rt.clock()), name, run_id)
     return False
 
 

@@ -17,7 +17,9 @@ import asyncio
 import contextlib
 import logging
 
+from lockgate._clock import iso
 from lockgate._errors import ErrorCode, LockgateError
+from lockgate.client._cascade import after_store_ended
 from lockgate.journal._events import EventKind, RunEvent, RunStatus
 from lockgate.worker._attempts import AttemptPool
 from lockgate.worker._options import StrandedPolicy
@@ -99,3 +101,7 @@ async def _fail_one(
             await rt.io(rt.store.release_run, name, run_id, lease)
         return
     log.warning("run %s of %s: failed as stranded (pinned to %r)", run_id, name, version)
+    try:
+        await after_store_ended(rt.io, rt.store, iso(rt.clock()), name, run_id)
+    except LockgateError as exc:  # its parent's backstop and children's own ends cover it
+        log.info("run %s of %s: telling its family it ended failed: %s", run_id, name, exc)
