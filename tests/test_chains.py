@@ -349,3 +349,33 @@ async def test_a_run_handed_on_to_new_gates_keeps_its_place_in_the_chain(
     await handle.signal("done", {"ok": True})
     assert await to_end(drive, handle, client) == RunStatus.COMPLETE
     assert await handle.result() == {"ok": True}
+
+
+@workflow(name="chain_updates")
+async def chain_updates(ctx: WorkflowContext, total: int = 0, hop: int = 0) -> Any:
+    state = {"total": total}
+
+    def add(payload: dict[str, Any]) -> int:
+        state["total"] += int(payload["n"])
+        return state["total"]
+
+    ctx.on_update("add", add)
+    await ctx.wait_for_signal("next")
+    if hop == 1:
+        return state["total"]
+    await ctx.continue_as_new({"total": state["total"], "hop": hop + 1})
+
+
+async def test_an_update_retried_after_the_run_continued_is_applied_once(
+    client: WorkflowClient, drive: Drive
+) -> None:
+    handle = await client.submit("chain_updates", {})
+    assert await drive(handle) == RunStatus.SIGNAL_WAITING
+    assert await handle.update("add", {"n": 5}, update_id="u1") == 5
+    await handle.signal("next", signal_id="n1")
+    assert await to_end(drive, handle, client) == RunStatus.SIGNAL_WAITING  # hop 1 waits
+    # The sender did not see the first answer and retries: the settled outcome, once.
+    assert await handle.update("add", {"n": 5}, update_id="u1") == 5
+    await handle.signal("next", signal_id="n2")
+    assert await to_end(drive, handle, client) == RunStatus.COMPLETE
+    assert await handle.result() == 5

@@ -166,3 +166,20 @@ def test_the_seal_and_adoption_read_back_from_the_hand_over(store: Store) -> Non
     continue_r1(store)
     assert store.read_inbox_seal(NAME, "r1") == ChainLink(NAME, "r1.c1", NAME, "r1", 1)
     assert store.chain_adopted(NAME, "r1.c1")
+
+
+@pytest.mark.parametrize("gates", [None, Gates(concurrency_key="elsewhere", concurrency_max=3)])
+def test_settled_update_outcomes_are_kept_for_the_successor(
+    store: Store, gates: Gates | None
+) -> None:
+    """A sender that retries an update id after the run continued finds it settled on the
+    successor, and it is not applied again (with gates, on a sharded store, the successor
+    may live in another shard)."""
+    claimed(store)
+    assert store.deliver_update(NAME, "r1", "bump", {}, "u1", "t") == "queued"
+    store.settle_update(NAME, "r1", "u1", {"status": "completed", "result": 7}, fence="lease-a")
+    continue_r1(store, gates=gates)
+    assert store.read_update_result(NAME, "r1.c1", "u1") == {"status": "completed", "result": 7}
+    assert store.deliver_update(NAME, "r1.c1", "bump", {}, "u1", "t") == "settled"
+    assert store.peek_pending_updates(NAME, "r1.c1") == []
+    assert store.read_update_result(NAME, "r1", "u1") == {"status": "completed", "result": 7}

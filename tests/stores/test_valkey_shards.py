@@ -457,3 +457,36 @@ def test_a_batch_claim_gathers_runs_from_every_shard_its_own_first(store: Valkey
     assert sorted(run.run_id for run in runs) == sorted(ids)
     assert [store.lock_holder(NAME, run.run_id) for run in runs] == leases[: len(ids)]
     assert store.claim_next_runs_loaded(NAME, leases) == []
+
+
+def test_a_hand_on_across_shards_keeps_settled_updates_and_one_copy_of_a_resent_signal(
+    store: ValkeyStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Across shards the successor is created set aside before the run ends and adopts what
+    the run held after. A client that finds the run ended in between and sends its signal
+    again to the successor (same key) leaves one copy, not two; and a settled update's
+    outcome is there for a sender that retries its id."""
+    run_id, gates = across(store)
+    store.send_signal(NAME, run_id, "go", {"n": 1}, "t", idempotency_key="s1")
+    store.deliver_update(NAME, run_id, "bump", {}, "u1", "t")
+    store.settle_update(NAME, run_id, "u1", {"status": "completed", "result": 3}, fence="lease-a")
+    script = store._script
+
+    def resend_before_adopting(name: str, *args: Any, shard: int | None = None) -> Any:
+        if name == "w_hand_on_adopt" and args[2] == "adopt":
+            assert (
+                store.send_signal(NAME, f"{run_id}.g", "go", {"n": 1}, "t", idempotency_key="s1")
+                == "buffered"
+            )
+        return script(name, *args, shard=shard)
+
+    monkeypatch.setattr(store, "_script", resend_before_adopting)
+    successor = hand_on(store, run_id, gates)
+    monkeypatch.undo()
+    assert store.shard_of(NAME, successor) != store.shard_of(NAME, run_id)
+    kept = store.peek_signal(NAME, successor, "go")
+    assert kept is not None
+    assert store.pop_signal_match(NAME, successor, "go", kept["signal_id"])
+    assert store.peek_signal(NAME, successor, "go") is None  # one copy
+    assert store.read_update_result(NAME, successor, "u1") == {"status": "completed", "result": 3}
+    assert store.deliver_update(NAME, successor, "bump", {}, "u1", "t") == "settled"

@@ -381,6 +381,8 @@ class MemoryWaits(MemoryState):
         successor.signals, run.signals = run.signals, []
         successor.signal_keys, run.signal_keys = run.signal_keys, {}
         successor.updates, run.updates = run.updates, {}
+        # Settled outcomes are copied: a sender that retries an update id finds it settled.
+        successor.update_results.update(run.update_results)
         if run.pause_at is not None:
             self._latch_pause(successor, run.pause_at)
         if run.cancel_at is not None:

@@ -443,6 +443,13 @@ class SQLiteWaits(SQLiteRows):
                     f"UPDATE {table} SET name = ?, run_id = ? WHERE name = ? AND run_id = ?",
                     moved,
                 )
+            # Settled outcomes are copied: a sender that retries an update id finds it settled.
+            db.execute(
+                "INSERT OR IGNORE INTO lg_update_results (name, run_id, update_id, outcome) "
+                "SELECT name, ?, update_id, outcome FROM lg_update_results "
+                "WHERE name = ? AND run_id = ?",
+                (successor_id, name, run_id),
+            )
             if row["pause_at"] is not None:
                 self._latch_pause(db, self._require(db, name, successor_id), row["pause_at"])
             if row["cancel_at"] is not None:

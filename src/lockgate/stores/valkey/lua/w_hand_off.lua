@@ -6,8 +6,9 @@
 --   'read'   unfenced: what the run held when it was handed on to the successor, or 'pending'
 --            (it has not ended) or 'abandoned' (it ended another way, or is gone)
 --   'clear'  drop what the run held once the successor adopted it
--- What a run holds is a JSON object: sig (buffered signal entries), sigk and upd (flat lists of
--- the send keys' and pending updates' fields and values), pause_at, cancel_at, cancel_detail.
+-- What a run holds is a JSON object: sig (buffered signal entries), sigk, upd and updr (flat
+-- lists of the send keys', pending updates' and settled outcomes' fields and values),
+-- pause_at, cancel_at, cancel_detail.
 
 local function holdings(run)
   local pause_at, cancel_at = run.pause_at or '', run.cancel_at or ''
@@ -15,6 +16,7 @@ local function holdings(run)
     sig = redis.call('LRANGE', K('sig', run.name, run.id), 0, -1),
     sigk = redis.call('HGETALL', K('sigk', run.name, run.id)),
     upd = redis.call('HGETALL', K('upd', run.name, run.id)),
+    updr = redis.call('HGETALL', K('updr', run.name, run.id)),
     pause_at = pause_at,
     cancel_at = cancel_at,
     cancel_detail = has(cancel_at) and cancel_detail(run) or '',

@@ -28,6 +28,9 @@ local successor = insert_run(name, successor_id, cjson.decode(A(5)), cjson.decod
   has(A(8)) and cjson.decode(A(8)) or nil)
 if successor.err then return successor end
 for _, suffix in ipairs({'sig', 'sigk', 'upd'}) do move(suffix, run, successor) end
+-- Settled update outcomes are copied: a sender that retries an update id finds it settled.
+local settled = redis.call('HGETALL', K('updr', run.name, run.id))
+if #settled > 0 then redis.call('HSET', K('updr', successor.name, successor.id), unpack(settled)) end
 if has(run.pause_at) then
   err = latch_pause(successor, run.pause_at)
   if err then return err end

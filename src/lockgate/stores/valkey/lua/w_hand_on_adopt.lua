@@ -25,9 +25,17 @@ if step == 'abandon' then
 end
 local held = cjson.decode(A(4))
 local sig = K('sig', name, id)
-for i = #held.sig, 1, -1 do redis.call('LPUSH', sig, held.sig[i]) end
-for _, suffix in ipairs({'sigk', 'upd'}) do
-  local flat = held[suffix]
+-- A held signal whose send key the successor already has was sent to it again while it was
+-- set aside (a client that found the run ended and followed it): that copy is the one kept.
+local keys = K('sigk', name, id)
+for i = #held.sig, 1, -1 do
+  local _, signal_id = string.match(held.sig[i], '^(.-)' .. SEP .. '(.-)' .. SEP)
+  if not (signal_id and redis.call('HEXISTS', keys, signal_id) == 1) then
+    redis.call('LPUSH', sig, held.sig[i])
+  end
+end
+for _, suffix in ipairs({'sigk', 'upd', 'updr'}) do
+  local flat = held[suffix] or {}
   for i = 1, #flat, 2 do redis.call('HSETNX', K(suffix, name, id), flat[i], flat[i + 1]) end
 end
 if has(held.pause_at) and not has(run.pause_at) then
