@@ -345,9 +345,11 @@ class Attempt(AttemptCore):
             if self.cancel_forced and not lost and self._task is not None:
                 if self._task.uncancel() > 0:
                     raise
-                return await self._finish_error(
+                forced = await self._finish_error(
                     await self._cancelled_payload(), AttemptOutcome.CANCELLED
                 )
+                await after_attempt(self, forced)
+                return forced
             if self._task is None or not lost or self._task.uncancel() > 0:
                 raise
             if self._store_lost is not None:

@@ -144,7 +144,9 @@ async def _children(
     refs = {
         i: ChildRef(
             name,
-            f"{core.run_id}.fan{index}.{i}",
+            # The id journaled when the member started (a retry's seed keeps its first run's),
+            # else the one this run gives it.
+            str(members.get(i, {}).get("run_id") or f"{core.run_id}.fan{index}.{i}"),
             str(members.get(i, {}).get("parent_close") or policy),
         )
         for i in range(count)
