@@ -641,7 +641,7 @@ async def test_run_and_await_answers_with_its_handler_and_re_attaches(live_store
             idempotency_key="order-1",
             on_interrupt=lambda p: InterruptResponse("approve") if p["q"] == "first" else "ok",
             poll_interval=0.01,
-            timeout=10,
+            timeout=60,
         )
         assert answered == ["approve", None, "respond", "ok"]
         again = await run_and_await(
@@ -663,7 +663,7 @@ async def test_run_and_await_without_a_handler_raises_durable_interrupt_then_res
                 {"order": "K2"},
                 idempotency_key="order-2",
                 poll_interval=0.01,
-                timeout=10,
+                timeout=60,
             )
         assert raised.value.payload == {"question": "ship K2?", "order": "K2"}
         listed, _ = live_store.list_runs("int_approve")
@@ -679,7 +679,7 @@ async def test_run_and_await_without_a_handler_raises_durable_interrupt_then_res
             {"order": "K2"},
             idempotency_key="order-2",
             poll_interval=0.01,
-            timeout=10,
+            timeout=60,
         )
         assert result == {"shipped": True, "by": "ops", "receipt": "shipped K2"}
     assert SHIPPED == ["K2"]
@@ -702,11 +702,11 @@ async def test_run_and_await_suspend_on_leaves_the_run_waiting_and_a_failure_fai
                 on_interrupt=host_answers,
                 suspend_on=(AskTheHost,),
                 poll_interval=0.01,
-                timeout=10,
+                timeout=60,
             )
         assert await client.status("int_guarded", "g-1") == RunStatus.INTERRUPTED
         await client.resume("int_guarded", "g-1", "approve")
-        assert await client.result("int_guarded", "g-1", timeout=10) == "answered"
+        assert await client.result("int_guarded", "g-1", timeout=60) == "answered"
 
         # Not in suspend_on: the question fails, and the body (which catches it) carries on.
         with pytest.raises(AskTheHost):
@@ -716,9 +716,9 @@ async def test_run_and_await_suspend_on_leaves_the_run_waiting_and_a_failure_fai
                 idempotency_key="g-2",
                 on_interrupt=host_answers,
                 poll_interval=0.01,
-                timeout=10,
+                timeout=60,
             )
-        result = await client.result("int_guarded", "g-2", timeout=10)
+        result = await client.result("int_guarded", "g-2", timeout=60)
         assert result == f"no answer: {AskTheHost.__module__}:AskTheHost"
 
         # Uncaught, the failure ends the run in error with its code.
@@ -730,10 +730,10 @@ async def test_run_and_await_suspend_on_leaves_the_run_waiting_and_a_failure_fai
                 idempotency_key="a-3",
                 on_interrupt=host_answers,
                 poll_interval=0.01,
-                timeout=10,
+                timeout=60,
             )
         with pytest.raises(DurableInvocationError) as failed:
-            await client.result("int_approve", "a-3", timeout=10)
+            await client.result("int_approve", "a-3", timeout=60)
         assert not isinstance(failed.value, DurableInvocationCancelled)
         last = live_store.get_last_event("int_approve", "a-3")
         assert last is not None
