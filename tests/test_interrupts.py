@@ -645,7 +645,7 @@ async def test_run_and_await_answers_with_its_handler_and_re_attaches(live_store
         )
         assert answered == ["approve", None, "respond", "ok"]
         again = await run_and_await(
-            live_store, "int_two", idempotency_key="order-1", poll_interval=0.01, timeout=10
+            live_store, "int_two", idempotency_key="order-1", poll_interval=0.01, timeout=60
         )
         assert again == answered
 
