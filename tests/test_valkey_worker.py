@@ -20,7 +20,7 @@ async def sharded_echo(ctx: WorkflowContext, tenant: str, n: int) -> int:
     return n
 
 
-async def wait_until(check: object, timeout: float = 10.0) -> None:
+async def wait_until(check: object, timeout: float = 60.0) -> None:
     assert callable(check)
     for _ in range(int(timeout / 0.02)):
         if check():

@@ -46,7 +46,7 @@ FAST = WorkerOptions(
     maintenance_interval=0.05,
     shutdown_grace=2.0,
 )
-WAIT_S = 5.0
+WAIT_S = 60.0
 
 
 @pytest.fixture
