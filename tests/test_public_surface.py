@@ -137,6 +137,7 @@ PACKAGES = [
     "lockgate.client",
     "lockgate.flow",
     "lockgate.journal",
+    "lockgate.metrics",
     "lockgate.stores",
     "lockgate.stores.kafka",
     "lockgate.streams.sources",
