@@ -149,7 +149,8 @@ async def test_submit_signal_long_poll_result(
     await asyncio.sleep(0)
     updated = await http.post(f"/http_wait/runs/{run_id}/updates/bump", json={"by": 5})
     assert updated.status_code == 200, updated.text
-    assert updated.json() == {"result": 5}
+    assert updated.json()["done"] is True
+    assert updated.json()["result"] == 5
     queried = await http.post(f"/http_wait/runs/{run_id}/queries/state", json={})
     assert queried.json() == {"result": {"order": "a", "bumped": 5}}
     sent = await http.post(

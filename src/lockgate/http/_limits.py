@@ -40,6 +40,8 @@ def too_large(limit: int, length: int | None = None) -> Any:
         f"{said} over this workflow's limit of {limit} bytes "
         f"(max_event_payload_bytes and {ENVELOPE_BYTES} bytes of envelope)",
         field="body",
+        # Close behind the answer: kept alive, the server would read the rest of the body.
+        headers={"Connection": "close"},
     )
 
 
@@ -68,7 +70,7 @@ class RequestGate:
                     "unauthenticated",
                     "a valid bearer token is required (Authorization: Bearer TOKEN)",
                     field="Authorization",
-                    headers={"WWW-Authenticate": 'Bearer realm="lockgate"'},
+                    headers={"WWW-Authenticate": 'Bearer realm="lockgate"', "Connection": "close"},
                 )
                 await response(scope, receive, send)
                 return

@@ -111,6 +111,10 @@ class Signalled(BaseModel):
 
 
 class Updated(BaseModel):
+    #: Send it again as ``Idempotency-Key`` to ask for the outcome of an update not done yet.
+    update_id: str
+    #: False (with status 202) when no worker applied it within ``timeout``: it stays queued.
+    done: bool
     result: Any = None
 
 

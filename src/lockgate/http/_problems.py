@@ -118,5 +118,4 @@ def from_error(exc: BaseException) -> JSONResponse:
     if status is None:
         return problem(500, "internal", "the server failed; see its log")
     code = exc.code if isinstance(exc, LockgateError) else ErrorCode.INVALID_REQUEST
-    headers = {"Retry-After": "5"} if isinstance(exc, UpdateTimeout) else None
-    return problem(status, str(code), one_line(exc), field=field_of(exc), headers=headers)
+    return problem(status, str(code), one_line(exc), field=field_of(exc))

@@ -17,6 +17,7 @@ from lockgate._errors import (
     ErrorCode,
     RunFinishedError,
     RunNotFoundError,
+    UpdateTimeout,
 )
 from lockgate._names import MAX_NAME_LENGTH
 from lockgate.http._auth import TokenEntry
@@ -64,7 +65,7 @@ Writer = Annotated[TokenEntry | None, Depends(require("write"))]
 Admin = Annotated[TokenEntry | None, Depends(require("admin"))]
 JsonObject = Annotated[dict[str, Any] | None, Body()]
 
-_PROBLEM = {"model": Problem, "content": {"application/problem+json": {}}}
+_PROBLEM = {"content": {"application/problem+json": {"schema": Problem.model_json_schema()}}}
 _ERRORS: dict[int | str, dict[str, Any]] = {
     status: {**_PROBLEM, "description": what}
     for status, what in (
@@ -127,7 +128,13 @@ async def readyz(api: Api) -> Any:
     return Health(status="ok")
 
 
-@runs.post("/{name}/runs", response_model=Submitted, status_code=201, tags=["runs"])
+@runs.post(
+    "/{name}/runs",
+    response_model=Submitted,
+    status_code=201,
+    tags=["runs"],
+    responses={200: {"model": Submitted, "description": "an Idempotency-Key repeat: the run"}},
+)
 async def submit(
     api: Api,
     _: Writer,
@@ -263,24 +270,36 @@ async def signal(
     return Signalled.model_validate({"outcome": outcome})
 
 
-@runs.post("/{name}/runs/{run_id}/updates/{update}", response_model=Updated, tags=["talk"])
+@runs.post(
+    "/{name}/runs/{run_id}/updates/{update}",
+    response_model=Updated,
+    tags=["talk"],
+    responses={202: {"model": Updated, "description": "not applied within timeout; queued"}},
+)
 async def update(
     api: Api,
     _: Writer,
     name: Name,
     run_id: RunId,
     update: Handler,
+    response: Response,
     payload: JsonObject = None,
     idempotency_key: IdemKey = None,
     timeout: Annotated[float, Query(gt=0, le=MAX_WAIT_S)] = 30.0,
 ) -> Updated:
-    """Deliver an update, wait for a worker to apply it, and answer its handler's value;
-    ``Idempotency-Key`` is its update id."""
+    """Deliver an update, wait up to ``timeout`` for a worker to apply it, and answer its
+    handler's value (200), or 202 when it is still queued. ``Idempotency-Key`` is its update
+    id: a repeat answers the settled outcome without applying it again."""
     api.spec(name)
-    value = await api.client.update(
-        name, run_id, update, payload, update_id=idempotency_key, timeout=timeout
-    )
-    return Updated(result=value)
+    update_id = idempotency_key or uuid.uuid4().hex
+    try:
+        value = await api.client.update(
+            name, run_id, update, payload, update_id=update_id, timeout=timeout
+        )
+    except UpdateTimeout:
+        response.status_code = 202
+        return Updated(update_id=update_id, done=False)
+    return Updated(update_id=update_id, done=True, result=value)
 
 
 @runs.post("/{name}/runs/{run_id}/queries/{query}", response_model=Queried, tags=["talk"])
@@ -315,7 +334,12 @@ async def cancel(
     return Accepted(run_id=run_id, accepted="cancel")
 
 
-@runs.post("/{name}/runs/{run_id}/terminate", response_model=Terminated, tags=["operate"])
+@runs.post(
+    "/{name}/runs/{run_id}/terminate",
+    response_model=Terminated,
+    tags=["operate"],
+    responses={501: {**_PROBLEM, "description": "the store cannot terminate runs"}},
+)
 async def terminate(
     api: Api, who: Admin, name: Name, run_id: RunId, body: Annotated[Reason | None, Body()] = None
 ) -> Terminated:
