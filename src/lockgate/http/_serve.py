@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import signal
 import socket
+from types import FrameType
 from typing import Any
 
 from lockgate._errors import ConfigurationError
@@ -51,10 +53,18 @@ async def serve_app(app: Any, sock: socket.socket, *, log_level: str = "warning"
     """Serve ``app`` on ``sock`` until SIGINT or SIGTERM (uvicorn's own handling)."""
     import uvicorn
 
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            # As uvicorn does, less raising the signal again once it has shut down: a stop
+            # asked for is a clean exit (0), as a worker's is.
+            if self.should_exit and sig == signal.SIGINT:
+                self.force_exit = True
+            self.should_exit = True
+
     config = uvicorn.Config(
         app, log_level=log_level, access_log=False, lifespan="off", timeout_keep_alive=30
     )
-    server = uvicorn.Server(config)
+    server = Server(config)
     try:
         await server.serve(sockets=[sock])
     finally:
