@@ -45,10 +45,15 @@ class ApiState:
         return spec
 
 
-def state(request: Request) -> ApiState:
+def state_of(request: Request) -> ApiState:
     found = request.app.state.lockgate
     assert isinstance(found, ApiState)
     return found
+
+
+async def state(request: Request) -> ApiState:
+    """The dependency: async, so FastAPI calls it on the loop, not on a thread."""
+    return state_of(request)
 
 
 _bearer = HTTPBearer(auto_error=False, description="a token from --tokens or $LOCKGATE_HTTP_TOKENS")
@@ -58,11 +63,11 @@ def require(scope: str) -> Callable[..., Any]:
     """A dependency refusing (403) a token without ``scope``. The token itself was checked
     (401) by the request gate, before routing; neither looks at the run."""
 
-    def check(
+    async def check(
         request: Request,
         _credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
     ) -> TokenEntry | None:
-        if not state(request).tokens:
+        if not state_of(request).tokens:
             return None
         entry = request.scope.get("state", {}).get(TOKEN_STATE)
         if not isinstance(entry, TokenEntry):  # mounted without the gate in front of it
