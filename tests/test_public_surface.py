@@ -136,7 +136,9 @@ PACKAGES = [
     "lockgate.cli",
     "lockgate.client",
     "lockgate.flow",
+    "lockgate.http",
     "lockgate.journal",
+    "lockgate.metrics",
     "lockgate.stores",
     "lockgate.stores.kafka",
     "lockgate.streams.sources",
@@ -149,6 +151,12 @@ def test_top_level_exports_exactly_the_public_api() -> None:
     assert set(lockgate.__all__) == EXPECTED
     for name in lockgate.__all__:
         assert hasattr(lockgate, name), name
+
+
+def test_the_http_package_exports_create_app_and_tokens() -> None:
+    import lockgate.http
+
+    assert lockgate.http.__all__ == ["TokenTable", "create_app", "hash_token"]
 
 
 @pytest.mark.parametrize("package", PACKAGES)

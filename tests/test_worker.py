@@ -603,7 +603,7 @@ async def test_health_endpoint_reports_liveness_and_readiness(store: MemoryStore
             200,
             {"status": "ok", "worker_id": "w-health"},
         )
-        assert (await http_get(address, "/metrics"))[0] == 404
+        assert (await http_get(address, "/nothing"))[0] == 404
     assert worker.health_address is not None  # where it listened, for the logs
     with pytest.raises(ConnectionRefusedError):
         await http_get(address, "/livez")

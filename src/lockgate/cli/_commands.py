@@ -92,6 +92,7 @@ def _worker_options(args: argparse.Namespace) -> dict[str, Any]:
         "orphan_scan_interval": args.orphan_scan_interval,
         "shutdown_grace": args.shutdown_grace,
         "health_port": args.health_port,
+        "metrics_port": args.metrics_port,
         **_poison_options(args),
     }
 
@@ -243,7 +244,13 @@ def add_run_parsers(group: Subparsers, common: list[argparse.ArgumentParser]) ->
         "--health-port",
         type=port,
         metavar="PORT",
-        help="serve /livez and /readyz on 127.0.0.1 (0: a free port, printed at start)",
+        help="serve /livez, /readyz and /metrics on 127.0.0.1 (0: a free port, printed at start)",
+    )
+    p.add_argument(
+        "--metrics-port",
+        type=port,
+        metavar="PORT",
+        help="serve Prometheus metrics on 127.0.0.1 (0: a free port); needs lockgate[metrics]",
     )
     _add_poison_flags(p, defaults)
     p.set_defaults(run=worker, opens_store=True)

@@ -20,7 +20,7 @@ from typing import NoReturn
 
 from lockgate import __version__
 from lockgate._errors import LockgateError
-from lockgate.cli import _commands, _journal, _runs, _triggers
+from lockgate.cli import _commands, _journal, _runs, _serve, _triggers
 from lockgate.cli._exits import BROKEN_PIPE, INTERRUPTED, Failure, report
 from lockgate.cli._params import check_names
 from lockgate.stores._open import JOURNAL_URL_ENV, STORE_URL_ENV, open_store
@@ -51,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"lockgate {__version__}")
     group = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     _commands.add_run_parsers(group, [common])
+    _serve.add_parser(group, [common])
     _triggers.add_parsers(group, [common])
     _runs.add_parsers(group, [common])
     _commands.add_admin_parsers(group, [common])

@@ -10,6 +10,7 @@ import logging
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
+from lockgate.metrics import _hooks as metrics
 from lockgate.streams._dead_letters import DeadLetters
 
 with contextlib.suppress(ImportError):  # the extra may be missing: no journal is made then
@@ -40,12 +41,15 @@ class GroupMember:
         self._on_assigned = on_assigned
         #: The offset each owned partition was last committed at.
         self._committed: dict[int, int] = {}
+        #: The consumer group, once a consumer is made (it labels the lag metric).
+        self._group = ""
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def _new_consumer(self, client_config: Mapping[str, Any], group: str, **extra: Any) -> Any:
         """A consumer in ``group``, committing only by hand, reading a partition with no commit
         from its start, rebalancing cooperatively, found gone within seconds; ``extra`` is
         added (fetch settings, a caller's own)."""
+        self._group = group
         return Consumer(
             {
                 **client_config,
@@ -74,7 +78,28 @@ class GroupMember:
 
     def _commit_at(self, consumer: Consumer, wanted: Mapping[int, int | None]) -> None:
         """Commit each partition of ``wanted`` at its offset (None: nothing to commit), held
-        back to its oldest record whose dead-letter copy is not in yet, if it moved on."""
+        back to its oldest record whose dead-letter copy is not in yet, if it moved on; then
+        tell the metrics each one's lag."""
+        self._commit_offsets(consumer, wanted)
+        if metrics.enabled():
+            self._report_lag(consumer, list(wanted))
+
+    def _report_lag(self, consumer: Consumer, partitions: list[int]) -> None:
+        """The lag of each of ``partitions``: its end as the consumer last fetched it (no
+        broker round trip) less the group's commit (its start when never committed)."""
+        for partition in partitions:
+            try:
+                low, high = consumer.get_watermark_offsets(
+                    TopicPartition(self.topic, partition), cached=True
+                )
+            except KafkaException:
+                continue
+            if high < 0:
+                continue  # nothing fetched from it yet
+            committed = self._committed.get(partition, low)
+            metrics.consumer_lag(self.topic, partition, self._group, max(0, high - committed))
+
+    def _commit_offsets(self, consumer: Consumer, wanted: Mapping[int, int | None]) -> None:
         offsets = []
         for partition, at in wanted.items():
             held = self._dead.held_at(partition)
@@ -96,6 +121,7 @@ class GroupMember:
         """``partition`` is no longer this member's."""
         self._committed.pop(partition, None)
         self._dead.forget(partition)
+        metrics.consumer_lag(self.topic, partition, self._group, None)
 
     def _changed(self, what: str, partitions: list[TopicPartition], owned: list[int]) -> None:
         """Log that ``partitions`` were ``what`` (``"assigned to"``) this worker, and tell

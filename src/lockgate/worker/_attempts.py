@@ -9,6 +9,7 @@ import logging
 from dataclasses import dataclass
 
 from lockgate._errors import StoreFileGone, StoreUnavailable
+from lockgate.metrics import _hooks as metrics
 from lockgate.stores import _notices as notices
 from lockgate.stores._types import ClaimedRun
 from lockgate.worker._runtime import Runtime, wait_all
@@ -119,7 +120,7 @@ class AttemptPool:
         time from which its lease runs."""
         claim = Claim(spec.name, run_id, lease)
         task = asyncio.create_task(
-            self._attempt(spec, claim, claimed, leased_at),
+            self._measured(spec, claim, claimed, leased_at),
             name=f"lockgate-attempt:{spec.name}:{run_id}",
         )
         self._running[task] = claim
@@ -146,13 +147,33 @@ class AttemptPool:
             finally:
                 stopped.cancel()
 
+    async def _measured(
+        self,
+        spec: WorkflowSpec,
+        claim: Claim,
+        claimed: ClaimedRun | None,
+        leased_at: float | None,
+    ) -> None:
+        """:meth:`_attempt`, its duration and outcome told to the metrics."""
+        started = self._rt.clock()
+        metrics.attempt_started(spec.name)
+        outcome: str | None = None
+        try:
+            outcome = await self._attempt(spec, claim, claimed, leased_at)
+        finally:
+            metrics.attempt_ended(spec.name, outcome, self._rt.clock() - started)
+            if outcome == AttemptOutcome.HANDED_BACK:
+                metrics.requeued(spec.name, "handed_back")
+
     async def _attempt(
         self,
         spec: WorkflowSpec,
         claim: Claim,
         claimed: ClaimedRun | None = None,
         leased_at: float | None = None,
-    ) -> None:
+    ) -> str | None:
+        """Run the attempt; how it ended (an :class:`AttemptOutcome`, or what kept it from
+        ending so: ``store_unavailable``, ``crashed``, ``store_file_gone``)."""
         rt = self._rt
         # When the claim was asked for: a store failure of this attempt is news of an outage
         # only if nothing got through since (a claim that waited out an outage through the
@@ -165,8 +186,7 @@ class AttemptPool:
                 else await rt.io(rt.store.load_run, spec.name, claim.run_id)
             )
         except StoreFileGone:
-            self._file_gone(claim)
-            return
+            return self._file_gone(claim)
         except Exception as exc:
             # An outage is told by the store state; any other failure here is news.
             log.log(
@@ -177,7 +197,7 @@ class AttemptPool:
                 exc,
             )
             await self._requeue_when_back(claim)
-            return
+            return "store_unavailable"
         attempt = Attempt(
             store=rt.store,
             spec=spec,
@@ -195,19 +215,20 @@ class AttemptPool:
         try:
             outcome = await attempt.execute()
         except StoreFileGone:
-            self._file_gone(claim)
-            return
+            return self._file_gone(claim)
         except StoreUnavailable as exc:
             # The attempt's own calls do not go through ``rt.io``: tell the store state here.
             rt.store_state.failed(exc, asked_at)
+            metrics.store_error("attempt")
             log.info("run %s of %s: %s", claim.run_id, spec.name, exc)
             self.outcomes["store_unavailable"] += 1
             if blocked.was_blocked(claim.lease):
-                return  # the loop was blocked, not the store away: the orphan scan counts it
+                # The loop was blocked, not the store away: the orphan scan counts it.
+                return "store_unavailable"
             if not attempt.put_back:
                 # The store is still away: keep the run in its slot and try until it lands.
                 await self._requeue_when_back(claim)
-            return
+            return "store_unavailable"
         except Exception:
             # An engine fault, not the body's (the body's own errors end the run in error).
             # Requeue it as a lost attempt, so a run that keeps hitting it ends after
@@ -218,7 +239,8 @@ class AttemptPool:
                 await rt.io(
                     rt.store.requeue_run, spec.name, claim.run_id, claim.lease, reason="owner_gone"
                 )
-            return
+                metrics.requeued(spec.name, "owner_gone")
+            return "crashed"
         self.outcomes[outcome.value] += 1
         if outcome in RUN_ENDED:
             told = rt.run_ended.get(spec.name)
@@ -231,14 +253,16 @@ class AttemptPool:
             log.warning("run %s of %s: the attempt lost its lease", claim.run_id, spec.name)
         else:
             log.debug("run %s of %s: %s", claim.run_id, spec.name, outcome.value)
+        return outcome.value
 
-    def _file_gone(self, claim: Claim) -> None:
+    def _file_gone(self, claim: Claim) -> str:
         """The attempt met a store whose file is gone: nothing of it can be written, and the
         worker's loops stop it (and say why, once); the run went with the file."""
         log.info(
             "run %s of %s: the store's file is gone; attempt dropped", claim.run_id, claim.name
         )
         self.outcomes["store_file_gone"] += 1
+        return "store_file_gone"
 
     async def _requeue_when_back(self, claim: Claim) -> None:
         """Requeue a run whose attempt lost the store, as ``store_unavailable`` (counted
@@ -257,6 +281,7 @@ class AttemptPool:
                     reason="store_unavailable",
                 )
                 log.info("run %s of %s: put back in the queue", claim.run_id, claim.name)
+                metrics.requeued(claim.name, "store_unavailable")
                 return
             except StoreFileGone:
                 self._file_gone(claim)
@@ -298,6 +323,7 @@ class AttemptPool:
         )
         try:
             await self._rt.give_back(claim.name, claim.run_id, claim.lease)
+            metrics.requeued(claim.name, "handed_back")
         except StoreFileGone:
             # The worker stops for it, and has said so once: there is no store to hand back to.
             log.info("run %s: not handed back: the store's file is gone", claim.run_id)

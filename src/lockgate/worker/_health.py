@@ -4,7 +4,9 @@
 liveness probe needs to know. ``GET /readyz`` answers 200 once the worker is serving (its store
 opened and its workflows recorded) and the store answers a ping; 503 while it is starting,
 while the store does not answer, and once the worker is shutting down, so a load balancer or
-orchestrator stops counting on it. Anything else is 404. One request per connection.
+orchestrator stops counting on it. ``GET /metrics`` answers the Prometheus text format of the
+default registry (``docs/metrics.md``), or 404 when prometheus-client is not installed.
+Anything else is 404. One request per connection.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from lockgate.metrics import _hooks as metrics
+from lockgate.metrics._exposition import MISSING, exposition
 from lockgate.stores._base import Store
 
 log = logging.getLogger("lockgate.worker")
@@ -72,11 +76,10 @@ class HealthServer:
         try:
             async with asyncio.timeout(REQUEST_TIMEOUT_S):
                 method, path = await _read_request(reader)
-            status, body = await self.answer(method, path)
-            payload = json.dumps(body).encode()
+            status, payload, content_type = await self._respond(method, path)
             head = (
                 f"HTTP/1.1 {status} {_REASONS[status]}\r\n"
-                "Content-Type: application/json\r\n"
+                f"Content-Type: {content_type}\r\n"
                 f"Content-Length: {len(payload)}\r\n"
                 "Connection: close\r\n\r\n"
             ).encode()
@@ -89,10 +92,23 @@ class HealthServer:
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
 
+    async def _respond(self, method: str, path: str) -> tuple[int, bytes, str]:
+        """The status, body and content type for a request."""
+        if path.split("?", 1)[0] == "/metrics" and method in ("GET", "HEAD"):
+            if not metrics.enabled():
+                body = {"status": "not_found", "path": "/metrics", "error": MISSING}
+                return 404, json.dumps(body).encode(), "application/json"
+            # Rendering takes the registry's locks, which store threads also take: off the
+            # loop, as the ping is.
+            text, content_type = await asyncio.to_thread(exposition)
+            return 200, text, content_type
+        status, answer = await self.answer(method, path)
+        return status, json.dumps(answer).encode(), "application/json"
+
     async def answer(self, method: str, path: str) -> tuple[int, dict[str, Any]]:
         """The status and JSON body for a request."""
         route = path.split("?", 1)[0]
-        if route not in ("/livez", "/readyz"):
+        if route not in ("/livez", "/readyz", "/metrics"):
             return 404, {"status": "not_found", "path": route}
         if method not in ("GET", "HEAD"):
             return 405, {"status": "method_not_allowed", "method": method}

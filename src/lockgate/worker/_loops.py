@@ -16,6 +16,7 @@ from typing import NamedTuple
 from lockgate._clock import PRECISE_TAIL, iso
 from lockgate._errors import StoreUnavailable
 from lockgate.client._cascade import after_store_ended
+from lockgate.metrics import _hooks as metrics
 from lockgate.stores._types import WaitOutcome
 from lockgate.worker._attempts import AttemptPool
 from lockgate.worker._runtime import Runtime
@@ -73,6 +74,7 @@ async def claim_batch(
         pool.unreserve(count)
         raise
     pool.unreserve(count - len(claimed))
+    metrics.claimed(spec.name, len(claimed), rt.clock() - sent)
     # A store may answer a plain list: it cannot tell when a token comes. It measured its
     # wait from when it took the claim, just after ``sent``.
     token_in = getattr(claimed, "next_token_in", None)
@@ -82,6 +84,7 @@ async def claim_batch(
         pool.unreserve(len(claimed))
         for run, lease in zip(claimed, leases, strict=False):
             await rt.give_back(spec.name, run.run_id, lease)
+        metrics.requeued(spec.name, "handed_back", len(claimed))
         return answer
     for run, lease in zip(claimed, leases, strict=False):
         pool.launch(spec, run.run_id, lease, run, leased_at=asked_at)
@@ -175,14 +178,33 @@ async def fire_triggers_due(rt: Runtime, now: float) -> bool:
         if spec.trigger is None:
             continue
         due = await rt.io(rt.store.due_triggers, name, now, batch)
+        # When the most overdue buffer fell due, for its fire delay (the store does not say
+        # each buffer's due time, only the soonest).
+        earliest = await _earliest_due(rt, name) if due else None
         for key in due:
             fired = await rt.io(
                 rt.store.fire_trigger, name, key, policy=trigger_policy(spec, key), due_by=now
             )
             if fired is not None:
+                if earliest is not None:
+                    metrics.fired_late(name, rt.clock() - earliest)
+                    earliest = None
                 rt.wakeup(f"claim:{name}").set()
         full = full or len(due) >= batch
     return full
+
+
+#: Earlier than any due time a store holds: asking for the next one after it gives the first.
+_BEFORE_ALL = -1e18
+
+
+async def _earliest_due(rt: Runtime, name: str) -> float | None:
+    """The due time of the soonest buffer of ``name``, when metrics are kept and the store
+    can tell it; else None."""
+    if not metrics.enabled() or "trigger_due" not in rt.store.capabilities():
+        return None
+    due: float | None = await rt.io(rt.store.next_trigger_due, name, _BEFORE_ALL)
+    return due
 
 
 async def recover_orphans(rt: Runtime) -> bool:
@@ -195,6 +217,7 @@ async def recover_orphans(rt: Runtime) -> bool:
         )
         if recovered:
             log.info("requeued %d run(s) of %s whose lease lapsed", len(recovered), name)
+            metrics.requeued(name, "owner_gone", len(recovered))
         for run_id in recovered:
             # One the store ended instead (quarantined, out of retries) tells its parent and
             # closes its children here: its own attempt never reached its end to do it.

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 
 from lockgate._errors import ConfigurationError
+from lockgate.metrics import _hooks as metrics
 from lockgate.stores._poison import PoisonPolicy
 
 
@@ -69,6 +70,12 @@ class WorkerOptions:
     whose outcome was still buffered. ``health_port`` (0 picks a free port) serves
     ``/livez`` and ``/readyz`` on ``health_host``; None serves nothing.
 
+    Metrics (``lockgate[metrics]``, see ``docs/metrics.md``): the health endpoint also serves
+    ``/metrics``, and ``metrics_port`` (0 picks a free port) serves them from a
+    prometheus-client server of their own on ``health_host``. While either serves, every
+    ``metrics_interval`` the worker samples from the store how many runs wait behind each
+    kind of gate and how many trigger buffers are open.
+
     Poison runs: a run whose worker dies or freezes under it (its lease lapses) is requeued by
     the next orphan scan or claim, and each such lapse is a crash of the run. The crash number
     ``poison_max_retries + 1`` within ``poison_retry_ttl_s`` seconds (older ones are forgotten;
@@ -97,12 +104,19 @@ class WorkerOptions:
     step_boundary_durability: bool = True
     health_port: int | None = None
     health_host: str = "127.0.0.1"
+    metrics_port: int | None = None
+    metrics_interval: float = 15.0
     cancel_timeout: float = 5.0
     poison_max_retries: int = 3
     poison_retry_ttl_s: float = 3600.0
     poison_counts_loop_blocked: bool = True
     stranded_policy: StrandedPolicy = StrandedPolicy.WAIT
     stranded_timeout: float = 0.0
+
+    @property
+    def exports_metrics(self) -> bool:
+        """Whether a worker with these options serves metrics (and samples its gauges)."""
+        return metrics.enabled() and (self.health_port is not None or self.metrics_port is not None)
 
     @property
     def poison_policy(self) -> PoisonPolicy:
@@ -133,11 +147,18 @@ class WorkerOptions:
             raise _refuse(
                 "step_boundary_durability", "True or False", self.step_boundary_durability
             )
-        port = self.health_port
-        if port is not None and (
-            isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65_535
-        ):
-            raise _refuse("health_port", "None or a port number from 0 to 65535", port)
+        for field_name in ("health_port", "metrics_port"):
+            port = getattr(self, field_name)
+            if port is not None and (
+                isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65_535
+            ):
+                raise _refuse(field_name, "None or a port number from 0 to 65535", port)
+        if self.metrics_port is not None and not metrics.enabled():
+            raise ConfigurationError(
+                "WorkerOptions(metrics_port=...) needs prometheus-client: "
+                "pip install 'lockgate[metrics]'"
+            )
+        _check_seconds("metrics_interval", self.metrics_interval)
         if not isinstance(self.health_host, str) or not self.health_host:
             raise _refuse("health_host", "a host name or address", self.health_host)
 

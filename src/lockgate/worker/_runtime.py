@@ -13,6 +13,7 @@ from typing import Any
 
 from lockgate._clock import Clock
 from lockgate._errors import LockgateError, StoreFileGone, StoreUnavailable
+from lockgate.metrics import _hooks as metrics
 from lockgate.stores._base import Store
 from lockgate.stores._calls import call_store, call_store_at
 from lockgate.worker._options import WorkerOptions
@@ -194,7 +195,7 @@ class Runtime:
     async def io(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Call a store method, on a worker thread when the store may block on I/O, and tell
         :attr:`store_state` whether the store answered."""
-        with self._reported():
+        with self._reported(method):
             return await call_store(self.store, method, *args, **kwargs)
 
     async def io_at(
@@ -202,21 +203,24 @@ class Runtime:
     ) -> tuple[Any, float]:
         """:meth:`io`, made right at ``at`` on the worker's clock (None: now; see
         ``call_store_at``): the answer, and the time the call left for the store."""
-        with self._reported():
+        with self._reported(method):
             return await call_store_at(self.store, self.clock, at, method, *args, **kwargs)
 
     @contextlib.contextmanager
-    def _reported(self) -> Iterator[None]:
-        """Tell :attr:`store_state` how the store call made inside went: a refusal is an
-        answer, the store out of reach is not. A file gone is neither: the worker stops on it
-        (its loops end), so no outage begins that it would wait out."""
+    def _reported(self, method: Callable[..., Any]) -> Iterator[None]:
+        """Tell :attr:`store_state` how the store call of ``method`` made inside went: a
+        refusal is an answer, the store out of reach is not. A file gone is neither: the worker
+        stops on it (its loops end), so no outage begins that it would wait out. Either is a
+        store error to the metrics."""
         asked_at = self.clock()
         try:
             yield
         except StoreUnavailable as exc:
             self.store_state.failed(exc, asked_at)
+            metrics.store_error(getattr(method, "__name__", "call"))
             raise
         except StoreFileGone:
+            metrics.store_error(getattr(method, "__name__", "call"))
             raise
         except LockgateError:
             self.store_state.answered(asked_at)

@@ -17,11 +17,13 @@ from lockgate._clock import Clock, as_clock
 from lockgate._errors import ConfigurationError, LockgateError, StoreUnavailable
 from lockgate._names import check_name
 from lockgate.client._client import WorkflowClient
+from lockgate.metrics._exposition import MetricsServer
 from lockgate.stores._base import Store
 from lockgate.streams._topics import kafka_journal
 from lockgate.worker._attempts import AttemptPool
 from lockgate.worker._bound_topics import check_bindings, serve_bound_topics
 from lockgate.worker._deadlines import timer_loop, trigger_loop
+from lockgate.worker._gauges import sample_gauges
 from lockgate.worker._health import HealthServer
 from lockgate.worker._loops import (
     claim_loop,
@@ -165,6 +167,7 @@ class WorkflowWorker:
         #: A client over the worker's store, on the worker's clock.
         self.client = WorkflowClient(store, clock=self.clock)
         self._health: HealthServer | None = None
+        self._metrics: MetricsServer | None = None
         self._failure: BaseException | None = None
         self._active = False
         self._serving = False
@@ -188,6 +191,12 @@ class WorkflowWorker:
     def health_address(self) -> tuple[str, int] | None:
         """``(host, port)`` of the health endpoint once it listens, else None."""
         return self._health.address if self._health is not None else None
+
+    @property
+    def metrics_address(self) -> tuple[str, int] | None:
+        """``(host, port)`` of the metrics server (``metrics_port``) once it listens, else
+        None."""
+        return self._metrics.address if self._metrics is not None else None
 
     def stop(self) -> None:
         """Ask the worker to stop. Idempotent; safe from any thread and from a signal handler.
@@ -258,6 +267,8 @@ class WorkflowWorker:
     def _serving_line(self, on_signals: bool) -> str:
         """The start-up line: who serves what, from where, how it is watched and stopped."""
         health = f", health on {self._health.url}" if self._health is not None else ""
+        if self._metrics is not None:
+            health += f", metrics on {self._metrics.url}"
         stop = "; stop with Ctrl-C or SIGTERM" if on_signals else ""
         created = ", a new store it created" if getattr(self.store, "created", False) else ""
         return (
@@ -285,6 +296,14 @@ class WorkflowWorker:
                 worker_id=self.worker_id, not_ready=self._not_ready, store=self.store
             )
             await self._health.start(self.options.health_host, self.options.health_port)
+        if self._metrics is None and self.options.metrics_port is not None:
+            host, port = self.options.health_host, self.options.metrics_port
+            try:
+                self._metrics = MetricsServer(host, port)
+            except OSError as exc:
+                raise ConfigurationError(
+                    f"the metrics server cannot listen on {host}:{port}: {exc}"
+                ) from exc
 
     def _not_ready(self) -> dict[str, str] | None:
         if self.stopping:
@@ -378,6 +397,12 @@ class WorkflowWorker:
             )
         )
         loops.append(asyncio.create_task(watch_loop(rt, self._pool), name="lockgate-watchdog"))
+        if options.exports_metrics:
+            loops.append(
+                asyncio.create_task(
+                    every(rt, sample_gauges, options.metrics_interval), name="lockgate-gauges"
+                )
+            )
         if options.stranded_policy == StrandedPolicy.FAIL:
             loops.append(
                 asyncio.create_task(
@@ -434,6 +459,9 @@ class WorkflowWorker:
         handed = await self._pool.drain(max(0.0, deadline - self.clock()))
         if self._health is not None:
             await self._health.close()
+        if self._metrics is not None:
+            self._metrics.close()
+            self._metrics = None
         status_log.info(
             "worker stopped (%s)%s",
             self.worker_id,

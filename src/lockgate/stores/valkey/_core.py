@@ -48,6 +48,7 @@ from lockgate._errors import (
     StoreUnavailable,
 )
 from lockgate.journal._events import RunEvent, RunStatus
+from lockgate.metrics import _hooks as metrics
 from lockgate.stores._records import derive_status
 from lockgate.stores._types import RunInfo, WaitSpec
 from lockgate.stores.valkey._connect import (
@@ -460,6 +461,7 @@ class ValkeyCore:
                 ) from exc
             # Each retry of each call: debug. What gives up raises, and a worker tells the
             # outage once (its store state), not once per call.
+            metrics.store_retried("valkey")
             log.debug(
                 "Valkey at %s is unreachable (%s); retrying in %.2fs",
                 self.url,

@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 
 from lockgate._clock import Clock, as_clock
 from lockgate._errors import StoreUnavailable, one_line
+from lockgate.metrics import _hooks as metrics
 from lockgate.stores._base import Store
 from lockgate.stores._calls import call_store
 from lockgate.stores._triggers import TriggerPolicy
@@ -342,7 +343,15 @@ class TriggerConsumer(GroupMember):
         the next try."""
         now = self.clock()
         for windows in self._windows.values():
-            self._to_fire.extend(windows.due(now))
+            head = windows.next_due()
+            batches = windows.due(now)
+            if batches and head is not None:
+                # The most overdue window of the partition, as the store's trigger loop tells.
+                metrics.fired_late(self.spec.name, now - head)
+            self._to_fire.extend(batches)
+        metrics.buffers_open(
+            self.spec.name, sum(len(w.windows) for w in self._windows.values()), source="topic"
+        )
         if not self._to_fire or now < self._retry_at:
             return
         by_key: dict[tuple[int, str], list[Batch]] = {}
