@@ -89,6 +89,26 @@ def value(samples: Samples, name: str, **labels: str) -> float:
     return samples.get((name, frozenset(labels.items())), 0.0)
 
 
+def requeues(samples: Samples, workflow: str) -> float:
+    """The workflow's requeues, whatever their reason."""
+    return sum(
+        count
+        for (name, labels), count in samples.items()
+        if name == "lockgate_runs_requeued_total" and ("workflow", workflow) in labels
+    )
+
+
+def claims_over_requeues(samples: Samples, workflow: str) -> float:
+    """Claims less requeues: each run's claim, once, however often it came back.
+
+    A busy machine may hold a worker's heartbeat past a short lease, so a live run can be
+    requeued and claimed again; every such claim is matched by a requeue, counted below.
+    """
+    return value(samples, "lockgate_runs_claimed_total", workflow=workflow) - requeues(
+        samples, workflow
+    )
+
+
 async def scrape(url: str) -> Samples:
     async with httpx.AsyncClient() as http:
         answer = await http.get(url, timeout=10)
@@ -155,6 +175,8 @@ async def test_a_known_workload_scraped_from_the_health_endpoint() -> None:
         def gated(s: Samples) -> bool:
             return (
                 value(s, "lockgate_runs_queued", workflow="mx_limited", gate="limit") == 2
+                and value(s, "lockgate_attempts_running", workflow="mx_limited") == 1
+                and claims_over_requeues(s, "mx_limited") == 1
                 and value(s, "lockgate_runs_queued", workflow="mx_rated", gate="rate") == 2
                 and value(s, "lockgate_trigger_fire_delay_seconds_count", workflow="mx_collect")
                 == 1
@@ -163,9 +185,10 @@ async def test_a_known_workload_scraped_from_the_health_endpoint() -> None:
         samples = await scrape_until(url, "the gauges show the gated runs", gated)
         assert value(samples, "lockgate_runs_queued", workflow="mx_limited", gate="none") == 0
         assert value(samples, "lockgate_runs_queued", workflow="mx_ok", gate="none") == 0
-        assert value(samples, "lockgate_runs_claimed_total", workflow="mx_ok") == 11
-        assert value(samples, "lockgate_runs_claimed_total", workflow="mx_bad") == 2
-        assert value(samples, "lockgate_runs_claimed_total", workflow="mx_limited") == 1
+        # The ghost was claimed outside this worker: its requeue and this worker's claim
+        # of it cancel out, leaving the ten fresh runs.
+        assert claims_over_requeues(samples, "mx_ok") == 10
+        assert claims_over_requeues(samples, "mx_bad") == 2
         assert value(samples, "lockgate_runs_claimed_total", workflow="mx_rated") == 1
         ended = "lockgate_runs_ended_total"
         assert value(samples, ended, workflow="mx_ok", outcome="completed") == 11
@@ -173,10 +196,11 @@ async def test_a_known_workload_scraped_from_the_health_endpoint() -> None:
         assert value(samples, ended, workflow="mx_bad", outcome="failed") == 2
         assert value(samples, ended, workflow="mx_rated", outcome="completed") == 1
         requeued = "lockgate_runs_requeued_total"
-        assert value(samples, requeued, workflow="mx_ok", reason="owner_gone") == 1
+        assert value(samples, requeued, workflow="mx_ok", reason="owner_gone") >= 1
         attempts = "lockgate_run_attempt_duration_seconds_count"
-        assert value(samples, attempts, workflow="mx_ok") == 11
-        assert value(samples, "lockgate_attempts_running", workflow="mx_limited") == 1
+        assert value(samples, attempts, workflow="mx_ok") == value(
+            samples, "lockgate_runs_claimed_total", workflow="mx_ok"
+        )
         latency = "lockgate_claim_latency_seconds_count"
         assert value(samples, latency, workflow="mx_ok") >= 1
         # The Collect batch fired once its window closed, and its run completes.
@@ -199,7 +223,7 @@ async def test_a_known_workload_scraped_from_the_health_endpoint() -> None:
                 and value(s, "lockgate_runs_queued", workflow="mx_limited", gate="limit") == 0
             ),
         )
-        assert value(samples, "lockgate_runs_claimed_total", workflow="mx_limited") == 3
+        assert claims_over_requeues(samples, "mx_limited") == 3
         assert all(h.run_id for h in [*limited, *rated])
     finally:
         worker.stop()
@@ -289,8 +313,9 @@ async def test_a_worker_process_serves_its_metrics_on_the_metrics_port(
     )
     ended = "lockgate_runs_ended_total"
     assert value(samples, ended, workflow="mx_proc", outcome="completed") == 3
-    assert value(samples, "lockgate_runs_claimed_total", workflow="mx_proc") == 4
-    assert value(samples, "lockgate_run_attempt_duration_seconds_count", workflow="mx_proc") == 4
+    assert claims_over_requeues(samples, "mx_proc") == 4
+    attempts = value(samples, "lockgate_run_attempt_duration_seconds_count", workflow="mx_proc")
+    assert attempts == value(samples, "lockgate_runs_claimed_total", workflow="mx_proc")
 
 
 def test_metrics_port_without_prometheus_client_is_a_configuration_error(
