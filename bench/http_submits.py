@@ -1,11 +1,15 @@
 """Submits per second over HTTP against ``client.submit`` on the same SQLite store.
 
 Starts ``lockgate serve _one_step:one_step`` on an SQLite file in a temporary folder (loopback,
-a bearer token, as deployed) and, in this process: SUBMITS ``client.submit`` calls from 64
-concurrent tasks on an SQLiteStore of the same file, then SUBMITS ``POST /bench_one_step/runs``
-over 64 concurrent connections (an aiohttp session). No worker runs, so both only queue. Prints
-submits/s, p50/p99 latency and errors of each, and the ratio HTTP / direct. Not a test; record
-the output in docs/performance.md with the command:
+a bearer token, as deployed) and, in this process, times SUBMITS ``client.submit`` calls from 64
+concurrent tasks on an SQLiteStore of the same file and SUBMITS ``POST /bench_one_step/runs``
+over 64 concurrent connections (an aiohttp session). No worker runs, so both only queue.
+
+Both paths write to one file that grows as they run, and a submit costs more in a bigger file,
+so the submits are timed in ROUNDS rounds in the order direct, HTTP, HTTP, direct, direct, ...
+(each path's rounds sit as early as the other's on average). Prints submits/s, p50/p99 latency
+and errors of each path over its rounds, and the ratio HTTP / direct. Not a test; record the
+output in docs/performance.md with the command:
 
     .venv/bin/python bench/http_submits.py
 """
@@ -31,6 +35,7 @@ HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
 CONNECTIONS = 64
 SUBMITS = int(os.environ.get("LOCKGATE_BENCH_SUBMITS", "4000"))
+ROUNDS = 4
 TOKEN = "bench-token"
 SERVE = [sys.executable, "-m", "lockgate", "serve", "_one_step:one_step", "--store"]
 LINE = re.compile(rb"serving the HTTP API on (http://127\.0\.0\.1:\d+)")
@@ -61,31 +66,39 @@ def start_server(folder: Path, db: Path) -> tuple[subprocess.Popen[bytes], str]:
     raise SystemExit("lockgate serve did not start")
 
 
-async def drive(one: Callable[[int], Awaitable[None]]) -> tuple[float, list[float], int]:
-    """Run SUBMITS calls of ``one`` from CONNECTIONS tasks: (seconds, latencies, errors)."""
-    latencies: list[float] = []
-    errors = 0
-    counter = iter(range(SUBMITS))
+class Tally:
+    """One path's rounds: their seconds, latencies and errors."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.latencies: list[float] = []
+        self.errors = 0
+
+
+async def drive(one: Callable[[int], Awaitable[None]], calls: range, tally: Tally) -> None:
+    """Run ``calls`` calls of ``one`` from CONNECTIONS tasks, adding to ``tally``."""
+    latencies = tally.latencies
+    counter = iter(calls)
 
     async def lane() -> None:
-        nonlocal errors
         for n in counter:
             started = time.perf_counter()
             try:
                 await one(n)
             except Exception as exc:
-                errors += 1
-                if errors == 1:
+                tally.errors += 1
+                if tally.errors == 1:
                     print(f"first error: {type(exc).__name__}: {exc}", file=sys.stderr)
             latencies.append(time.perf_counter() - started)
 
     started = time.perf_counter()
     await asyncio.gather(*(lane() for _ in range(CONNECTIONS)))
-    return time.perf_counter() - started, sorted(latencies), errors
+    tally.seconds += time.perf_counter() - started
 
 
-def report(what: str, seconds: float, latencies: list[float], errors: int) -> float:
-    rate = SUBMITS / seconds
+def report(what: str, tally: Tally) -> float:
+    latencies, errors = sorted(tally.latencies), tally.errors
+    rate = len(latencies) / tally.seconds
     p50 = latencies[len(latencies) // 2] * 1000
     p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000
     print(
@@ -95,6 +108,7 @@ def report(what: str, seconds: float, latencies: list[float], errors: int) -> fl
 
 
 async def main() -> None:
+    per_round = SUBMITS // ROUNDS
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         db = folder / "bench.db"
@@ -108,9 +122,6 @@ async def main() -> None:
 
             async def direct(n: int) -> None:
                 await client.submit("bench_one_step", {"n": n})
-
-            direct_rate = report("client.submit (in process)", *await drive(direct))
-            store.close()
 
             # aiohttp drives the load: httpx's client tops out near 350 requests/s on this
             # machine against an app that only answers 200, aiohttp's near 8,000, so with it
@@ -128,9 +139,22 @@ async def main() -> None:
                         if answer.status != 201:
                             raise RuntimeError(f"{answer.status}: {body[:200]!r}")
 
-                http_rate = report("POST /{name}/runs (HTTP)", *await drive(over_http))
+                paths = {"direct": (direct, Tally()), "http": (over_http, Tally())}
+                for n in range(ROUNDS * 2):
+                    # direct, http, http, direct, direct, http, ...
+                    which = ("direct", "http")[(n + 1) // 2 % 2]
+                    one, tally = paths[which]
+                    calls = range(n * per_round, (n + 1) * per_round)
+                    await drive(one, calls, tally)
+                    print(f"  round {n + 1}/{ROUNDS * 2}: {which}", file=sys.stderr)
+            store.close()
+            direct_rate = report("client.submit (in process)", paths["direct"][1])
+            http_rate = report("POST /{name}/runs (HTTP)", paths["http"][1])
             print(f"ratio HTTP / client.submit: {http_rate / direct_rate:.2f} (target >= 0.5)")
-            print(f"{SUBMITS} submits each, {CONNECTIONS} concurrent, SQLite, loopback")
+            print(
+                f"{per_round * ROUNDS} submits each in {ROUNDS} rounds, {CONNECTIONS} concurrent, "
+                "SQLite, loopback"
+            )
         finally:
             proc.terminate()
             proc.wait(60)

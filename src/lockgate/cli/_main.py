@@ -67,7 +67,9 @@ def _dispatch(args: argparse.Namespace) -> int:
     if getattr(args, "opens_no_store", False):  # `journal replay` reads Kafka alone
         return int(args.run(args))
     if getattr(args, "opens_store", False):  # `worker` waits for a store that does not answer
-        return int(asyncio.run(args.run(args)))
+        loop_factory = getattr(args, "loop_factory", None)
+        with asyncio.Runner(loop_factory=loop_factory() if loop_factory else None) as runner:
+            return int(runner.run(args.run(args)))
     # Only a worker and `store init` create a store that does not exist yet (a URL can ask
     # for it with ?create=true): any other command on a missing file is a mistyped path or a
     # store that was removed, and a new empty one there would hide that.
