@@ -343,11 +343,10 @@ class TriggerConsumer(GroupMember):
         the next try."""
         now = self.clock()
         for windows in self._windows.values():
-            head = windows.next_due()
             batches = windows.due(now)
-            if batches and head is not None:
-                # The most overdue window of the partition, as the store's trigger loop tells.
-                metrics.fired_late(self.spec.name, now - head)
+            for batch in batches:  # each window that fired on its time: how late
+                if batch.due_at is not None:
+                    metrics.fired_late(self.spec.name, now - batch.due_at)
             self._to_fire.extend(batches)
         metrics.buffers_open(
             self.spec.name, sum(len(w.windows) for w in self._windows.values()), source="topic"

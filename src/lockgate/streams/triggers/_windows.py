@@ -21,12 +21,14 @@ from lockgate.stores._triggers import TriggerPolicy
 
 @dataclass(frozen=True)
 class Batch:
-    """The events of one key, in offset order, that fire together."""
+    """The events of one key, in offset order, that fire together; ``due_at``: when its
+    window fell due, when it was taken for that (None: taken full, or before it got too big)."""
 
     partition: int
     key: str
     offsets: tuple[int, ...]
     events: tuple[dict[str, Any], ...]
+    due_at: float | None = None
 
     @property
     def first(self) -> int:
@@ -46,6 +48,7 @@ class Batch:
             self.key,
             tuple(self.offsets[i] for i in keep),
             tuple(self.events[i] for i in keep),
+            self.due_at,
         )
 
 
@@ -149,7 +152,7 @@ class PartitionWindows:
             due, key = heapq.heappop(self._due)
             window = self.windows.get(key)
             if window is not None and window.due_at == due:
-                batches.append(self._take(key))
+                batches.append(self._take(key, due))
         return batches
 
     def next_due(self) -> float | None:
@@ -184,8 +187,8 @@ class PartitionWindows:
         """(key, count, due time) of each open window."""
         return [(key, len(w.offsets), w.due_at) for key, w in self.windows.items()]
 
-    def _take(self, key: str) -> Batch:
+    def _take(self, key: str, due_at: float | None = None) -> Batch:
         window = self.windows.pop(key)
-        batch = Batch(self.partition, key, tuple(window.offsets), tuple(window.events))
+        batch = Batch(self.partition, key, tuple(window.offsets), tuple(window.events), due_at)
         self.in_flight[id(batch)] = batch
         return batch
