@@ -11,7 +11,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from lockgate import __version__
-from lockgate._errors import ErrorCode, LockgateError
+from lockgate._errors import ErrorCode, LockgateError, StoreFileGone, StoreUnavailable
 from lockgate.client._client import WorkflowClient
 from lockgate.http._auth import TokenTable
 from lockgate.http._limits import ENVELOPE_BYTES, BodyTooLarge, RequestGate, too_large
@@ -19,6 +19,7 @@ from lockgate.http._metrics import RequestMetrics, exposition
 from lockgate.http._problems import from_error, problem
 from lockgate.http._routes import probes, runs
 from lockgate.http._state import ApiState, ProblemError
+from lockgate.metrics import _hooks as metrics
 from lockgate.stores._base import Store
 from lockgate.workflow._spec import DEFAULT_PAYLOAD_CAP, WorkflowSpec
 
@@ -100,6 +101,8 @@ def _add_handlers(app: FastAPI) -> None:
         return problem(exc.status, exc.code, exc.detail, field=exc.field)
 
     async def on_error(request: Request, exc: Exception) -> Response:
+        if isinstance(exc, StoreUnavailable | StoreFileGone):
+            metrics.store_error(f"http:{getattr(request.scope.get('route'), 'name', 'unmatched')}")
         return from_error(exc)
 
     async def on_invalid(request: Request, exc: Exception) -> Response:

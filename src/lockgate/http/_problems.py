@@ -28,6 +28,7 @@ from lockgate._errors import (
     RunNotFoundError,
     RunNotStartedError,
     RunNotWaitingError,
+    StoreFileGone,
     StoreUnavailable,
     UpdateError,
     UpdateRejected,
@@ -58,6 +59,8 @@ _STATUS: tuple[tuple[type[BaseException], int], ...] = (
     (UpdateTimeout, 504),
     (CapabilityMissing, 501),
     (StoreUnavailable, 503),
+    # The server's file was lost under it: not the caller's mistake, and not a 400.
+    (StoreFileGone, 503),
 )
 
 

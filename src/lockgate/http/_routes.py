@@ -44,6 +44,7 @@ from lockgate.http._models import (
 )
 from lockgate.http._state import ApiState, ProblemError, requested_by, require, state
 from lockgate.journal._events import RunStatus
+from lockgate.metrics import _hooks as metrics
 from lockgate.stores._calls import call_store
 from lockgate.stores._types import RunInfo
 
@@ -122,7 +123,8 @@ async def readyz(api: Api) -> Any:
     try:
         async with asyncio.timeout(PING_TIMEOUT_S):
             await asyncio.to_thread(api.store.ping)
-    except Exception as exc:
+    except Exception as exc:  # no answer, whatever the store raised: not ready
+        metrics.store_error("http:readyz")
         body = Health(status="unavailable", error=str(exc) or type(exc).__name__)
         return JSONResponse(body.model_dump(), status_code=503, headers={"Retry-After": "1"})
     return Health(status="ok")

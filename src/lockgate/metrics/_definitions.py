@@ -82,8 +82,8 @@ CONSUMER_LAG = Gauge(
 )
 STORE_ERRORS = Counter(
     "lockgate_store_errors_total",
-    "Worker store calls that got no answer (the store unavailable, or its file gone), by the "
-    "store method called.",
+    "Store calls that got no answer (the store unavailable, or its file gone), by the store "
+    "method a worker called, or http:ROUTE for a request the API answered 503.",
     ["operation"],
 )
 STORE_RETRIES = Counter(
