@@ -2,13 +2,16 @@
 
 Starts ``lockgate serve _one_step:one_step`` on an SQLite file in a temporary folder (loopback,
 a bearer token, as deployed) and, in this process, times SUBMITS ``client.submit`` calls from 64
-concurrent tasks on an SQLiteStore of the same file and SUBMITS ``POST /bench_one_step/runs``
-over 64 concurrent connections (an aiohttp session). No worker runs, so both only queue.
+concurrent tasks on an SQLiteStore of the same file, SUBMITS ``POST /bench_one_step/runs``
+over 64 concurrent connections (an aiohttp session), and SUBMITS ``client.submit`` calls of a
+client with ``group_submits=True``, as the server's own client is: the ratio to the plain
+client is the issue's figure, the ratio to the grouped one what the HTTP layer itself costs.
+No worker runs, so all only queue.
 
-Both paths write to one file that grows as they run, and a submit costs more in a bigger file,
-so the submits are timed in ROUNDS rounds in the order direct, HTTP, HTTP, direct, direct, ...
-(each path's rounds sit as early as the other's on average). Prints submits/s, p50/p99 latency
-and errors of each path over its rounds, and the ratio HTTP / direct. Not a test; record the
+The paths write to one file that grows as they run, so each is timed in ROUNDS rounds, in
+the order direct, HTTP, grouped, grouped, HTTP, direct, ...: each path's rounds sit as early as
+the others' on average, and none is timed on a bigger file alone. Prints submits/s, p50/p99
+latency and errors of each path over its rounds, and the ratios. Not a test; record the
 output in docs/performance.md with the command:
 
     .venv/bin/python bench/http_submits.py
@@ -119,9 +122,13 @@ async def main() -> None:
 
             store = SQLiteStore(db)
             client = WorkflowClient(store)
+            grouping = WorkflowClient(store, group_submits=True)
 
             async def direct(n: int) -> None:
                 await client.submit("bench_one_step", {"n": n})
+
+            async def grouped(n: int) -> None:
+                await grouping.submit("bench_one_step", {"n": n})
 
             # aiohttp drives the load: httpx's client tops out near 350 requests/s on this
             # machine against an app that only answers 200, aiohttp's near 8,000, so with it
@@ -139,18 +146,27 @@ async def main() -> None:
                         if answer.status != 201:
                             raise RuntimeError(f"{answer.status}: {body[:200]!r}")
 
-                paths = {"direct": (direct, Tally()), "http": (over_http, Tally())}
-                for n in range(ROUNDS * 2):
-                    # direct, http, http, direct, direct, http, ...
-                    which = ("direct", "http")[(n + 1) // 2 % 2]
+                paths = {
+                    "direct": (direct, Tally()),
+                    "http": (over_http, Tally()),
+                    "grouped": (grouped, Tally()),
+                }
+                order = ["direct", "http", "grouped", "grouped", "http", "direct"]
+                for n in range(ROUNDS * 3):
+                    which = order[n % len(order)]  # each path as early as the others on average
                     one, tally = paths[which]
                     calls = range(n * per_round, (n + 1) * per_round)
                     await drive(one, calls, tally)
-                    print(f"  round {n + 1}/{ROUNDS * 2}: {which}", file=sys.stderr)
+                    print(f"  round {n + 1}/{ROUNDS * 3}: {which}", file=sys.stderr)
             store.close()
             direct_rate = report("client.submit (in process)", paths["direct"][1])
             http_rate = report("POST /{name}/runs (HTTP)", paths["http"][1])
+            grouped_rate = report("client.submit, grouped", paths["grouped"][1])
             print(f"ratio HTTP / client.submit: {http_rate / direct_rate:.2f} (target >= 0.5)")
+            print(
+                f"ratio HTTP / grouped client.submit: {http_rate / grouped_rate:.2f} "
+                "(the HTTP layer's own cost, the server grouping as the client does)"
+            )
             print(
                 f"{per_round * ROUNDS} submits each in {ROUNDS} rounds, {CONNECTIONS} concurrent, "
                 "SQLite, loopback"

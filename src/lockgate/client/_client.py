@@ -30,6 +30,7 @@ from lockgate._errors import (
 from lockgate._names import check_name, check_optional
 from lockgate.client._cascade import after_terminate
 from lockgate.client._chains import resolve_continuation
+from lockgate.client._grouping import SubmitGroup
 from lockgate.client._handle import RunHandle, TerminateResult
 from lockgate.client._recorded import recorded_cap, recorded_spec, recorded_stamp
 from lockgate.client._trigger_key import trigger_key
@@ -41,6 +42,7 @@ from lockgate.journal._events import (
 )
 from lockgate.stores import _notices as notices
 from lockgate.stores._base import Store
+from lockgate.stores._batch import GroupCommitStore, new_run
 from lockgate.stores._calls import call_store
 from lockgate.stores._gates import WaitReason
 from lockgate.stores._types import INTERRUPT_SIGNAL_PREFIX, RunInfo, TerminateOutcome
@@ -102,11 +104,29 @@ class WorkflowClient:
     a worker thread. A client never executes a run body: workers and runners do."""
 
     def __init__(
-        self, store: Store, *, poll_interval: float = 0.1, clock: Clock | None = None
+        self,
+        store: Store,
+        *,
+        poll_interval: float = 0.1,
+        clock: Clock | None = None,
+        group_submits: bool = False,
     ) -> None:
+        """``group_submits`` gathers submits made at once into one store call when the store
+        can write them so (SQLite; see ``client/_grouping.py``): for a process that takes many
+        submits concurrently, as ``lockgate serve`` does. Each submit's answer is its own."""
         self.store = store
         self.poll_interval = poll_interval
         self.clock = as_clock(clock)
+        self._grouped = group_submits and isinstance(store, GroupCommitStore)
+        self._group: tuple[asyncio.AbstractEventLoop, SubmitGroup] | None = None
+
+    def _submit_group(self) -> SubmitGroup:
+        """This event loop's group of submits (a client may be used from one loop, then
+        another)."""
+        loop = asyncio.get_running_loop()
+        if self._group is None or self._group[0] is not loop:
+            self._group = (loop, SubmitGroup(self.store))
+        return self._group[1]
 
     async def _io(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return await call_store(self.store, method, *args, **kwargs)
@@ -191,16 +211,16 @@ class WorkflowClient:
             # attempt would hold its own journal.
             capped = WorkflowSpec(name=name, max_event_payload_bytes=recorded_cap(name, recorded))
             capped.check_payload(payload_size(params), f"params of {name!r}")
-        submitted = await self._io(
-            self.store.submit_run,
-            name,
-            run_id,
-            params,
-            version=version,
-            version_behavior=behavior,
+        fields = {
+            "version": version,
+            "version_behavior": behavior,
             **submit,
             **(policy_stamp(spec, params) if spec else recorded_stamp(name, recorded, params)),
-        )
+        }
+        if self._grouped:
+            submitted = await self._submit_group().create(new_run(name, run_id, params, **fields))
+        else:
+            submitted = await self._io(self.store.submit_run, name, run_id, params, **fields)
         if submit.get("start_at") is not None:
             notices.post(self.store, notices.WAITS)  # parked until then: a timer to arm
         return RunHandle(self, name, str(submitted))

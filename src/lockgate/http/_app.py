@@ -51,11 +51,13 @@ def create_app(
     """The API over ``store`` for ``workflows`` (``@workflow`` functions or their specs; a
     name not among them is 404). ``tokens`` (a :class:`TokenTable`) turns on bearer
     authentication; without it every request is allowed, so bind such an app to loopback.
-    ``client`` defaults to a :class:`WorkflowClient` on ``store``. The app never runs a
-    workflow body: workers do. The store is the caller's to close."""
+    ``client`` defaults to a :class:`WorkflowClient` on ``store`` that gathers concurrent
+    submits into group commits (``group_submits=True``). The app never runs a workflow body:
+    workers do. The store is the caller's to close."""
     served = {spec.name: spec for spec in map(_spec_of, workflows)}
     table = tokens if tokens is not None else TokenTable()
-    api = ApiState(store=store, client=client or WorkflowClient(store), served=served, tokens=table)
+    client = client or WorkflowClient(store, group_submits=True)
+    api = ApiState(store=store, client=client, served=served, tokens=table)
     app = FastAPI(
         title="lockgate",
         version=__version__,

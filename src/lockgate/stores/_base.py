@@ -20,8 +20,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 from lockgate._errors import CapabilityMissing
-from lockgate._names import check_new_run
 from lockgate.journal._events import RunEvent
+from lockgate.stores._batch import new_run
 from lockgate.stores._chains import ChainStore
 from lockgate.stores._gates import Gates, WaitReason
 from lockgate.stores._poison import PoisonPolicy
@@ -106,26 +106,31 @@ class LifecycleStore(abc.ABC):
         Nothing is written when it raises; a name, id or idempotency key the naming rules
         refuse (``lockgate._names``) raises :class:`InvalidNameError`.
         """
-        check_new_run(name, run_id, idempotency_key)
+        run = new_run(
+            name,
+            run_id,
+            params,
+            metadata=metadata,
+            owner=owner,
+            idempotency_key=idempotency_key,
+            idempotency_body_hash=idempotency_body_hash,
+            idempotency_ttl=idempotency_ttl,
+            version=version,
+            version_behavior=version_behavior,
+            concurrency_key=concurrency_key,
+            concurrency_max=concurrency_max,
+            rate_key=rate_key,
+            rate_per_second=rate_per_second,
+            rate_burst=rate_burst,
+            provenance=provenance,
+            headers=headers,
+            start_at=start_at,
+            gates_unknown=gates_unknown,
+            shard_key=shard_key,
+            seed=seed,
+        )
         return self.create_run(
-            Submit(
-                name,
-                params,
-                metadata,
-                owner,
-                version,
-                version_behavior,
-                concurrency_key,
-                concurrency_max,
-                rate_key,
-                rate_per_second,
-                rate_burst,
-                provenance,
-                start_at,
-                gates_unknown,
-                shard_key,
-                tuple(seed),
-            ),
+            run.submit,
             run_id,
             headers=headers,
             idempotency_key=idempotency_key,

@@ -123,8 +123,11 @@ class SQLiteRows:
         """Queue the run at the back, unless it is queued already (it keeps its place) or
         has ended."""
         db.execute(
+            # ``queued IS NOT NULL`` lets the partial index lg_runs_queue answer the MAX from
+            # its last entry; without it SQLite walks every run of the workflow.
             "UPDATE lg_runs SET queued = (SELECT COALESCE(MAX(queued), 0) + 1 FROM lg_runs "
-            "WHERE name = ?) WHERE name = ? AND run_id = ? AND queued IS NULL "
+            "WHERE name = ? AND queued IS NOT NULL) WHERE name = ? AND run_id = ? "
+            "AND queued IS NULL "
             "AND terminal IS NULL",
             (name, name, run_id),
         )

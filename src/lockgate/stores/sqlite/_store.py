@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 from lockgate._clock import iso
 from lockgate._errors import (
     ConfigurationError,
+    LockgateError,
     LockLost,
     RunFinishedError,
     RunGatedError,
@@ -31,6 +32,7 @@ from lockgate.journal._events import (
     RunEvent,
 )
 from lockgate.stores._base import Store, loaded_claim
+from lockgate.stores._batch import NewRun
 from lockgate.stores._gates import WaitReason, refill, wait_reason
 from lockgate.stores._poison import PoisonPolicy
 from lockgate.stores._records import (
@@ -217,37 +219,62 @@ class SQLiteStore(SQLiteClaims, SQLiteWaits, SQLiteTriggers, SQLiteChains, Store
         idempotency_body_hash: str | None = None,
         idempotency_ttl: int = 86_400,
     ) -> str:
-        name = submit.name
+        with self._write() as db:
+            run = NewRun(
+                submit, run_id, headers, idempotency_key, idempotency_body_hash, idempotency_ttl
+            )
+            return self._create_in(db, run, self._clock())
+
+    @translated
+    def create_runs(self, runs: Sequence[NewRun]) -> list[str | LockgateError]:
+        """Group commit (:class:`~lockgate.stores._batch.GroupCommitStore`): every run in one
+        transaction, each in a savepoint its own refusal rolls back."""
+        answers: list[str | LockgateError] = []
         with self._write() as db:
             now = self._clock()
-            if idempotency_key is not None:
-                record = db.execute(
-                    "SELECT run_id, body_hash FROM lg_idempotency WHERE name = ? AND key = ? "
-                    "AND expires_at > ?",
-                    (name, idempotency_key, now),
-                ).fetchone()
-                if record is not None:
-                    first_hash = record["body_hash"]
-                    if (
-                        idempotency_body_hash is not None
-                        and first_hash is not None
-                        and first_hash != idempotency_body_hash
-                    ):
-                        raise idempotency_conflict(name, idempotency_key, record["run_id"])
-                    return str(record["run_id"])
-            self._insert_run(db, submit, run_id, headers, now)
-            if idempotency_key is not None:
-                db.execute(
-                    "INSERT OR REPLACE INTO lg_idempotency (name, key, run_id, body_hash, "
-                    "expires_at) VALUES (?, ?, ?, ?, ?)",
-                    (
-                        name,
-                        idempotency_key,
-                        run_id,
-                        idempotency_body_hash,
-                        now + submit.keep_key_for(idempotency_ttl, now),
-                    ),
-                )
+            for run in runs:
+                db.execute("SAVEPOINT lg_new_run")
+                try:
+                    answers.append(self._create_in(db, run, now))
+                except LockgateError as exc:
+                    db.execute("ROLLBACK TO lg_new_run")
+                    answers.append(exc)
+                db.execute("RELEASE lg_new_run")
+        return answers
+
+    def _create_in(self, db: sqlite3.Connection, run: NewRun, now: float) -> str:
+        """Create ``run`` in the open transaction ``db``; its id, or the first run's for an
+        idempotency key seen before."""
+        submit, run_id, key = run.submit, run.run_id, run.idempotency_key
+        name = submit.name
+        if key is not None:
+            record = db.execute(
+                "SELECT run_id, body_hash FROM lg_idempotency WHERE name = ? AND key = ? "
+                "AND expires_at > ?",
+                (name, key, now),
+            ).fetchone()
+            if record is not None:
+                first_hash = record["body_hash"]
+                if (
+                    run.idempotency_body_hash is not None
+                    and first_hash is not None
+                    and first_hash != run.idempotency_body_hash
+                ):
+                    raise idempotency_conflict(name, key, record["run_id"])
+                return str(record["run_id"])
+        self._insert_run(db, submit, run_id, run.headers, now)
+        if key is not None:
+            db.execute(
+                "INSERT OR REPLACE INTO lg_idempotency (name, key, run_id, body_hash, "
+                "expires_at) VALUES (?, ?, ?, ?, ?)",
+                (
+                    name,
+                    key,
+                    run_id,
+                    run.idempotency_body_hash,
+                    now + submit.keep_key_for(run.idempotency_ttl, now),
+                ),
+            )
         return run_id
 
     @translated

@@ -1,0 +1,66 @@
+"""A client's submits gathered into group commits (``WorkflowClient(group_submits=True)``).
+
+Submits made while the store is busy with earlier ones wait together and go to it as one
+:meth:`~lockgate.stores._batch.GroupCommitStore.create_runs` call: one trip to the store thread
+and one transaction for the group. No submit waits for a timer or a size: the first goes at
+once, and what arrives while a group is in the store goes in the next. A submit alone pays
+nothing for it; a server taking many at once pays a fraction of the commits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from lockgate.stores._base import Store
+from lockgate.stores._batch import GroupCommitStore, NewRun
+from lockgate.stores._calls import call_store
+
+#: Most submits in one group: a bound on one transaction's length.
+MAX_GROUP = 256
+
+
+class SubmitGroup:
+    """The submits of one client and event loop waiting for the store."""
+
+    def __init__(self, store: Store) -> None:
+        assert isinstance(store, GroupCommitStore)
+        self._store: Store = store
+        self._create_runs = store.create_runs
+        self._waiting: list[tuple[NewRun, asyncio.Future[str]]] = []
+        self._sending: asyncio.Task[None] | None = None
+
+    async def create(self, run: NewRun) -> str:
+        """Create ``run`` with the next group; its id, or the error it alone was refused."""
+        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._waiting.append((run, future))
+        if self._sending is None or self._sending.done():
+            self._sending = asyncio.get_running_loop().create_task(self._send())
+        return await future
+
+    async def _send(self) -> None:
+        """Send groups until nothing waits."""
+        while self._waiting:
+            group, self._waiting = self._waiting[:MAX_GROUP], self._waiting[MAX_GROUP:]
+            try:
+                answers = await call_store(
+                    self._store, self._create_runs, [run for run, _ in group]
+                )
+            except BaseException as exc:
+                # The store failed the whole group, or this task was cancelled: every submit
+                # of the group is told, as each would have been told on its own.
+                for _, future in group:
+                    if not future.done():
+                        future.set_exception(exc)
+                if not isinstance(exc, Exception):
+                    for _, future in self._waiting:
+                        future.cancel()
+                    self._waiting = []
+                    raise
+                continue
+            for (_, future), answer in zip(group, answers, strict=True):
+                if future.done():  # its caller stopped waiting
+                    continue
+                if isinstance(answer, str):
+                    future.set_result(answer)
+                else:
+                    future.set_exception(answer)
