@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint typecheck unit bench clean kafka kcat
+.PHONY: demo test lint typecheck unit bench clean kafka kcat chromium
 
 # pip's own lines show what it is doing; without them a first install looks like a hang.
 PIP := $(BIN)/python -m pip install --disable-pip-version-check --progress-bar off
@@ -42,7 +42,18 @@ kcat:
 	    { apt-get update -qq >/dev/null && apt-get install -y -qq kcat >/dev/null; }; }; } || \
 	  echo "kcat not installed: the tests that read the journal with it will fail, saying so"
 
-unit: $(VENV)/.dev kcat
+# Debian's Chromium, the browser the console's Playwright tests drive (Playwright cannot
+# download its own here): from Debian's packages when missing (as root), else those tests fail,
+# saying what to install.
+chromium:
+	@[ -x /usr/bin/chromium ] || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  echo "installing chromium (apt-get, a minute or two)..." && \
+	  { DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1 || \
+	    { echo "installing chromium: apt-get update first..." && apt-get update -qq >/dev/null && \
+	      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }; }; } || \
+	  echo "chromium not installed: the console's browser tests will fail, saying so"
+
+unit: $(VENV)/.dev kcat chromium
 	$(BIN)/python -m pytest
 
 test: lint typecheck unit

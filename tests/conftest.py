@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
+import pytest_asyncio
 
 from lockgate import (
     InlineWorkflowRunner,
@@ -115,3 +116,14 @@ def restartable_broker() -> Iterator[Any]:
     broker = kafka_broker.KafkaBroker().start()
     yield broker
     broker.close()
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def browser() -> AsyncIterator[Any]:
+    """One headless Chromium under Playwright for the whole session (``browser_support.py``),
+    on the session's event loop: tests using it run with ``loop_scope="session"``. A machine
+    without Chromium or Playwright fails them, saying what to install."""
+    from browser_support import chromium
+
+    async with chromium() as launched:
+        yield launched
