@@ -14,7 +14,13 @@ from lockgate import __version__
 from lockgate._errors import ErrorCode, LockgateError, StoreFileGone, StoreUnavailable
 from lockgate.client._client import WorkflowClient
 from lockgate.http._auth import TokenTable
-from lockgate.http._limits import ENVELOPE_BYTES, BodyTooLarge, RequestGate, too_large
+from lockgate.http._limits import (
+    CONSOLE_PREFIX,
+    ENVELOPE_BYTES,
+    BodyTooLarge,
+    RequestGate,
+    too_large,
+)
 from lockgate.http._metrics import RequestMetrics, exposition
 from lockgate.http._problems import from_error, problem
 from lockgate.http._routes import probes, runs
@@ -47,13 +53,15 @@ def create_app(
     tokens: TokenTable | None = None,
     client: WorkflowClient | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    console: bool = True,
 ) -> FastAPI:
     """The API over ``store`` for ``workflows`` (``@workflow`` functions or their specs; a
     name not among them is 404). ``tokens`` (a :class:`TokenTable`) turns on bearer
     authentication; without it every request is allowed, so bind such an app to loopback.
     ``client`` defaults to a :class:`WorkflowClient` on ``store`` that gathers concurrent
-    submits into group commits (``group_submits=True``). The app never runs a workflow body:
-    workers do. The store is the caller's to close."""
+    submits into group commits (``group_submits=True``). ``console`` serves the web console
+    under ``/console`` (docs/console.md), signed in with the same tokens. The app never runs
+    a workflow body: workers do. The store is the caller's to close."""
     served = {spec.name: spec for spec in map(_spec_of, workflows)}
     table = tokens if tokens is not None else TokenTable()
     client = client or WorkflowClient(store, group_submits=True)
@@ -76,9 +84,18 @@ def create_app(
         responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
         summary="Prometheus metrics",
     )
+    if console:
+        from lockgate.console import mount_console
+
+        mount_console(app, table)
     app.include_router(runs)
     _add_handlers(app)
-    app.add_middleware(RequestGate, tokens=table, body_limit=_body_limit(served, max_body_bytes))
+    app.add_middleware(
+        RequestGate,
+        tokens=table,
+        body_limit=_body_limit(served, max_body_bytes),
+        own_auth=CONSOLE_PREFIX if console else None,
+    )
     app.add_middleware(RequestMetrics, routes=lambda: app.router.routes)
     return app
 

@@ -22,6 +22,9 @@ OPEN_PATHS = frozenset({"/livez", "/readyz", "/metrics", "/openapi.json"})
 #: Room for what a body holds around the payload the cap counts (a query's args, spacing).
 ENVELOPE_BYTES = 64 * 1024
 TOKEN_STATE = "lockgate_token"
+#: Where the console is served: it signs its browsers in with a cookie of its own, so no
+#: bearer token is asked for here (``lockgate.console``).
+CONSOLE_PREFIX = "/console"
 
 
 class BodyTooLarge(HTTPException):
@@ -47,14 +50,21 @@ def too_large(limit: int, length: int | None = None) -> Any:
 
 class RequestGate:
     """ASGI middleware: 401 for a missing or unknown token (before anything else, so it says
-    nothing about runs or workflows), then 413 for a body over ``body_limit(path)``."""
+    nothing about runs or workflows), then 413 for a body over ``body_limit(path)``. Paths
+    under ``own_auth`` (the console) check their own sessions instead of a bearer token."""
 
     def __init__(
-        self, app: ASGIApp, *, tokens: TokenTable, body_limit: Callable[[str], int]
+        self,
+        app: ASGIApp,
+        *,
+        tokens: TokenTable,
+        body_limit: Callable[[str], int],
+        own_auth: str | None = None,
     ) -> None:
         self.app = app
         self.tokens = tokens
         self.body_limit = body_limit
+        self.own_auth = own_auth
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -62,7 +72,7 @@ class RequestGate:
             return
         path: str = scope["path"]
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        if self.tokens and path not in OPEN_PATHS:
+        if self.tokens and path not in OPEN_PATHS and not self._owns_auth(path):
             entry = self.tokens.authenticate(headers.get("authorization"))
             if entry is None:
                 response = problem(
@@ -84,6 +94,11 @@ class RequestGate:
             await too_large(limit, int(declared))(scope, receive, send)
             return
         await self.app(scope, _counting(receive, limit), send)
+
+    def _owns_auth(self, path: str) -> bool:
+        """Whether ``path`` is under the prefix that checks its own sign-in (the console)."""
+        own = self.own_auth
+        return own is not None and (path == own or path.startswith(own + "/"))
 
 
 def _counting(receive: Receive, limit: int) -> Receive:

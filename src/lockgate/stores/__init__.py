@@ -18,6 +18,7 @@ from lockgate.stores._base import (
 from lockgate.stores._chains import ChainLink, ChainStore, chain_link
 from lockgate.stores._composite import CompositeStore
 from lockgate.stores._gates import Gates, WaitReason
+from lockgate.stores._insight import BufferInfo, InsightStore, LimitUsage, RateUsage, WorkerInfo
 from lockgate.stores._open import JOURNAL_URL_ENV, STORE_URL_ENV, open_store
 from lockgate.stores._poison import PoisonPolicy
 from lockgate.stores._records import Continuation
@@ -47,6 +48,7 @@ __all__ = [
     "CAPABILITY_GROUPS",
     "JOURNAL_URL_ENV",
     "STORE_URL_ENV",
+    "BufferInfo",
     "ChainLink",
     "ChainStore",
     "ClaimedRun",
@@ -58,13 +60,16 @@ __all__ = [
     "FiredBatch",
     "Gates",
     "IdempotencyStore",
+    "InsightStore",
     "JournalRecord",
     "JournalReplay",
     "KafkaEventLogStore",
     "LifecycleStore",
+    "LimitUsage",
     "MemoryStore",
     "PoisonPolicy",
     "PolicyStore",
+    "RateUsage",
     "RebuildReport",
     "ReplaySummary",
     "RunControls",
@@ -85,6 +90,7 @@ __all__ = [
     "WaitOutcome",
     "WaitReason",
     "WaitSpec",
+    "WorkerInfo",
     "chain_link",
     "open_store",
     "rebuild_lifecycle",

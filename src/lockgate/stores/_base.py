@@ -24,6 +24,7 @@ from lockgate.journal._events import RunEvent
 from lockgate.stores._batch import new_run
 from lockgate.stores._chains import ChainStore
 from lockgate.stores._gates import Gates, WaitReason
+from lockgate.stores._insight import INSIGHT_GROUPS, InsightStore
 from lockgate.stores._poison import PoisonPolicy
 from lockgate.stores._records import Continuation, Submit
 from lockgate.stores._triggers import FiredBatch, TriggerPolicy
@@ -701,6 +702,7 @@ CAPABILITY_GROUPS: dict[str, tuple[type, tuple[str, ...]]] = {
     "triggers": (TriggerStore, ("trigger_event", "due_triggers", "fire_trigger")),
     "trigger_due": (TriggerStore, ("next_trigger_due",)),
     "trigger_marks": (TriggerStore, ("fire_batch", "fired_through", "forget_marks")),
+    **INSIGHT_GROUPS,
 }
 
 
@@ -716,6 +718,7 @@ class Store(
     PolicyStore,
     TriggerStore,
     ChainStore,
+    InsightStore,
 ):
     """A full store: both roles and every optional group. MemoryStore implements it whole.
 

@@ -11,6 +11,7 @@ from lockgate.journal._events import RunEvent
 from lockgate.stores._base import Store
 from lockgate.stores._chains import ChainLink
 from lockgate.stores._composed import Call, Op, composed
+from lockgate.stores._insight import BufferInfo, LimitUsage, RateUsage, WorkerInfo
 from lockgate.stores._records import Continuation
 from lockgate.stores._triggers import FiredBatch, TriggerPolicy
 from lockgate.stores._types import TerminateOutcome, WaitOutcome, WaitSpec
@@ -269,3 +270,21 @@ class CompositeGroups(Store):
 
     def forget_marks(self, name: str, source: str, below: int) -> int:
         return self.lifecycle.forget_marks(name, source, below)
+
+    def limit_usage(self, name: str, *, limit: int = 50) -> list[LimitUsage]:
+        return self.lifecycle.limit_usage(name, limit=limit)
+
+    def rate_usage(self, name: str, *, limit: int = 50) -> list[RateUsage]:
+        return self.lifecycle.rate_usage(name, limit=limit)
+
+    def open_buffers(self, name: str, *, limit: int = 100) -> list[BufferInfo]:
+        return self.lifecycle.open_buffers(name, limit=limit)
+
+    def record_worker(self, info: WorkerInfo, ttl: float) -> None:
+        self.lifecycle.record_worker(info, ttl)
+
+    def live_workers(self) -> list[WorkerInfo]:
+        return self.lifecycle.live_workers()
+
+    def drop_worker(self, worker_id: str) -> None:
+        self.lifecycle.drop_worker(worker_id)

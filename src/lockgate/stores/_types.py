@@ -146,6 +146,9 @@ class RunInfo:
     lock_holder: str | None = None
     wait: WaitSpec | None = None
     cancel_requested_at: str | None = None
+    #: When the run ended (epoch seconds on the store's clock); None while it is live, or
+    #: when the store does not keep it.
+    ended_at: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -38,6 +38,7 @@ from lockgate.worker._loops import (
 )
 from lockgate.worker._options import StrandedPolicy, WorkerOptions
 from lockgate.worker._poison import fail_stranded, watch_loop
+from lockgate.worker._presence import drop_presence, presence, publishes_presence
 from lockgate.worker._registration import register_workflows
 from lockgate.worker._runtime import Runtime, wait_all
 from lockgate.worker._status import backoff, describe_store, runs, status_log
@@ -397,6 +398,13 @@ class WorkflowWorker:
             )
         )
         loops.append(asyncio.create_task(watch_loop(rt, self._pool), name="lockgate-watchdog"))
+        if publishes_presence(rt):
+            duty = presence(self._pool, self.clock())
+            loops.append(
+                asyncio.create_task(
+                    every(rt, duty, self.store.heartbeat_interval), name="lockgate-presence"
+                )
+            )
         if options.exports_metrics:
             loops.append(
                 asyncio.create_task(
@@ -457,6 +465,8 @@ class WorkflowWorker:
                 log.warning("worker %s: releasing its shards failed: %s", self.worker_id, exc)
             self._rt.shards = []
         handed = await self._pool.drain(max(0.0, deadline - self.clock()))
+        if loops:
+            await drop_presence(self._rt)
         if self._health is not None:
             await self._health.close()
         if self._metrics is not None:

@@ -80,6 +80,7 @@ class _Run:
     update_results: dict[str, dict[str, Any]] = field(default_factory=dict)
     gates: Gates = field(default_factory=Gates)
     bucket: str = ""
+    ended_at: float | None = None
 
     @property
     def ended(self) -> bool:
@@ -173,6 +174,7 @@ class MemoryState:
             if event.kind in PROGRESS_KINDS:
                 run.owner_gone = run.store_requeues = 0
         if run.ended:
+            run.ended_at = self._clock()
             run.wait = None
             self._set_lock(run, None)
             self._dequeue(run)
@@ -246,6 +248,7 @@ class MemoryState:
             lock_holder=run.lock if self._held(run) else None,
             wait=run.wait,
             cancel_requested_at=run.cancel_at,
+            ended_at=run.ended_at,
         )
 
     def _insert_run(

@@ -22,6 +22,7 @@ from lockgate.journal._events import (
 from lockgate.stores._base import Store, loaded_claim
 from lockgate.stores._chains import ChainLink, advance_record
 from lockgate.stores._gates import WaitReason, refill, sooner, wait_reason
+from lockgate.stores._insight import WorkerInfo
 from lockgate.stores._poison import PoisonPolicy, judge_lapse
 from lockgate.stores._records import (
     Submit,
@@ -34,11 +35,12 @@ from lockgate.stores._types import (
     RunControls,
     RunInfo,
 )
+from lockgate.stores.memory._insight import MemoryInsight
 from lockgate.stores.memory._state import _Buffer, _Held, _Idempotency, _locked, _Run
 from lockgate.stores.memory._waits import MemoryWaits
 
 
-class MemoryStore(MemoryWaits, Store):
+class MemoryStore(MemoryWaits, MemoryInsight, Store):
     """Every store guarantee, held in this process's memory; nothing survives the process.
 
     For tests, demos and embedding. ``clock`` judges lease expiry and timers; pass the same
@@ -87,6 +89,7 @@ class MemoryStore(MemoryWaits, Store):
         self._served: dict[str, dict[str, int]] = {}
         self._buffers: dict[tuple[str, str], _Buffer] = {}
         self._marks: dict[tuple[str, str, str], int] = {}
+        self._workers: dict[str, tuple[WorkerInfo, float]] = {}
         self._serve_seq = 0
         self._order = 0
 

@@ -211,6 +211,7 @@ class SQLiteRows:
             lock_holder=row["lock"] if self._live(row) else None,
             wait=self._wait(row),
             cancel_requested_at=row["cancel_at"],
+            ended_at=row["ended_at"],
         )
 
     def _claim(

@@ -54,6 +54,7 @@ from lockgate.stores.sqlite._file import (
     require_existing,
     resolve_path,
 )
+from lockgate.stores.sqlite._insight import INSIGHT_SCHEMA, SQLiteInsight
 from lockgate.stores.sqlite._rows import dumps
 from lockgate.stores.sqlite._translate import translated
 from lockgate.stores.sqlite._triggers import TRIGGERS_SCHEMA, SQLiteTriggers
@@ -76,7 +77,7 @@ def _event_from(row: sqlite3.Row, run_id: str) -> RunEvent:
     )
 
 
-class SQLiteStore(SQLiteClaims, SQLiteWaits, SQLiteTriggers, SQLiteChains, Store):
+class SQLiteStore(SQLiteClaims, SQLiteWaits, SQLiteTriggers, SQLiteChains, SQLiteInsight, Store):
     """Durable store in one SQLite file, for any number of processes on one machine.
 
     The file is opened in WAL mode with ``synchronous`` ``full`` (a committed transaction
@@ -184,7 +185,9 @@ class SQLiteStore(SQLiteClaims, SQLiteWaits, SQLiteTriggers, SQLiteChains, Store
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
             # One write transaction, so processes opening a new file at once create it once.
             migrate(conn)
-            conn.executescript(f"BEGIN IMMEDIATE;\n{SCHEMA}\n{TRIGGERS_SCHEMA}\nCOMMIT;")
+            conn.executescript(
+                f"BEGIN IMMEDIATE;\n{SCHEMA}\n{TRIGGERS_SCHEMA}\n{INSIGHT_SCHEMA}\nCOMMIT;"
+            )
         except sqlite3.Error as exc:
             raise open_failure(self.path, exc) from exc
         return conn

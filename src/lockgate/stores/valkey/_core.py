@@ -719,6 +719,7 @@ class ValkeyCore:
             lock_holder=lock if live else None,
             wait=wait,
             cancel_requested_at=fields.get("cancel_at") or None,
+            ended_at=float(fields["ended_at"]) if fields.get("ended_at") else None,
         )
 
 

@@ -9,6 +9,7 @@ from lockgate._errors import ConfigurationError, LockgateError
 from lockgate.stores._base import Store
 from lockgate.stores.valkey._chains import ValkeyChains
 from lockgate.stores.valkey._core import _text
+from lockgate.stores.valkey._insight import ValkeyInsight
 from lockgate.stores.valkey._keys import SEP, parts_of
 from lockgate.stores.valkey._triggers import ValkeyTriggers, glob_escaped
 from lockgate.stores.valkey._waits import ValkeyWaits
@@ -17,7 +18,7 @@ from lockgate.stores.valkey._waits import ValkeyWaits
 SHARD_COUNT_DEFAULT = 1
 
 
-class ValkeyStore(ValkeyWaits, ValkeyTriggers, ValkeyChains, Store):
+class ValkeyStore(ValkeyWaits, ValkeyTriggers, ValkeyChains, ValkeyInsight, Store):
     """Every store guarantee on a Valkey server, for worker processes on many hosts.
 
     ``url`` is ``valkey://``, ``redis://``, ``rediss://`` or ``unix://``; ``store.url`` shows it

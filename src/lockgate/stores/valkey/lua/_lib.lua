@@ -260,6 +260,8 @@ local function gated(run)
       return 'Rate ' .. run.rkey .. ': no token', wait
     end
     redis.call('HSET', tk, 'tokens', tokens - 1, 'updated', NOW)
+    -- The workflow's Rate keys with a bucket, for the console's rate_usage (i_rates.lua).
+    redis.call('SADD', K('toks', run.name), run.rkey)
   end
   return nil
 end

@@ -1,0 +1,122 @@
+"""A worker publishes its presence (``WorkerInfo``) on the heartbeat cadence while it serves,
+with its slots in use and the shards it leases, and drops it when it stops: a real worker in
+this process, on a real store of each kind."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from lockgate import MemoryStore, Store, WorkflowContext, step, workflow
+from lockgate.stores import SQLiteStore, ValkeyStore, WorkerInfo
+from lockgate.worker import WorkerOptions, WorkflowWorker
+
+FAST = WorkerOptions(
+    claim_poll_interval=0.005,
+    orphan_scan_interval=0.05,
+    maintenance_interval=0.5,
+    shard_lease_interval=0.05,
+    max_concurrent_runs=4,
+    shutdown_grace=2.0,
+)
+WAIT_S = 60.0
+HELD: dict[str, asyncio.Event] = {}
+
+
+@step
+async def hold() -> None:
+    await HELD["go"].wait()
+
+
+@workflow(name="presence_held")
+async def presence_held(ctx: WorkflowContext) -> None:
+    await hold()
+
+
+def on_valkey() -> Store:
+    from valkey_server import shared_url
+
+    namespace = f"p{uuid.uuid4().hex[:12]}"
+    return ValkeyStore(shared_url(), namespace=namespace, shard_count=2, heartbeat_interval=0.05)
+
+
+FACTORIES: dict[str, Callable[[Path], Store]] = {
+    "memory": lambda tmp: MemoryStore(lock_ttl=5.0, heartbeat_interval=0.05),
+    "sqlite": lambda tmp: SQLiteStore(tmp / "p.db", heartbeat_interval=0.05, synchronous="normal"),
+    "valkey-sharded": lambda tmp: on_valkey(),
+}
+
+
+@pytest.fixture(params=list(FACTORIES))
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    made = FACTORIES[request.param](tmp_path)
+    yield made
+    made.close()
+
+
+async def wait_for(what: str, check: Callable[[], WorkerInfo | None]) -> WorkerInfo:
+    deadline = time.monotonic() + WAIT_S
+    while (found := check()) is None:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {WAIT_S}s waiting until {what}")
+        await asyncio.sleep(0.01)
+    return found
+
+
+@contextlib.asynccontextmanager
+async def serving(worker: WorkflowWorker) -> AsyncIterator[asyncio.Task[None]]:
+    task = asyncio.create_task(worker.run())
+    try:
+        yield task
+    finally:
+        worker.stop()
+        async with asyncio.timeout(WAIT_S):
+            await asyncio.gather(task, return_exceptions=True)
+
+
+def record(store: Store, worker_id: str, busy: int | None = None) -> WorkerInfo | None:
+    for info in store.live_workers():
+        if info.worker_id == worker_id and (busy is None or info.slots_in_use == busy):
+            return info
+    return None
+
+
+def owning(store: Store, shards: int) -> WorkerInfo | None:
+    info = record(store, "w-presence")
+    owned = [o for o in info.owned if o.startswith("shard:")] if info is not None else []
+    return info if len(owned) == shards else None
+
+
+async def test_a_worker_publishes_its_presence_while_serving_and_drops_it_on_stop(
+    store: Store,
+) -> None:
+    HELD["go"] = asyncio.Event()
+    worker = WorkflowWorker(
+        workflows=[presence_held], store=store, worker_id="w-presence", options=FAST
+    )
+    async with serving(worker) as task:
+        handle = await worker.client.submit("presence_held")
+        busy = await wait_for(
+            "the record shows the held run", lambda: record(store, "w-presence", 1)
+        )
+        assert (busy.pid, busy.workflows, busy.slots) == (os.getpid(), ("presence_held",), 4)
+        assert busy.version
+        assert busy.host
+        assert busy.heartbeat_at >= busy.started_at > 0
+        if isinstance(store, ValkeyStore):
+            await wait_for("the record names both leased shards", lambda: owning(store, 2))
+        HELD["go"].set()
+        await handle.result(timeout=WAIT_S)
+        idle = await wait_for("a later beat shows it idle", lambda: record(store, "w-presence", 0))
+        assert idle.heartbeat_at > busy.heartbeat_at
+        worker.stop()
+        async with asyncio.timeout(WAIT_S):
+            await task
+    assert record(store, "w-presence") is None
