@@ -39,6 +39,7 @@ READER = "console-read-token"
 ACTIONS = ("signal", "cancel", "terminate", "pause", "resume")
 WORKER = [sys.executable, str(PROCS / "worker_main.py")]
 MS = DEADLINE * 1000  # Playwright's timeouts are in milliseconds
+expect.set_options(timeout=MS)
 
 
 @dataclass
