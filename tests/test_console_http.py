@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import html
+import os
 import re
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -66,7 +67,7 @@ async def client(db: Path) -> AsyncIterator[WorkflowClient]:
 
 @pytest.fixture
 async def worker(db: Path) -> AsyncIterator[WorkflowWorker]:
-    store = SQLiteStore(db)
+    store = SQLiteStore(db, heartbeat_interval=0.05)
     served = WorkflowWorker(
         workflows=WORKFLOWS,
         store=store,
@@ -367,3 +368,42 @@ async def test_without_tokens_an_anonymous_session_still_needs_the_csrf_token(
                 assert store.get_pause_requested_at("http_wait", run.run_id) is not None
     finally:
         store.close()
+
+
+async def page_until(http: httpx.AsyncClient, path: str, testid: str) -> str:
+    """GET ``path`` until it shows a ``testid`` row, within the deadline."""
+    end = time.monotonic() + DEADLINE
+    while True:
+        page = await http.get(path)
+        assert page.status_code == 200, page.text
+        if hooks(page.text, testid):
+            return page.text
+        assert time.monotonic() < end, f"{path} never showed a {testid} row"
+        await asyncio.sleep(0.05)
+
+
+async def test_gates_windows_and_workers_show_what_the_store_reports(
+    base_url: str, client: WorkflowClient, tmp_path: Path
+) -> None:
+    record = str(tmp_path / "record")
+    for _ in range(3):
+        await client.submit("http_limited", {"tenant": "acme", "record": record})
+    await client.submit("http_limited", {"tenant": "zeta", "record": record})
+    await client.trigger("http_collect", {"n": 1}, key="bucket-a")
+    async with signed_in(base_url, "read") as http:
+        gates = await page_until(http, "/console/gates", "limit-key")
+        rows = re.findall(r'<tr data-testid="limit-key" data-key="([^"]+)">(.*?)</tr>', gates, re.S)
+        assert [key for key, _ in rows] == ["acme", "zeta"]  # the most queued first
+        assert "0 / 2" in rows[0][1]
+        assert "<td>3</td>" in rows[0][1]
+        windows = await page_until(http, "/console/windows", "buffer")
+        assert 'data-testid="buffer" data-key="bucket-a"' in windows
+        assert "not-reported" not in windows
+
+
+async def test_the_workers_page_shows_a_live_worker(base_url: str, worker: WorkflowWorker) -> None:
+    async with signed_in(base_url, "read") as http:
+        page = await page_until(http, "/console/workers", "worker")
+        ids = re.findall(r'data-testid="worker" data-worker-id="([^"]+)"', page)
+        assert len(ids) == 1
+        assert f"pid {os.getpid()}" in page

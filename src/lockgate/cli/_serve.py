@@ -38,7 +38,10 @@ async def serve(args: argparse.Namespace) -> int:
     try:
         app = create_app(store, workflows=workflows, tokens=tokens)
         auth = f"{len(tokens.entries)} token(s)" if tokens else "no authentication"
-        note(f"serving the HTTP API on {url_of(sock)} ({auth}, pid {os.getpid()})")
+        note(
+            f"serving the HTTP API on {url_of(sock)} ({auth}, pid {os.getpid()}); "
+            f"the console is at {url_of(sock)}/console/"
+        )
         await serve_app(app, sock, log_level=args.log_level)
     finally:
         sock.close()
