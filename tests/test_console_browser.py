@@ -300,6 +300,11 @@ async def test_a_request_without_a_session_is_sent_to_sign_in(context: Any, scen
         await field.press("Enter")
     assert (await refused.value).status == 401
     await expect(field).to_be_visible()
+    # The browser reports the 401 it was answered; nothing else may go wrong.
+    assert errors.take() == [
+        f"console {scene_url(page, '/console/sign-in')}: Failed to load resource: "
+        "the server responded with a status of 401 (Unauthorized)"
+    ]
     assert "lockgate_console" not in {c["name"] for c in await context.cookies()}
 
     await field.fill(ADMIN)
