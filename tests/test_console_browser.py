@@ -32,7 +32,8 @@ from http_support import DEADLINE, PROCS, ServeProcess, env
 from lockgate.http import hash_token
 from valkey_server import shared_url
 
-pytestmark = pytest.mark.asyncio(loop_scope="session")
+#: The browser lives on the session's event loop; so do the tests that drive it.
+on_the_browsers_loop = pytest.mark.asyncio(loop_scope="session")
 
 ADMIN = "console-admin-token"
 READER = "console-read-token"
@@ -179,8 +180,23 @@ def scene_url(page: Any, path: str) -> str:
     return origin.group(0) + path
 
 
+#: The pictures the tests take, each shown by ``docs/console.md``.
+PHOTOS = (
+    "sign-in",
+    "overview",
+    "runs",
+    "run",
+    "run-retried",
+    "confirm",
+    "gates",
+    "windows",
+    "workers",
+)
+
+
 async def photograph(scene: Scene, page: Any, name: str) -> None:
     """The SQLite pass keeps a laptop-sized picture of the page for the docs."""
+    assert name in PHOTOS
     if scene.store == "sqlite":
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         await page.screenshot(path=str(SCREENSHOTS / f"{name}.png"))
@@ -190,9 +206,12 @@ def run_path(name: str, run_id: str) -> str:
     return f"/console/runs/{name}/{run_id}"
 
 
+@on_the_browsers_loop
 async def test_every_page_shows_what_the_scene_made(context: Any, scene: Scene) -> None:
     errors = ConsoleErrors(context)
     page = await sign_in(context, ADMIN)
+    await page.keyboard.press("Tab")  # the first stop of every page: past the header
+    await expect(page.locator(":focus")).to_have_text("Skip to content")
 
     main = page.locator("main")
     for name in ("console_wait", "console_held", "console_rated", "console_flaky"):
@@ -263,6 +282,7 @@ def status_now(scene: Scene, run_id: str, *wanted: str) -> str:
         return wait_status(http, "console_wait", run_id, *wanted)
 
 
+@on_the_browsers_loop
 async def test_cancel_from_the_run_page_ends_the_run(context: Any, scene: Scene) -> None:
     run_id = await asyncio.to_thread(new_waiting_run, scene)
     errors = ConsoleErrors(context)
@@ -281,6 +301,7 @@ async def test_cancel_from_the_run_page_ends_the_run(context: Any, scene: Scene)
     assert errors.take() == []
 
 
+@on_the_browsers_loop
 async def test_a_request_without_a_session_is_sent_to_sign_in(context: Any, scene: Scene) -> None:
     errors = ConsoleErrors(context)
     page = await context.new_page()
@@ -320,6 +341,7 @@ async def test_a_request_without_a_session_is_sent_to_sign_in(context: Any, scen
     assert errors.take() == []
 
 
+@on_the_browsers_loop
 async def test_a_read_token_sees_no_actions_and_a_forged_post_is_refused(
     context: Any, scene: Scene
 ) -> None:
@@ -352,3 +374,25 @@ async def test_a_read_token_sees_no_actions_and_a_forged_post_is_refused(
 
     assert await asyncio.to_thread(status_now, scene, scene.waiting, "signal_waiting")
     assert errors.take() == []
+
+
+@on_the_browsers_loop
+async def test_the_pages_read_without_javascript(browser: Any, scene: Scene) -> None:
+    plain = await browser.new_context(
+        viewport=LAPTOP, base_url=scene.url, java_script_enabled=False
+    )
+    try:
+        page = await sign_in(plain, ADMIN, run_path("console_held", scene.gated))
+        await expect(page.get_by_test_id("run-gate")).to_contain_text("Limit")
+        await page.goto("/console/runs?workflow=console_wait")
+        await expect(page.get_by_test_id("run-row").first).to_be_visible()
+        await expect(page.locator("script:not([src])")).to_have_count(0)  # no inline script
+    finally:
+        await plain.close()
+
+
+def test_the_docs_show_every_picture_the_tests_take() -> None:
+    page = (SCREENSHOTS.parent / "console.md").read_text()
+    shown = re.findall(r"!\[[^\]]*\]\(console/([\w-]+)\.png\)", page)
+    assert sorted(shown) == sorted(PHOTOS)
+    assert all((SCREENSHOTS / f"{name}.png").is_file() for name in PHOTOS)
