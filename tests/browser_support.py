@@ -24,8 +24,12 @@ CHROMIUM_ENV = "LOCKGATE_TEST_CHROMIUM"
 DEFAULT_CHROMIUM = "/usr/bin/chromium"
 #: A laptop's screen: the pages are checked, and photographed for the docs, at this size.
 LAPTOP = {"width": 1366, "height": 768}
-#: Where the screenshots the tests take go: ``docs/console.md`` shows them.
-SCREENSHOTS = Path(__file__).resolve().parents[1] / "docs" / "console"
+#: The pictures ``docs/console.md`` shows.
+DOCS_SCREENSHOTS = Path(__file__).resolve().parents[1] / "docs" / "console"
+#: Set to a folder, the screenshots the tests take go there: ``LOCKGATE_CONSOLE_SCREENSHOTS=
+#: docs/console`` renews the docs' pictures. Unset, they go to a temporary folder, so a test
+#: run leaves the work tree as it was.
+SCREENSHOTS_ENV = "LOCKGATE_CONSOLE_SCREENSHOTS"
 LAUNCH_ARGS = [
     # Chromium's sandbox needs user namespaces, which root in a container does not get; it
     # refuses to start as root without this.

@@ -11,6 +11,7 @@ into ``docs/console/``, the pictures ``docs/console.md`` shows."""
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import subprocess
 import sys
@@ -27,7 +28,7 @@ import pytest
 import pytest_asyncio
 from playwright.async_api import expect
 
-from browser_support import LAPTOP, SCREENSHOTS, ConsoleErrors
+from browser_support import DOCS_SCREENSHOTS, LAPTOP, SCREENSHOTS_ENV, ConsoleErrors
 from http_support import DEADLINE, PROCS, ServeProcess, env
 from lockgate.http import hash_token
 from valkey_server import shared_url
@@ -195,11 +196,13 @@ PHOTOS = (
 
 
 async def photograph(scene: Scene, page: Any, name: str) -> None:
-    """The SQLite pass keeps a laptop-sized picture of the page for the docs."""
+    """The SQLite pass takes a laptop-sized picture of the page, for the docs when
+    ``LOCKGATE_CONSOLE_SCREENSHOTS`` names their folder (see ``browser_support``)."""
     assert name in PHOTOS
     if scene.store == "sqlite":
-        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        await page.screenshot(path=str(SCREENSHOTS / f"{name}.png"))
+        folder = Path(os.environ.get(SCREENSHOTS_ENV) or scene.tmp / "screenshots")
+        picture = await page.screenshot(path=str(folder / f"{name}.png"))
+        assert picture.startswith(b"\x89PNG")
 
 
 def run_path(name: str, run_id: str) -> str:
@@ -392,7 +395,7 @@ async def test_the_pages_read_without_javascript(browser: Any, scene: Scene) -> 
 
 
 def test_the_docs_show_every_picture_the_tests_take() -> None:
-    page = (SCREENSHOTS.parent / "console.md").read_text()
+    page = (DOCS_SCREENSHOTS.parent / "console.md").read_text()
     shown = re.findall(r"!\[[^\]]*\]\(console/([\w-]+)\.png\)", page)
     assert sorted(shown) == sorted(PHOTOS)
-    assert all((SCREENSHOTS / f"{name}.png").is_file() for name in PHOTOS)
+    assert all((DOCS_SCREENSHOTS / f"{name}.png").is_file() for name in PHOTOS)
