@@ -3,8 +3,9 @@ store reads: never a scan of every run.
 
 The runs list walks the store's own pages (``list_runs``, newest first) and filters them
 here; a page of the console stops after :data:`MAX_LIST_READS` store pages (and, with a gate
-filter, :data:`MAX_GATE_READS` journal openings), answering what it found and a cursor to go on
-from exactly where it stopped, even in the middle of a store page."""
+filter, :data:`MAX_GATE_READS` journal openings) or :data:`LIST_TIME_S` of reading, answering
+what it found and a cursor to go on from exactly where it stopped, even in the middle of a
+store page."""
 
 from __future__ import annotations
 
@@ -33,6 +34,9 @@ PAGE_ROWS = 50
 MAX_LIST_READS = 20
 #: Journal openings (``run:init``, for the gate filter) one console page reads at most.
 MAX_GATE_READS = 200
+#: Seconds of store reads one console page spends at most, whatever the budgets above allow:
+#: on a slow store a filter matching little answers in time, with a cursor to go on.
+LIST_TIME_S = 0.2
 HOUR_S = 3600.0
 FAILED = frozenset({RunStatus.ERROR, RunStatus.QUARANTINED})
 
@@ -167,8 +171,11 @@ async def list_page(
     at = Position.decode(cursor)
     rows: list[tuple[RunInfo, dict[str, Any]]] = []
     reads = gate_reads = runs_read = 0
+    deadline = time.monotonic() + LIST_TIME_S
     while at.workflow < len(names) and len(rows) < PAGE_ROWS:
         if reads >= MAX_LIST_READS or gate_reads >= MAX_GATE_READS:
+            break
+        if reads and time.monotonic() > deadline:
             break
         name = names[at.workflow]
         try:
@@ -185,6 +192,8 @@ async def list_page(
         )
         index = at.skip
         while index < len(page) and len(rows) < PAGE_ROWS and gate_reads < MAX_GATE_READS:
+            if gate_reads and time.monotonic() > deadline:
+                break
             info = page[index]
             index += 1
             runs_read += 1
