@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from http_support import DEADLINE, app_server, http_workflows
-from lockgate import WorkflowContext, workflow
+from lockgate import ConfigurationError, MemoryStore, WorkflowContext, workflow
 from lockgate.client import WorkflowClient
 from lockgate.http import TokenTable, create_app
 from lockgate.journal import RunStatus
@@ -407,3 +407,16 @@ async def test_the_workers_page_shows_a_live_worker(base_url: str, worker: Workf
         ids = re.findall(r'data-testid="worker" data-worker-id="([^"]+)"', page)
         assert len(ids) == 1
         assert f"pid {os.getpid()}" in page
+
+
+def test_a_workflow_named_console_is_refused_beside_the_console() -> None:
+    """Its API paths (``/console/runs``) would be the console's, which signs in its own way:
+    served beside it, a POST there would skip the bearer token."""
+
+    @workflow(name="console")
+    async def console(ctx: WorkflowContext) -> None:
+        return None
+
+    with pytest.raises(ConfigurationError, match="--no-console"):
+        create_app(MemoryStore(), workflows=[console])
+    assert create_app(MemoryStore(), workflows=[console], console=False) is not None

@@ -36,12 +36,10 @@ async def serve(args: argparse.Namespace) -> int:
         open_store, args.store, option_defaults={"create": True}, journal=args.journal
     )
     try:
-        app = create_app(store, workflows=workflows, tokens=tokens)
+        app = create_app(store, workflows=workflows, tokens=tokens, console=args.console)
         auth = f"{len(tokens.entries)} token(s)" if tokens else "no authentication"
-        note(
-            f"serving the HTTP API on {url_of(sock)} ({auth}, pid {os.getpid()}); "
-            f"the console is at {url_of(sock)}/console/"
-        )
+        console = f"; the console is at {url_of(sock)}/console/" if args.console else ""
+        note(f"serving the HTTP API on {url_of(sock)} ({auth}, pid {os.getpid()}){console}")
         await serve_app(app, sock, log_level=args.log_level)
     finally:
         sock.close()
@@ -67,6 +65,12 @@ def add_parser(group: Subparsers, common: list[argparse.ArgumentParser]) -> None
         "--insecure",
         action="store_true",
         help="serve a non-loopback host with no token configured",
+    )
+    p.add_argument(
+        "--no-console",
+        dest="console",
+        action="store_false",
+        help="serve the API alone, without the web console under /console",
     )
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="warning")
     p.set_defaults(run=serve, opens_store=True, loop_factory=_loop_factory)

@@ -11,7 +11,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from lockgate import __version__
-from lockgate._errors import ErrorCode, LockgateError, StoreFileGone, StoreUnavailable
+from lockgate._errors import (
+    ConfigurationError,
+    ErrorCode,
+    LockgateError,
+    StoreFileGone,
+    StoreUnavailable,
+)
 from lockgate.client._client import WorkflowClient
 from lockgate.http._auth import TokenTable
 from lockgate.http._limits import (
@@ -63,6 +69,13 @@ def create_app(
     under ``/console`` (docs/console.md), signed in with the same tokens. The app never runs
     a workflow body: workers do. The store is the caller's to close."""
     served = {spec.name: spec for spec in map(_spec_of, workflows)}
+    if console and CONSOLE_PREFIX.strip("/") in served:
+        # Its API paths (/console/runs...) would be the console's, which signs in its own way.
+        raise ConfigurationError(
+            f"a workflow named {CONSOLE_PREFIX.strip('/')!r} cannot be served beside the "
+            "console: rename it, or serve without the console (create_app(console=False), "
+            "lockgate serve --no-console)"
+        )
     table = tokens if tokens is not None else TokenTable()
     client = client or WorkflowClient(store, group_submits=True)
     api = ApiState(store=store, client=client, served=served, tokens=table)
