@@ -11,7 +11,6 @@ from lockgate.stores._base import (
     SignalStore,
     Store,
     TimerStore,
-    TriggerStore,
     UpdateStore,
     VersionStore,
 )
@@ -22,7 +21,7 @@ from lockgate.stores._insight import BufferInfo, InsightStore, LimitUsage, RateU
 from lockgate.stores._open import JOURNAL_URL_ENV, STORE_URL_ENV, open_store
 from lockgate.stores._poison import PoisonPolicy
 from lockgate.stores._records import Continuation
-from lockgate.stores._triggers import FiredBatch, TriggerPolicy
+from lockgate.stores._triggers import FiredBatch, TriggerPolicy, TriggerStore
 from lockgate.stores._types import (
     ClaimedRun,
     Claims,

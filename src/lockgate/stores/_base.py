@@ -16,7 +16,7 @@ from __future__ import annotations
 import abc
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, ClassVar
 
 from lockgate._errors import CapabilityMissing
@@ -27,7 +27,7 @@ from lockgate.stores._gates import Gates, WaitReason
 from lockgate.stores._insight import INSIGHT_GROUPS, InsightStore
 from lockgate.stores._poison import PoisonPolicy
 from lockgate.stores._records import Continuation, Submit
-from lockgate.stores._triggers import FiredBatch, TriggerPolicy
+from lockgate.stores._triggers import TriggerStore
 from lockgate.stores._types import (
     ClaimedRun,
     Claims,
@@ -614,68 +614,6 @@ class PolicyStore:
     def get_workflow_policy(self, name: str) -> dict[str, Any] | None:
         """The policy last recorded for ``name``, or None."""
         raise _missing(self, "policies")
-
-
-class TriggerStore:
-    """Collect and Debounce buffers: trigger events kept per key until their batch fires."""
-
-    def trigger_event(
-        self, name: str, key: str, event: dict[str, Any], *, policy: TriggerPolicy
-    ) -> str | None:
-        """Buffer ``event`` under ``key`` and set when the buffer is due, atomically. When the
-        event completes a Collect batch, take the batch and submit its run in the same step and
-        return the run's id; else None."""
-        raise _missing(self, "triggers")
-
-    def due_triggers(self, name: str, before: float, limit: int = 100) -> list[str]:
-        """Keys of ``name`` whose buffer is due at or before ``before``, the earliest first."""
-        raise _missing(self, "triggers")
-
-    def fire_trigger(
-        self, name: str, key: str, *, policy: TriggerPolicy, due_by: float
-    ) -> str | None:
-        """If ``key``'s buffer is due by ``due_by``, take every event in it and submit their
-        run, in one step, and return its id; else None. Two callers racing fire it once."""
-        raise _missing(self, "triggers")
-
-    def next_trigger_due(self, name: str, after: float) -> float | None:
-        """The earliest time later than ``after`` at which a buffer of ``name`` is due, or
-        None when no buffer of it waits: as :meth:`TimerStore.next_wait_due` for triggers."""
-        raise _missing(self, "trigger_due")
-
-    def fire_batch(
-        self,
-        name: str,
-        key: str,
-        events: list[dict[str, Any]],
-        *,
-        policy: TriggerPolicy,
-        source: str,
-        first: int,
-        last: int,
-    ) -> FiredBatch:
-        """Submit the run of a batch buffered outside the store: ``events`` of ``key``, read
-        from ``source`` (a topic partition) at positions ``first``..``last``. The run's id
-        names the key, the source and the positions, and the submit moves ``key``'s
-        fired-through mark in ``source`` to ``last``, in one step:
-
-        - the batch's run exists already (a repeated fire): its id, nothing new;
-        - the mark is at ``first`` or past it (another consumer fired some of these events):
-          no run, and the mark, for the caller to drop what it covers and fire the rest;
-        - else the run is submitted and its id returned with the new mark."""
-        raise _missing(self, "trigger_marks")
-
-    def fired_through(
-        self, name: str, source: str, keys: Mapping[str, TriggerPolicy]
-    ) -> dict[str, int]:
-        """The fired-through marks in ``source`` of those of ``keys`` that have one (each key
-        with the policy its fires are submitted with, which places the mark)."""
-        raise _missing(self, "trigger_marks")
-
-    def forget_marks(self, name: str, source: str, below: int) -> int:
-        """Drop the marks in ``source`` that are below ``below`` (the source's oldest position
-        still kept: the records they cover can never be read again); how many went."""
-        raise _missing(self, "trigger_marks")
 
 
 CAPABILITY_GROUPS: dict[str, tuple[type, tuple[str, ...]]] = {

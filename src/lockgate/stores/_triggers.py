@@ -5,9 +5,11 @@ submitting its run, are each one atomic store operation, so an event is in exact
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from lockgate._errors import CapabilityMissing
 from lockgate.stores._gates import Gates
 from lockgate.stores._records import Submit
 
@@ -100,3 +102,69 @@ class TriggerPolicy:
             start_at=None,
         )
         return run_id, submit
+
+
+def _missing_group(store: object, capability: str) -> CapabilityMissing:
+    return CapabilityMissing(type(store).__name__, capability)
+
+
+class TriggerStore:
+    """Collect and Debounce buffers: trigger events kept per key until their batch fires."""
+
+    def trigger_event(
+        self, name: str, key: str, event: dict[str, Any], *, policy: TriggerPolicy
+    ) -> str | None:
+        """Buffer ``event`` under ``key`` and set when the buffer is due, atomically. When the
+        event completes a Collect batch, take the batch and submit its run in the same step and
+        return the run's id; else None."""
+        raise _missing_group(self, "triggers")
+
+    def due_triggers(self, name: str, before: float, limit: int = 100) -> list[str]:
+        """Keys of ``name`` whose buffer is due at or before ``before``, the earliest first."""
+        raise _missing_group(self, "triggers")
+
+    def fire_trigger(
+        self, name: str, key: str, *, policy: TriggerPolicy, due_by: float
+    ) -> str | None:
+        """If ``key``'s buffer is due by ``due_by``, take every event in it and submit their
+        run, in one step, and return its id; else None. Two callers racing fire it once."""
+        raise _missing_group(self, "triggers")
+
+    def next_trigger_due(self, name: str, after: float) -> float | None:
+        """The earliest time later than ``after`` at which a buffer of ``name`` is due, or
+        None when no buffer of it waits: as :meth:`TimerStore.next_wait_due` for triggers."""
+        raise _missing_group(self, "trigger_due")
+
+    def fire_batch(
+        self,
+        name: str,
+        key: str,
+        events: list[dict[str, Any]],
+        *,
+        policy: TriggerPolicy,
+        source: str,
+        first: int,
+        last: int,
+    ) -> FiredBatch:
+        """Submit the run of a batch buffered outside the store: ``events`` of ``key``, read
+        from ``source`` (a topic partition) at positions ``first``..``last``. The run's id
+        names the key, the source and the positions, and the submit moves ``key``'s
+        fired-through mark in ``source`` to ``last``, in one step:
+
+        - the batch's run exists already (a repeated fire): its id, nothing new;
+        - the mark is at ``first`` or past it (another consumer fired some of these events):
+          no run, and the mark, for the caller to drop what it covers and fire the rest;
+        - else the run is submitted and its id returned with the new mark."""
+        raise _missing_group(self, "trigger_marks")
+
+    def fired_through(
+        self, name: str, source: str, keys: Mapping[str, TriggerPolicy]
+    ) -> dict[str, int]:
+        """The fired-through marks in ``source`` of those of ``keys`` that have one (each key
+        with the policy its fires are submitted with, which places the mark)."""
+        raise _missing_group(self, "trigger_marks")
+
+    def forget_marks(self, name: str, source: str, below: int) -> int:
+        """Drop the marks in ``source`` that are below ``below`` (the source's oldest position
+        still kept: the records they cover can never be read again); how many went."""
+        raise _missing_group(self, "trigger_marks")
