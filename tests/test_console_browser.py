@@ -295,6 +295,11 @@ async def test_cancel_from_the_run_page_ends_the_run(context: Any, scene: Scene)
         await page.get_by_test_id("action-cancel").click()
     assert page.url == scene_url(page, f"{run_path('console_wait', run_id)}/confirm/cancel")
     await photograph(scene, page, "confirm")
+    yes = await page.get_by_test_id("confirm").bounding_box()
+    no = await page.get_by_role("link", name="No, back to the run").bounding_box()
+    assert yes is not None
+    assert no is not None
+    assert no["x"] - (yes["x"] + yes["width"]) >= 16  # room between the two choices
     async with page.expect_navigation():
         await page.get_by_test_id("confirm").click()
     assert page.url == scene_url(page, run_path("console_wait", run_id))

@@ -399,6 +399,8 @@ async def test_gates_windows_and_workers_show_what_the_store_reports(
         windows = await page_until(http, "/console/windows", "buffer")
         assert 'data-testid="buffer" data-key="bucket-a"' in windows
         assert "not-reported" not in windows
+        assert hooks(windows, "kafka-not-configured")  # SQLite: no Kafka journal
+        assert not hooks(windows, "partition")
 
 
 async def test_the_workers_page_shows_a_live_worker(base_url: str, worker: WorkflowWorker) -> None:
@@ -420,3 +422,35 @@ def test_a_workflow_named_console_is_refused_beside_the_console() -> None:
     with pytest.raises(ConfigurationError, match="--no-console"):
         create_app(MemoryStore(), workflows=[console])
     assert create_app(MemoryStore(), workflows=[console], console=False) is not None
+
+
+def open_buffers_cell(page: str, workflow: str) -> str:
+    """The overview row of ``workflow``."""
+    row = re.search(
+        rf'<tr data-testid="workflow-row" data-workflow="{workflow}">(.*?)</tr>', page, re.S
+    )
+    assert row is not None, f"no row of {workflow}"
+    return row.group(1)
+
+
+async def test_the_overview_shows_a_triggered_workflows_open_buffers(
+    base_url: str, client: WorkflowClient
+) -> None:
+    from lockgate.console._queries import OVERVIEW_BUFFERS
+
+    await client.trigger_many("http_collect", [{"n": 1}, {"n": 2}], key="bucket-a")
+    await client.trigger("http_collect", {"n": 3}, key="bucket-b")
+    async with signed_in(base_url, "read") as http:
+        page = (await http.get("/console/")).text
+        collect = open_buffers_cell(page, "http_collect")
+        assert 'data-testid="open-buffers" data-buffers="2" data-events="3"' in collect
+        assert "2 open, 3 event(s) held" in collect
+        assert "next due" in collect
+        assert "open-buffers" not in open_buffers_cell(page, "http_wait")  # no trigger
+        # Past the overview's bound it counts the first ones and says there are more.
+        for n in range(OVERVIEW_BUFFERS):
+            await client.trigger("http_collect", {"n": n}, key=f"more-{n}")
+        page = (await http.get("/console/")).text
+        collect = open_buffers_cell(page, "http_collect")
+        assert f'data-buffers="{OVERVIEW_BUFFERS}"' in collect
+        assert f"{OVERVIEW_BUFFERS}+ open" in collect

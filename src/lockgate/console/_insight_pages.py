@@ -10,6 +10,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
+from lockgate.console._partitions import kafka_report
 from lockgate.console._sessions import Session
 from lockgate.console._web import PREFIX, api_of, render, viewer
 from lockgate.stores._calls import call_store
@@ -68,7 +69,8 @@ async def gates(request: Request, session: Viewer) -> Response:
 
 @insight.get("/windows")
 async def windows(request: Request, session: Viewer) -> Response:
-    """Open Collect and Debounce buffers: key, events held, due time."""
+    """Open Collect and Debounce buffers: key, events held, due time; with a Kafka journal,
+    each consumed topic's partitions: owner, committed offset, lag."""
     common = _common(request, session, "Windows", "insight")
     buffers: list[dict[str, Any]] = []
     if common["reports"]:
@@ -79,7 +81,8 @@ async def windows(request: Request, session: Viewer) -> Response:
             held = await call_store(api.store, api.store.open_buffers, name, limit=PER_WORKFLOW)
             buffers.extend({"name": name, "buffer": b} for b in held)
         buffers.sort(key=lambda row: (row["buffer"].due_at is None, row["buffer"].due_at or 0.0))
-    return render(request, "windows.html", buffers=buffers, **common)
+    kafka = await kafka_report(request)
+    return render(request, "windows.html", buffers=buffers, kafka=kafka, **common)
 
 
 @insight.get("/workers")

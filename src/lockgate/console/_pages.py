@@ -14,10 +14,12 @@ from lockgate.client._chains import resolve_continuation
 from lockgate.console._queries import (
     MAX_GATE_READS,
     MAX_LIST_READS,
+    OVERVIEW_BUFFERS,
     OVERVIEW_RUNS,
     PAGE_ROWS,
     BadQuery,
     RunFilter,
+    buffer_summary,
     list_page,
     parse_since,
     parse_status,
@@ -57,10 +59,13 @@ async def static(asset: str) -> Response:
 @pages.get("/")
 async def overview(request: Request, session: Viewer) -> Response:
     """Per served workflow: counts by status, the last hour's throughput and failure rate,
-    and p50/p95 duration, from its newest runs."""
+    and p50/p95 duration, from its newest runs; a Collect or Debounce workflow's open buffers
+    (a triggered workflow's events wait in them, runs only once they fire)."""
     api = api_of(request)
     names = sorted(api.served)
     stats = await asyncio.gather(*(workflow_stats(api.store, name) for name in names))
+    triggered = [name for name in names if api.served[name].trigger is not None]
+    held = await asyncio.gather(*(buffer_summary(api.store, name) for name in triggered))
     return render(
         request,
         "overview.html",
@@ -69,7 +74,16 @@ async def overview(request: Request, session: Viewer) -> Response:
         stats=stats,
         statuses=[s.value for s in RunStatus],
         looked_at=OVERVIEW_RUNS,
+        buffers=dict(zip(triggered, held, strict=True)),
+        buffers_read=OVERVIEW_BUFFERS,
+        kafka_journal=_has_kafka_journal(api.store),
     )
+
+
+def _has_kafka_journal(store: object) -> bool:
+    from lockgate.streams._topics import kafka_journal  # the Kafka modules only when asked
+
+    return kafka_journal(store) is not None
 
 
 @pages.get("/runs")

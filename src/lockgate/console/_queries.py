@@ -26,6 +26,8 @@ from lockgate.stores._types import RunInfo
 
 #: Runs the overview reads per workflow (newest first), in store pages of :data:`LIST_PAGE`.
 OVERVIEW_RUNS = 500
+#: Open buffers the overview reads per triggered workflow, at most.
+OVERVIEW_BUFFERS = 100
 #: Runs a store page of the runs list asks for.
 LIST_PAGE = 100
 #: Rows a console page of the runs list shows at most.
@@ -106,6 +108,34 @@ async def workflow_stats(store: Store, name: str, *, now: float | None = None) -
     stats.p50_s = percentile(durations, 0.50)
     stats.p95_s = percentile(durations, 0.95)
     return stats
+
+
+@dataclass(frozen=True)
+class BufferSummary:
+    """A triggered workflow's open buffers as the store holds them: how many (``more`` when
+    there are over :data:`OVERVIEW_BUFFERS`, only those counted), the events they hold and when
+    the soonest is due (None: none is, or each fires only when full)."""
+
+    buffers: int
+    events: int
+    next_due_at: float | None
+    more: bool
+
+
+async def buffer_summary(store: Store, name: str) -> BufferSummary | None:
+    """The open buffers of ``name`` (a Collect or Debounce workflow) in one bounded read;
+    None when the store does not report them (no ``insight`` group)."""
+    if "insight" not in store.capabilities():
+        return None
+    held = await call_store(store, store.open_buffers, name, limit=OVERVIEW_BUFFERS + 1)
+    counted = held[:OVERVIEW_BUFFERS]
+    due = [b.due_at for b in counted if b.due_at is not None]
+    return BufferSummary(
+        buffers=len(counted),
+        events=sum(b.events for b in counted),
+        next_due_at=min(due) if due else None,
+        more=len(held) > OVERVIEW_BUFFERS,
+    )
 
 
 @dataclass(frozen=True)

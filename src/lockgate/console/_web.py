@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib.resources
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote
 
 import jinja2
@@ -17,6 +17,9 @@ from lockgate.console._sessions import COOKIE, Session, Sessions, same_origin, s
 from lockgate.console._timeline import span, when
 from lockgate.http._auth import TokenTable
 from lockgate.http._state import ApiState, state_of
+
+if TYPE_CHECKING:
+    from lockgate.streams._group_view import GroupViewer
 
 PREFIX = "/console"
 #: Bytes a console form may hold (a signal's payload is the biggest field).
@@ -46,6 +49,8 @@ class ConsoleState:
     tokens: TokenTable
     sessions: Sessions = field(default_factory=Sessions)
     templates: jinja2.Environment = field(default_factory=lambda: _environment())
+    #: What the windows page asks Kafka through, made on its first visit (a Kafka journal).
+    kafka: GroupViewer | None = None
 
 
 def _environment() -> jinja2.Environment:
