@@ -11,10 +11,12 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import logging
 import shutil
 import struct
 import subprocess
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -37,6 +39,7 @@ from lockgate import (
     StoreProtocolError,
     StoreUnavailable,
     SystemClock,
+    WorkflowClient,
     WorkflowContext,
     open_store,
     step,
@@ -136,6 +139,11 @@ def charge(amount: int, ctx: StepContext) -> int:
 async def kf_two_steps(ctx: WorkflowContext, amount: int) -> int:
     first = await charge(amount)
     return first + await charge(amount + 1)
+
+
+@workflow(name="kf_one_step", version="1")
+async def kf_one_step(ctx: WorkflowContext, amount: int) -> int:
+    return await charge(amount)
 
 
 @workflow(name="kf_signalled", version="1")
@@ -437,3 +445,111 @@ def test_a_requeue_the_lifecycle_made_is_not_reported_failed_when_its_copy_is(
     with pytest.raises(StoreUnavailable):  # a journal read still says the log is away
         store.load_run("kf_requeued", "r1")
     store.close()
+
+
+def test_a_terminal_write_cancelled_between_valkey_and_the_topic_still_reaches_the_topic(
+    deployment: Deployment,
+) -> None:
+    """An attempt's task is cancelled while its terminal write is on its way: Valkey has taken
+    it (the run is complete there, its lock gone), the copy to the topic is not made yet. An
+    attempt's own heartbeat does that when it asks for the lock the terminal just released.
+    No later operation copies the outbox of an ended run, so the write must run to its end:
+    the raw topic, as the rebuild and ``lockgate journal`` read it, holds the run:complete."""
+    name, run_id, lease = "kf_ended", "r1", "worker-a/1"
+    setup = deployment.store()
+    setup.submit_run(name, run_id, {})
+    assert setup.claim_next_run(name, lease) == run_id
+    setup.close()
+    watcher = ValkeyLifecycleStore(
+        shared_url(), namespace=deployment.namespace, shard_count=deployment.shards
+    )
+
+    def terminals_on_topic() -> list[str]:
+        records = topic_records(deployment.bootstrap, deployment.topic, deployment.shards)
+        journal = folded(records).get(run_id, [])
+        return [event.kind for event in journal if event.is_terminal]
+
+    async def end_and_cancel() -> list[str]:
+        store = deployment.store()  # a fresh process: nothing of the run copied by it yet
+        finish = store.coroutine_for(store.finish_if_quiet)
+        assert finish is not None  # the write runs natively on the loop, as in a worker
+        terminal = RunEvent("run:complete", {"result": 1}, run_id)
+        task = asyncio.create_task(finish(name, run_id, [terminal], fence=lease))
+        deadline = time.monotonic() + 60
+        while (info := watcher.get_run(name, run_id)) is None or not info.status.is_terminal:
+            assert time.monotonic() < deadline, "Valkey never took the terminal"
+            assert not task.done(), task
+            await asyncio.sleep(0)
+        # The loop is held here: the write is between Valkey's answer and the topic's.
+        assert not task.done(), "the write ended before it could be cut short"
+        assert terminals_on_topic() == [], "the copy was made before the cancel: no race run"
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # The loop goes on (a worker's does): the write, cut short for its caller, goes on.
+        while not (found := await asyncio.to_thread(terminals_on_topic)):
+            assert time.monotonic() < deadline, "the run:complete never reached the topic"
+            await asyncio.sleep(0.05)
+        store.close()
+        return found
+
+    assert asyncio.run(end_and_cancel()) == ["run:complete"]
+    assert watcher.get_run(name, run_id).status == RunStatus.COMPLETE  # type: ignore[union-attr]
+    assert watcher.events_after(name, run_id, 0) == []  # its outbox dropped once copied
+    watcher.close()
+
+
+def test_a_heartbeat_during_the_terminal_write_is_no_lost_lease(
+    deployment: Deployment, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The attempt's heartbeat comes while its terminal write is on its way, after Valkey took
+    it: the lock it asks for is gone, released by the terminal. That is not a lost lease: the
+    attempt is not cut short, it ends COMPLETED, and the topic holds the run:complete."""
+    from lockgate import ManualClock
+    from lockgate.workflow._executor import Attempt
+    from lockgate.workflow._spec import spec_of
+    from lockgate.workflow._unwind import AttemptOutcome
+
+    lease = "worker-a/1"
+    setup = deployment.store()
+    handle = asyncio.run(WorkflowClient(setup).submit("kf_one_step", {"amount": 3}))
+    name, run_id = handle.name, handle.run_id
+    assert setup.claim_next_run(name, lease) == run_id
+    setup.close()
+    watcher = ValkeyLifecycleStore(
+        shared_url(), namespace=deployment.namespace, shard_count=deployment.shards
+    )
+
+    async def attempt_with_a_late_heartbeat() -> AttemptOutcome:
+        store = deployment.store()  # a fresh process: its first copy of the run reads the topic
+        clock = ManualClock()
+        attempt = Attempt(
+            store=store,
+            spec=spec_of(kf_one_step),
+            run_id=run_id,
+            lease=lease,
+            clock=clock,
+            events=await asyncio.to_thread(store.load_run, name, run_id),
+        )
+        task = asyncio.create_task(attempt.execute())
+        deadline = time.monotonic() + 60
+        while (info := watcher.get_run(name, run_id)) is None or not info.status.is_terminal:
+            assert time.monotonic() < deadline, "Valkey never took the terminal"
+            assert not task.done(), task
+            await asyncio.sleep(0)
+        assert not task.done(), "the terminal write ended before the heartbeat could come"
+        clock.advance(store.heartbeat_interval)  # the heartbeat is due: it asks Valkey now
+        outcome = await task
+        store.close()
+        return outcome
+
+    with caplog.at_level(logging.WARNING, logger="lockgate"):
+        assert asyncio.run(attempt_with_a_late_heartbeat()) == AttemptOutcome.COMPLETED
+    assert "lost" not in caplog.text
+    assert EXECUTED[run_id] == 1
+    records = topic_records(deployment.bootstrap, deployment.topic, deployment.shards)
+    journal = folded(records)[run_id]
+    assert [e.kind for e in journal if e.is_terminal] == ["run:complete"]
+    assert journal[-1].payload["result"] == 30
+    assert watcher.events_after(name, run_id, 0) == []
+    watcher.close()

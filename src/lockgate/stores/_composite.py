@@ -15,9 +15,10 @@ calls (a Valkey script on the loop's client, a Kafka copy awaiting its delivery 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from lockgate._errors import ConfigurationError, RunNotFoundError, StoreUnavailable
 from lockgate.journal._events import RunEvent
@@ -47,6 +48,37 @@ from lockgate.stores._types import (
 
 #: Live runs whose last copied ``run_seq`` a composite remembers, at most.
 COPIED_KEPT = 100_000
+
+#: Writes whose events (their third argument) the lifecycle takes before the log's copy.
+_COPIED_WRITES = frozenset({"append_events", "append_and_poll", "finish_if_quiet"})
+#: The run-ending writes in flight, held so that none is lost with a cancelled caller.
+_ENDING: set[asyncio.Task[Any]] = set()
+
+T = TypeVar("T")
+
+
+def _ends_run(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    events: Sequence[RunEvent] = args[2] if len(args) > 2 else kwargs.get("events", ())
+    return bool(events) and events[-1].is_terminal
+
+
+async def _to_its_end(write: Awaitable[T]) -> T:
+    """Await ``write``, a write that ends a run, as a task of its own that a cancel of the
+    caller does not stop. Once the lifecycle has taken a terminal, the run's lock is gone and
+    no later operation of it copies its outbox: cut short between the two (an attempt's own
+    heartbeat, finding the lock the terminal released, cancels the attempt), the run would be
+    ended in the lifecycle with no terminal in the log as a raw read finds it. On a store
+    thread a write runs to its end anyway; this makes the loop's the same."""
+    task = asyncio.ensure_future(write)
+    _ENDING.add(task)
+    task.add_done_callback(_ended)
+    return await asyncio.shield(task)
+
+
+def _ended(task: asyncio.Task[Any]) -> None:
+    _ENDING.discard(task)
+    if not task.cancelled():
+        task.exception()  # retrieved: a caller cancelled in the meantime never will
 
 
 class CompositeStore(CompositeGroups):
@@ -113,6 +145,13 @@ class CompositeStore(CompositeGroups):
         op = composed_op(method) if getattr(method, "__self__", None) is self else None
         if op is None or not self._natively:
             return None
+        if op.__name__ in _COPIED_WRITES:
+
+            def write(*args: Any, **kwargs: Any) -> Awaitable[Any]:
+                run = drive_natively(op(self, *args, **kwargs))
+                return _to_its_end(run) if _ends_run(args, kwargs) else run
+
+            return write
         return lambda *args, **kwargs: drive_natively(op(self, *args, **kwargs))
 
     @property

@@ -102,6 +102,10 @@ class AttemptCore:
         # plain code runs in between, so one read serves both.
         self._fresh: RunControls | None = controls
         self._lease_lost = False
+        # Set while a write that ends the run is in flight: the store drops the lock with the
+        # terminal, so a heartbeat then finding no lock is no loss, and the write itself says
+        # (LockLost) if the lease was lost before it.
+        self._ending = False
         # Set when the heartbeat stopped the body because no heartbeat got through for a
         # whole lease: the failure, for the attempt to put the run back with.
         self._store_lost: Exception | None = None

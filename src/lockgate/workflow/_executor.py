@@ -378,13 +378,17 @@ class Attempt(AttemptCore):
                     if self._cancel_timer is None:
                         self._cancel_timer = arm_cancel_timeout(self)
             except _LeaseLost:
+                self._lease_lost = True
+                if self._ending:
+                    # Most likely the terminal's own release; cancelling now could cut the
+                    # write short after the store took it. The write tells (_finish_if_quiet).
+                    return
                 log.warning(
                     "run %s of %s: lease %s lost; abandoning the attempt",
                     self.run_id,
                     self.spec.name,
                     self.lease,
                 )
-                self._lease_lost = True
                 if self._task is not None:
                     self._task.cancel()
                 return
@@ -393,7 +397,7 @@ class Attempt(AttemptCore):
                 # Debug: a worker tells a store outage once, not per run, and the attempt's
                 # end says what became of the run; a lease that lapses is acted on below.
                 log.debug("run %s: heartbeat failed: %s", self.run_id, failed.cause)
-                if gone or self.lease_lapsed():
+                if (gone or self.lease_lapsed()) and not self._ending:
                     # The store was away for a whole lease, or its file is gone: stop the
                     # body (nothing it does can be journaled) and put the run back when the
                     # store answers (a file gone takes none: the worker stops).
@@ -592,9 +596,23 @@ class Attempt(AttemptCore):
         back. None when the run ended."""
         await close_children(self, terminal.kind)
         events, self._buffer = [*self._buffer, terminal], []
-        controls: RunControls | None = await self._io(
-            self.store.finish_if_quiet, self.spec.name, self.run_id, events, fence=self.lease
-        )
+        self._ending = True
+        try:
+            controls: RunControls | None = await self._io(
+                self.store.finish_if_quiet, self.spec.name, self.run_id, events, fence=self.lease
+            )
+        finally:
+            self._ending = False
+        if controls is not None and self._lease_lost:
+            # The run goes on, but a heartbeat during the write found the lock gone (it was
+            # not the terminal's: none was written), and heartbeats have stopped.
+            log.warning(
+                "run %s of %s: lease %s lost; abandoning the attempt",
+                self.run_id,
+                self.spec.name,
+                self.lease,
+            )
+            raise _LeaseLost()
         self._appended(events if controls is None else events[:-1])
         if controls is None:
             failpoints.hit("after_terminal_append")
@@ -612,9 +630,13 @@ class Attempt(AttemptCore):
         lock with the terminal (see ``EventLogStore.append_events``): no release follows."""
         await close_children(self, terminal.kind)
         events, self._buffer = [*self._buffer, terminal], []
-        await self._io(
-            self.store.append_events, self.spec.name, self.run_id, events, fence=self.lease
-        )
+        self._ending = True
+        try:
+            await self._io(
+                self.store.append_events, self.spec.name, self.run_id, events, fence=self.lease
+            )
+        finally:
+            self._ending = False
         self._appended(events)
         failpoints.hit("after_terminal_append")
         await close_if_chained(self)
