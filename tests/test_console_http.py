@@ -11,7 +11,7 @@ import os
 import re
 import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -19,10 +19,21 @@ import httpx
 import pytest
 
 from http_support import DEADLINE, app_server, http_workflows
-from lockgate import ConfigurationError, MemoryStore, WorkflowContext, workflow
+from lockgate import (
+    ConfigurationError,
+    InlineWorkflowRunner,
+    ManualClock,
+    MemoryStore,
+    RetryPolicy,
+    WorkflowContext,
+    step,
+    workflow,
+)
 from lockgate.client import WorkflowClient
+from lockgate.console._timeline import timeline
 from lockgate.http import TokenTable, create_app
 from lockgate.journal import RunStatus
+from lockgate.journal._events import STEP_SECONDS_HEADER
 from lockgate.stores import SQLiteStore
 from lockgate.worker import WorkerOptions, WorkflowWorker
 
@@ -454,3 +465,42 @@ async def test_the_overview_shows_a_triggered_workflows_open_buffers(
         collect = open_buffers_cell(page, "http_collect")
         assert f'data-buffers="{OVERVIEW_BUFFERS}"' in collect
         assert f"{OVERVIEW_BUFFERS}+ open" in collect
+
+
+async def test_a_step_try_says_how_long_it_took() -> None:
+    """Each try of a named step carries its duration (``lg-step-seconds``) on the attempt's
+    clock, and the run page's timeline shows it."""
+    clock = ManualClock()
+    store = MemoryStore(clock=clock)
+
+    @step(name="console_timed_step", retry=RetryPolicy(max_attempts=2, initial_backoff=0.0))
+    async def timed(n: int) -> int:
+        clock.advance(0.25 if n == 0 else 1.5)
+        if n == 0:
+            raise ValueError("fails")
+        return n
+
+    @workflow(name="console_timed")
+    async def console_timed(ctx: WorkflowContext) -> int:
+        with suppress(ValueError):
+            await timed(0)
+        return await timed(7)
+
+    runner = InlineWorkflowRunner(store=store, clock=clock)
+    await runner.start()
+    try:
+        handle = await runner.client.submit("console_timed", {})
+        assert await handle.result(timeout=DEADLINE) == 7
+    finally:
+        await runner.aclose()
+    events = store.load_run("console_timed", handle.run_id)
+    seconds = [
+        float(e.headers[STEP_SECONDS_HEADER])
+        for e in events
+        if e.kind in ("step:done", "step:error")
+    ]
+    assert seconds == [0.25, 0.25, 1.5], [(e.kind, dict(e.headers)) for e in events]
+    titles = [entry.title for group in timeline(events) for entry in group.entries]
+    assert "named console_timed_step failed in 250 ms (will retry)" in titles, titles
+    assert "named console_timed_step failed in 250 ms (gave up)" in titles, titles
+    assert "named console_timed_step done in 1.5 s" in titles, titles

@@ -1,8 +1,9 @@
 """A run's journal as the run page's timeline: one entry per event, grouped by call.
 
-The journal records what happened and in which order, not when (events carry no time): the
-times shown are those the events hold (a sleep's wake time, a wait's deadline), and the run's
-own duration comes from the store (submitted to ended)."""
+The journal records what happened and in which order: the times shown are those the events
+hold (a sleep's wake time, a wait's deadline, how long each try of a named step took, from its
+``lg-step-seconds`` header), and the run's own duration comes from the store (submitted to
+ended)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from lockgate.journal._events import EventKind, RunEvent
+from lockgate.journal._events import STEP_SECONDS_HEADER, EventKind, RunEvent
 
 #: Characters of a payload a timeline entry shows; the rest is cut with a note.
 DETAIL_CHARS = 600
@@ -89,6 +90,16 @@ def _step(event: RunEvent) -> str:
     return f"{p.get('kind', 'step')} {p.get('step_id', '?')}"
 
 
+def took(event: RunEvent) -> str:
+    """``" in 12 ms"`` for a try of a step whose event says how long it took, else ''."""
+    raw = event.headers.get(STEP_SECONDS_HEADER)
+    try:
+        seconds = float(raw) if raw is not None else None
+    except ValueError:
+        return ""
+    return f" in {span(seconds)}" if seconds is not None and seconds >= 0 else ""
+
+
 def entry_of(event: RunEvent) -> Entry:
     """What one event says, in a line and a detail."""
     p = event.payload
@@ -100,13 +111,14 @@ def entry_of(event: RunEvent) -> Entry:
         return Entry(seq, kind, f"{_step(event)} started", f"attempt {p.get('attempt', 1)}")
     if kind == EventKind.STEP_DONE:
         attempt = f"attempt {p['attempt']}, " if "attempt" in p else ""
-        return Entry(seq, kind, f"{_step(event)} done", f"{attempt}result {shown(p.get('result'))}")
+        result = f"{attempt}result {shown(p.get('result'))}"
+        return Entry(seq, kind, f"{_step(event)} done{took(event)}", result)
     if kind == EventKind.STEP_ERROR:
         final = "gave up" if p.get("final") else "will retry"
         return Entry(
             seq,
             kind,
-            f"{_step(event)} failed ({final})",
+            f"{_step(event)} failed{took(event)} ({final})",
             f"attempt {p.get('attempt', '?')}: {error_text(p.get('error'))}",
             "bad",
         )

@@ -17,6 +17,10 @@ EPOCH_HEADER = "lg-epoch"
 REQUIRES_HEADER = "lg-requires"
 #: Header marking an event written by ``ctx.emit``.
 EMIT_HEADER = "lg-emit"
+#: Header of a named step's ``step:done`` and ``step:error``: the seconds that try of the step
+#: took on the attempt's clock, as a decimal string. Shown, never replayed: a body does not see
+#: it, and a journal without it (an older one) is as good.
+STEP_SECONDS_HEADER = "lg-step-seconds"
 
 #: Features this runtime understands when a journal names them in ``REQUIRES_HEADER``.
 KNOWN_FEATURES: frozenset[str] = frozenset({"epochs"})

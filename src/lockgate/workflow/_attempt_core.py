@@ -21,7 +21,7 @@ from lockgate._errors import (
     UpdateError,
     describe_error,
 )
-from lockgate.journal._events import EventKind, RunEvent, payload_size
+from lockgate.journal._events import STEP_SECONDS_HEADER, EventKind, RunEvent, payload_size
 from lockgate.journal._replay import CallRecord, reconstruct_state
 from lockgate.stores._base import Store
 from lockgate.stores._calls import call_store
@@ -221,15 +221,22 @@ class AttemptCore:
         return value, None
 
     async def step_failed(
-        self, base: dict[str, Any], tries: int, failure: Exception, policy: RetryPolicy
+        self,
+        base: dict[str, Any],
+        tries: int,
+        failure: Exception,
+        policy: RetryPolicy,
+        *,
+        took: dict[str, str] | None = None,
     ) -> int:
-        """Journal try ``tries`` of the step ``base`` describes as failed with ``failure``;
-        raise ``failure`` when ``policy`` retries it no more, else wait out the backoff and
-        return the next try's number."""
+        """Journal try ``tries`` of the step ``base`` describes as failed with ``failure``
+        (``took``: the try's :func:`step_seconds` header); raise ``failure`` when ``policy``
+        retries it no more, else wait out the backoff and return the next try's number."""
         retry = policy.should_retry(tries, failure)
         self._record(
             EventKind.STEP_ERROR,
             {**base, "attempt": tries, "final": not retry, "error": describe_with_args(failure)},
+            took,
         )
         await self.step_boundary()
         if not retry:
@@ -485,3 +492,8 @@ class AttemptCore:
             )
             self.state.journaled_update_ids.add(update_id)
             await self._journal_outcome(update_id, await self._apply_update(update))
+
+
+def step_seconds(seconds: float) -> dict[str, str]:
+    """The header saying how long a try of a step took (``STEP_SECONDS_HEADER``)."""
+    return {STEP_SECONDS_HEADER: f"{max(0.0, seconds):.6f}"}

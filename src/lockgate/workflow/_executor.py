@@ -41,7 +41,7 @@ from lockgate.journal._replay import ReplayState
 from lockgate.stores._calls import call_store
 from lockgate.stores._types import RunControls, WaitOutcome, WaitSpec
 from lockgate.workflow import _blocked as blocked
-from lockgate.workflow._attempt_core import AttemptCore
+from lockgate.workflow._attempt_core import AttemptCore, step_seconds
 from lockgate.workflow._cancel_timeout import arm_cancel_timeout
 from lockgate.workflow._chain import _Continued, close_if_chained
 from lockgate.workflow._children import after_attempt, close_children
@@ -124,15 +124,18 @@ class Attempt(AttemptCore):
                         ),
                     ) from exc
 
+            started = self.clock()
             outcome, failure = await self.step_effect(spec.name, effect)
+            took = step_seconds(self.clock() - started)
             if failure is None:
                 break
-            attempt = await self.step_failed(base, attempt, failure, policy)
+            attempt = await self.step_failed(base, attempt, failure, policy, took=took)
         assert outcome is not None  # the effect returned: its value, never None
         journaled, size = outcome
         self._record(
             EventKind.STEP_DONE,
             {**base, "attempt": attempt, "result": journaled},
+            took,
             size=size,
             what=f"result of step {spec.name!r}",
         )
