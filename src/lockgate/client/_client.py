@@ -124,9 +124,10 @@ class WorkflowClient:
         """This event loop's group of submits (a client may be used from one loop, then
         another)."""
         loop = asyncio.get_running_loop()
-        if self._group is None or self._group[0] is not loop:
-            self._group = (loop, SubmitGroup(self.store))
-        return self._group[1]
+        group = self._group
+        if group is None or group[0] is not loop:
+            group = self._group = (loop, SubmitGroup(self.store))
+        return group[1]
 
     async def _io(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return await call_store(self.store, method, *args, **kwargs)

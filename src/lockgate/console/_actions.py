@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from typing import Annotated, Any
-from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import Response
@@ -21,6 +20,7 @@ from lockgate.console._web import (
     read_form,
     redirect,
     render,
+    run_path,
     safe_next,
     viewer,
 )
@@ -84,10 +84,6 @@ async def sign_out(request: Request) -> Response:
     return response
 
 
-def _run_path(name: str, run_id: str) -> str:
-    return f"{PREFIX}/runs/{quote(name, safe='')}/{quote(run_id, safe='')}"
-
-
 def _check_action(request: Request, name: str, action: str) -> None:
     if action not in ACTIONS:
         raise Refused(404, f"no action {action!r}; actions are {', '.join(ACTIONS)}")
@@ -112,7 +108,7 @@ async def confirm(
         run_id=run_id,
         action=action,
         meaning=MEANING[action],
-        run_path=_run_path(name, run_id),
+        run_path=run_path(name, run_id),
     )
 
 
@@ -125,7 +121,7 @@ async def act(request: Request, name: str, run_id: str, action: str) -> Response
         await _do(request, session, name, run_id, action, form)
     except LockgateError as exc:
         raise Refused(status_for(exc) or 500, f"could not {action} the run: {exc}") from exc
-    return redirect(request, _run_path(name, run_id))
+    return redirect(request, run_path(name, run_id))
 
 
 async def _do(

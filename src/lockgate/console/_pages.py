@@ -27,7 +27,16 @@ from lockgate.console._queries import (
 )
 from lockgate.console._sessions import Session
 from lockgate.console._timeline import timeline
-from lockgate.console._web import PREFIX, Refused, api_of, redirect, render, static_file, viewer
+from lockgate.console._web import (
+    PREFIX,
+    Refused,
+    api_of,
+    redirect,
+    render,
+    run_path,
+    static_file,
+    viewer,
+)
 from lockgate.journal._events import EventKind, RunEvent, RunStatus
 from lockgate.stores._calls import call_store
 from lockgate.stores._types import RunInfo
@@ -251,4 +260,5 @@ async def run_page(request: Request, session: Viewer, name: str, run_id: str) ->
         successor=outcome.payload if outcome and outcome.kind == EventKind.RUN_CONTINUED else None,
         live=not info.status.is_terminal,
         duration=(info.ended_at - info.submitted_at) if info.ended_at is not None else None,
+        run_path=run_path(name, run_id),
     )

@@ -4,8 +4,8 @@ store reads: never a scan of every run.
 The runs list walks the store's own pages (``list_runs``, newest first) and filters them
 here; a page of the console stops after :data:`MAX_LIST_READS` store pages (and, with a gate
 filter, :data:`MAX_GATE_READS` journal openings) or :data:`LIST_TIME_S` of reading, answering
-what it found and a cursor to go on from exactly where it stopped, even in the middle of a
-store page."""
+what it found and a cursor to go on from where it stopped: always the end of a store page, so
+the cursor is the store's own."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ OVERVIEW_RUNS = 500
 #: Open buffers the overview reads per triggered workflow, at most.
 OVERVIEW_BUFFERS = 100
 #: Runs a store page of the runs list asks for.
-LIST_PAGE = 100
+LIST_PAGE = 50
 #: Rows a console page of the runs list shows at most.
 PAGE_ROWS = 50
 #: Store pages one console page reads at most.
@@ -146,23 +146,29 @@ class RunFilter:
     gate: str | None = None
     since: float | None = None
 
+    @property
+    def filters_rows(self) -> bool:
+        """Whether rows of a store page may be left out (every filter but the workflow)."""
+        return any(v is not None for v in (self.status, self.owner, self.gate, self.since))
+
     def matches(self, info: RunInfo) -> bool:
         if self.status is not None and info.status != self.status:
             return False
+        # Matched here, over bounded store pages: a store's own owner filter may read every
+        # run of the workflow in one call when the owner has none.
         return self.owner is None or info.owner == self.owner
 
 
 @dataclass
 class Position:
-    """Where a listing stands: the workflow (an index into the names listed), the store
-    cursor of the store page it is in, and how many runs of that page were already read."""
+    """Where a listing stands: the workflow (an index into the names listed) and the store
+    cursor of its next store page (None: its newest)."""
 
     workflow: int = 0
     cursor: str | None = None
-    skip: int = 0
 
     def encode(self) -> str:
-        text = json.dumps([self.workflow, self.cursor, self.skip], separators=(",", ":"))
+        text = json.dumps([self.workflow, self.cursor], separators=(",", ":"))
         return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
 
     @classmethod
@@ -171,16 +177,16 @@ class Position:
             return cls()
         try:
             raw = json.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
-            workflow, cursor, skip = raw
-            if not (isinstance(workflow, int) and isinstance(skip, int)):
+            workflow, cursor = raw
+            if not isinstance(workflow, int) or isinstance(workflow, bool):
                 raise TypeError
             if cursor is not None and not isinstance(cursor, str):
                 raise TypeError
         except (ValueError, TypeError) as exc:
             raise BadQuery(f"the cursor {text[:40]!r} is not one this console gave") from exc
-        if workflow < 0 or skip < 0:
+        if workflow < 0:
             raise BadQuery("the cursor is not one this console gave")
-        return cls(workflow, cursor, skip)
+        return cls(workflow, cursor)
 
 
 @dataclass
@@ -197,39 +203,39 @@ async def list_page(
     store: Store, names: list[str], query: RunFilter, cursor: str | None
 ) -> RunsPage:
     """One console page of runs of ``names`` (one after another, each newest first) that
-    match ``query``, read from ``cursor``."""
+    match ``query``, read from ``cursor``.
+
+    A page always ends where a store page ends, so the cursor it answers with is the store's
+    own (a keyset bound: runs submitted since, or removed by retention, move nothing): with
+    no filter on rows it asks the store for just the rows still to show; with one, it reads
+    each store page whole, so it may show up to ``LIST_PAGE - 1`` rows over
+    :data:`PAGE_ROWS`. The budgets are checked between store pages."""
     at = Position.decode(cursor)
     rows: list[tuple[RunInfo, dict[str, Any]]] = []
     reads = gate_reads = runs_read = 0
     deadline = time.monotonic() + LIST_TIME_S
+    filtered = query.filters_rows
     while at.workflow < len(names) and len(rows) < PAGE_ROWS:
         if reads >= MAX_LIST_READS or gate_reads >= MAX_GATE_READS:
             break
         if reads and time.monotonic() > deadline:
             break
-        name = names[at.workflow]
+        here = at.workflow
+        name = names[here]
+        want = LIST_PAGE if filtered else PAGE_ROWS - len(rows)
         try:
             page, following = await call_store(
-                store, store.list_runs, name, limit=LIST_PAGE, cursor=at.cursor, owner=query.owner
+                store, store.list_runs, name, limit=want, cursor=at.cursor
             )
         except ValueError as exc:
             raise BadQuery(f"the cursor does not fit this store: {exc}") from exc
         reads += 1
-        after = (
-            Position(at.workflow, following, 0)
-            if following is not None
-            else Position(at.workflow + 1, None, 0)
-        )
-        index = at.skip
-        while index < len(page) and len(rows) < PAGE_ROWS and gate_reads < MAX_GATE_READS:
-            if gate_reads and time.monotonic() > deadline:
-                break
-            info = page[index]
-            index += 1
+        at = Position(here, following) if following else Position(here + 1, None)
+        for info in page:
             runs_read += 1
             if query.since is not None and info.submitted_at < query.since:
                 # Newest first: nothing further in this workflow is recent enough.
-                after, index = Position(at.workflow + 1, None, 0), len(page)
+                at = Position(here + 1, None)
                 break
             if not query.matches(info):
                 continue
@@ -240,7 +246,6 @@ async def list_page(
                 if query.gate not in gate_keys(gates):
                     continue
             rows.append((info, gates))
-        at = Position(at.workflow, at.cursor, index) if index < len(page) else after
     more = at.workflow < len(names)
     return RunsPage(
         rows,

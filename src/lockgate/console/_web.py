@@ -201,6 +201,13 @@ def static_file(name: str) -> tuple[bytes, str] | None:
     return resource.read_bytes(), kind
 
 
+def run_path(name: str, run_id: str) -> str:
+    """The run page's path, its name and id quoted (an id holding ``%41`` names itself, not
+    ``A``): links to a run and to its actions are built from this, never from the decoded
+    request path."""
+    return f"{PREFIX}/runs/{quote(name, safe='')}/{quote(run_id, safe='')}"
+
+
 def safe_next(text: str | None) -> str:
     """Where sign-in may send the browser on: a console path, never another site."""
     if text and text.startswith(PREFIX) and not text.startswith("//") and "\\" not in text:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -45,6 +46,8 @@ from lockgate.stores._types import (
     RunInfo,
     Written,
 )
+
+_log = logging.getLogger("lockgate.stores")
 
 #: Live runs whose last copied ``run_seq`` a composite remembers, at most.
 COPIED_KEPT = 100_000
@@ -77,8 +80,11 @@ async def _to_its_end(write: Awaitable[T]) -> T:
 
 def _ended(task: asyncio.Task[Any]) -> None:
     _ENDING.discard(task)
-    if not task.cancelled():
-        task.exception()  # retrieved: a caller cancelled in the meantime never will
+    if task.cancelled():
+        return
+    failed = task.exception()  # retrieved: a caller cancelled in the meantime never will
+    if failed is not None:
+        _log.warning("a run-ending write failed after its caller stopped waiting: %s", failed)
 
 
 class CompositeStore(CompositeGroups):

@@ -21,6 +21,7 @@ clean stop drops it at once (``drop_worker``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Iterable, Mapping
@@ -93,7 +94,9 @@ class WorkerInfo:
         data: dict[str, Any] = json.loads(text)
         data["workflows"] = tuple(data.get("workflows") or ())
         data["owned"] = tuple(data.get("owned") or ())
-        return cls(**data)
+        # A newer worker may say more: what this release does not know is left out.
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 class InsightStore:

@@ -618,6 +618,8 @@ class Attempt(AttemptCore):
             raise _LeaseLost()
         self._appended(events if controls is None else events[:-1])
         if controls is None:
+            # The run ended: what the heartbeat saw gone was the terminal's own release.
+            self._lease_lost = False
             failpoints.hit("after_terminal_append")
             await close_if_chained(self)
         return controls
@@ -640,6 +642,7 @@ class Attempt(AttemptCore):
             )
         finally:
             self._ending = False
+        self._lease_lost = False  # the run ended: a lock seen gone was the terminal's release
         self._appended(events)
         failpoints.hit("after_terminal_append")
         await close_if_chained(self)
