@@ -124,7 +124,7 @@ def progress(done: int) -> None:
 async def measure(store: Store, label: str) -> None:
     timed = Timed(create_app(store, workflows=[bench_console]))
     transport = httpx.ASGITransport(app=timed)
-    async with httpx.AsyncClient(transport=transport, base_url="http://bench") as http:
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
 
         async def page(url: str) -> tuple[float, httpx.Response]:
             answer = await http.get(url)

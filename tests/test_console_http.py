@@ -384,6 +384,13 @@ async def test_without_tokens_an_anonymous_session_still_needs_the_csrf_token(
                 confirm = await http.get(f"/console/runs/http_wait/{run.run_id}/confirm/pause")
                 csrf = CSRF.search(confirm.text)
                 assert csrf is not None
+                # A name that is not loopback (DNS rebinding: another site's name pointed at
+                # this machine) is refused, page and action alike.
+                rebound = {"Host": "attacker.example"}
+                assert (await http.get("/console/", headers=rebound)).status_code == 403
+                refused = await http.post(action, data={"csrf": csrf.group(1)}, headers=rebound)
+                assert refused.status_code == 403
+                assert store.get_pause_requested_at("http_wait", run.run_id) is None
                 done = await http.post(action, data={"csrf": csrf.group(1)})
                 assert done.status_code == 303
                 assert store.get_pause_requested_at("http_wait", run.run_id) is not None

@@ -35,7 +35,10 @@ def mount_console(app: FastAPI, tokens: TokenTable) -> None:
 
     async def on_refused(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, Refused)
-        session = current(request)
+        try:
+            session = current(request)
+        except Refused:  # the refusal is the request's host itself: show no session
+            session = None
         return render(
             request,
             "not_found.html",

@@ -16,6 +16,7 @@ from lockgate import __version__
 from lockgate.console._sessions import COOKIE, Session, Sessions, same_origin, set_cookie
 from lockgate.console._timeline import span, when
 from lockgate.http._auth import TokenTable
+from lockgate.http._serve import is_loopback
 from lockgate.http._state import ApiState, state_of
 
 if TYPE_CHECKING:
@@ -86,6 +87,8 @@ def current(request: Request) -> Session | None:
     """The request's live session, or for a server without tokens a fresh anonymous one
     (its cookie is set on the answer). None: sign-in needed."""
     console = console_of(request)
+    if not console.tokens:
+        _loopback_only(request)
     session = console.sessions.get(request.cookies.get(COOKIE))
     if session is None and not console.tokens:
         session = console.sessions.open(None)
@@ -125,6 +128,8 @@ async def checked_post(request: Request, scope: str) -> tuple[Session, dict[str,
     ``scope``, and the session's CSRF token in field ``csrf``. Each refusal is 403."""
     if not same_origin(request):
         raise Refused(403, "this form was sent from another site")
+    if not console_of(request).tokens:
+        _loopback_only(request)
     session = console_of(request).sessions.get(request.cookies.get(COOKIE))
     if session is None:
         if console_of(request).tokens:
@@ -136,6 +141,20 @@ async def checked_post(request: Request, scope: str) -> tuple[Session, dict[str,
     if not session.can(scope):
         raise Refused(403, f"this token lacks the {scope!r} scope")
     return session, form
+
+
+def _loopback_only(request: Request) -> None:
+    """Without tokens anyone who reaches the console may act: it answers only a request sent
+    to a loopback name, so a page of another site cannot reach it through a name that it
+    points at this machine (DNS rebinding)."""
+    host = request.headers.get("host", "")
+    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+    if not is_loopback(name):
+        raise Refused(
+            403,
+            f"with no token configured the console answers only loopback addresses, not "
+            f"{host!r}: serve with --tokens to reach it by this name",
+        )
 
 
 def render(
