@@ -335,6 +335,8 @@ GROUP_CALLS: dict[str, Callable[[Any], object]] = {
     "triggers": lambda s: s.due_triggers(NAME, 0.0),
     "trigger_due": lambda s: s.next_trigger_due(NAME, 0.0),
     "trigger_marks": lambda s: s.forget_marks(NAME, "t/0", 0),
+    "insight": lambda s: s.limit_usage(NAME),
+    "workers": lambda s: s.live_workers(),
 }
 
 
