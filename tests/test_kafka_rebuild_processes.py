@@ -161,6 +161,9 @@ def test_valkey_flushed_mid_load_is_rebuilt_and_no_acknowledged_step_runs_again(
     store = cluster.composite()
     runs = asyncio.run(submit_all(store))
     total_steps = len(runs) * STEPS
+    # The gated runs' last steps wait for this file: the load outlasts the flush.
+    release = cluster.tmp / "release"
+    cluster.env[rebuild_workflows.HOLD_ENV] = str(release)
     cluster.worker()
     cluster.worker()
     wait_for(
@@ -207,6 +210,7 @@ def test_valkey_flushed_mid_load_is_rebuilt_and_no_acknowledged_step_runs_again(
         assert info is not None, run_id
         assert info.status in (RunStatus.PENDING, RunStatus.COMPLETE), info
 
+    release.touch()
     cluster.worker()
     cluster.worker()
 
