@@ -123,9 +123,10 @@ async def read_form(request: Request) -> dict[str, str]:
         raise Refused(400, "the form is not UTF-8") from exc
 
 
-async def checked_post(request: Request, scope: str) -> tuple[Session, dict[str, str]]:
+async def checked_post(request: Request, scope: str | None) -> tuple[Session, dict[str, str]]:
     """A POST's session and form after the three locks: same origin, a session with
-    ``scope``, and the session's CSRF token in field ``csrf``. Each refusal is 403."""
+    ``scope`` (any session when None), and the session's CSRF token in field ``csrf``. Each
+    refusal is 403."""
     if not same_origin(request):
         raise Refused(403, "this form was sent from another site")
     if not console_of(request).tokens:
@@ -138,7 +139,7 @@ async def checked_post(request: Request, scope: str) -> tuple[Session, dict[str,
     form = await read_form(request)
     if not session.csrf_matches(form.get("csrf")):
         raise Refused(403, "the form's CSRF token is missing or is not this session's")
-    if not session.can(scope):
+    if scope is not None and not session.can(scope):
         raise Refused(403, f"this token lacks the {scope!r} scope")
     return session, form
 
@@ -172,6 +173,7 @@ def render(
         session=session,
         csrf=session.csrf if session is not None else "",
         admin=session is not None and session.can("admin"),
+        reader=session is not None and session.can("read"),
         signed_in=session is not None and session.entry is not None,
         workflows=sorted(api.served),
         version=__version__,
