@@ -14,6 +14,7 @@ from lockgate.console._sessions import COOKIE, Session, clear_cookie, same_origi
 from lockgate.console._web import (
     PREFIX,
     Refused,
+    Segment,
     api_of,
     checked_post,
     console_of,
@@ -94,7 +95,7 @@ def _check_action(request: Request, name: str, action: str) -> None:
 
 @actions.get("/runs/{name}/{run_id}/confirm/{action}")
 async def confirm(
-    request: Request, session: Viewer, name: str, run_id: str, action: str
+    request: Request, session: Viewer, name: Segment, run_id: Segment, action: str
 ) -> Response:
     """Are you sure? The form that POSTs the action."""
     _check_action(request, name, action)
@@ -114,7 +115,7 @@ async def confirm(
 
 
 @actions.post("/runs/{name}/{run_id}/{action}")
-async def act(request: Request, name: str, run_id: str, action: str) -> Response:
+async def act(request: Request, name: Segment, run_id: Segment, action: str) -> Response:
     """Do the action, then back (303) to the run's page."""
     session, form = await checked_post(request, "admin")
     _check_action(request, name, action)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib.resources
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import parse_qsl, quote
 
 import jinja2
@@ -16,13 +16,17 @@ from lockgate import __version__
 from lockgate.console._sessions import COOKIE, Session, Sessions, same_origin, set_cookie
 from lockgate.console._timeline import span, when
 from lockgate.http._auth import TokenTable
+from lockgate.http._paths import SEGMENT
 from lockgate.http._serve import is_loopback
 from lockgate.http._state import ApiState, state_of
+from lockgate.workflow._spec import readable_text
 
 if TYPE_CHECKING:
     from lockgate.streams._group_view import GroupViewer
 
 PREFIX = "/console"
+#: A name or id in a console path: one holding "/" comes percent-encoded (http/_paths.py).
+Segment = Annotated[str, SEGMENT]
 #: Bytes a console form may hold (a signal's payload is the biggest field).
 MAX_FORM_BYTES = 256 * 1024
 FRESH_SESSION = "lockgate_console_fresh"
@@ -180,7 +184,8 @@ def render(
         prefix=PREFIX,
         **ctx,
     )
-    response = HTMLResponse(html, status_code=status, headers=_SECURITY_HEADERS)
+    # readable_text: a run stored with a lone surrogate must not fail the page showing it.
+    response = HTMLResponse(readable_text(html), status_code=status, headers=_SECURITY_HEADERS)
     _set_fresh(request, response)
     return response
 
