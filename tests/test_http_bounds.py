@@ -5,6 +5,7 @@ cursors past the store's range, and names and ids holding ``/`` reached percent-
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -191,3 +192,38 @@ async def test_the_consoles_links_reach_a_run_whose_id_and_name_hold_a_slash(
     confirm = await http.get(f"{link}/confirm/cancel")
     assert confirm.status_code == 200, confirm.text
     assert f'action="{link}/cancel"' in confirm.text
+
+
+async def test_the_consoles_signal_form_refuses_a_lone_surrogate_with_422(
+    http: httpx.AsyncClient, store: SQLiteStore
+) -> None:
+    client = WorkflowClient(store)
+    run = await client.submit("http_wait", {"order": "c"})
+    link = f"/console/runs/http_wait/{run.run_id}"
+    form = await http.get(f"{link}/confirm/signal")
+    assert form.status_code == 200, form.text
+    found = re.search(r'name="csrf" value="([^"]+)"', form.text)
+    assert found, "the confirm page holds no CSRF token"
+    sent = await http.post(
+        f"{link}/signal",
+        data={"csrf": found.group(1), "signal": "go", "payload": '{"x": "\\ud800"}'},
+    )
+    assert sent.status_code == 422, sent.text
+    assert "lone surrogate" in sent.text
+    # Nothing was buffered: a good signal is the one the run gets.
+    good = await http.post(
+        f"{link}/signal", data={"csrf": found.group(1), "signal": "go", "payload": '{"x": 1}'}
+    )
+    assert good.status_code == 303, good.text
+    worker = WorkflowWorker(
+        workflows=WORKFLOWS,
+        store=store,
+        options=WorkerOptions(claim_poll_interval=0.02, timer_poll_interval_s=0.05),
+    )
+    served = asyncio.create_task(worker.run())
+    try:
+        result = await asyncio.wait_for(run.result(), DEADLINE)
+        assert result["go"] == {"x": 1}
+    finally:
+        worker.stop()
+        await served
