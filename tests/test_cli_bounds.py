@@ -90,3 +90,19 @@ def test_a_shard_count_past_its_bound_exits_2_at_once_with_one_line(home: Path) 
         assert done.returncode == 2, done.stderr
         line = one_error_line(done.stderr)
         assert "shard_count must be a whole number from 1 to 4096" in line, line
+
+
+def test_runs_a_store_already_holds_with_a_lone_surrogate_are_listed_and_shown(
+    home: Path,
+) -> None:
+    store = SQLiteStore(home / "cli.db")
+    try:
+        # Written straight to the store, as a version that did not refuse them would have.
+        store.submit_run("bounds_take", "old-1", {"note": "x\ud800y"})
+    finally:
+        store.close()
+    for argv in (["runs", "list", "bounds_take"], ["runs", "show", "bounds_take", "old-1"]):
+        done = lockgate(home, *argv, "--store", STORE)
+        assert done.returncode == 0, done.stderr
+        assert "old-1" in done.stdout
+        assert "Traceback" not in done.stderr
