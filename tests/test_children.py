@@ -5,6 +5,7 @@ and its order, a body's signal is sent once, and ``terminate`` cascades to grand
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -233,6 +234,22 @@ async def test_a_childs_result_comes_back_to_its_parent(
     pending = of_kind(journal, EventKind.STEP_PENDING)
     assert [e.payload["members"][0]["run_id"] for e in pending] == [child_id]
     assert of_kind(journal, EventKind.STEP_DONE)[-1].payload["result"] == 40
+
+
+#: Real seconds a handle's result() may take before the test says it never came.
+RESULT_DEADLINE_S = 30.0
+
+
+async def test_an_inline_parents_result_drives_its_child_and_its_fan_out_members(
+    client: WorkflowClient, runner: InlineWorkflowRunner
+) -> None:
+    # No settle, no run_until_idle on the children's workflow: result() alone must do it.
+    parent = await client.submit("ch_parent", {"n": 20})
+    assert await asyncio.wait_for(parent.result(), RESULT_DEADLINE_S) == 41
+    assert RAN[f"{parent.run_id}.child0"] == 1
+    fanned = await client.submit("ch_fans", {"count": 5, "most": 2})
+    assert await asyncio.wait_for(fanned.result(), RESULT_DEADLINE_S) == [0, 2, 4, 6, 8]
+    assert [RAN[f"{fanned.run_id}.fan0.{i}"] for i in range(5)] == [1] * 5
 
 
 async def test_a_failed_child_raises_child_workflow_error_in_its_parent(

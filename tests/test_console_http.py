@@ -222,6 +222,19 @@ async def test_a_post_without_the_csrf_token_or_from_another_origin_is_403(
         assert (await http.get("/console/")).status_code == 303  # the session is gone
 
 
+async def test_a_session_whose_token_lacks_read_can_still_sign_out(base_url: str) -> None:
+    async with signed_in(base_url, "write") as http:
+        refused = await http.get("/console/runs")
+        assert refused.status_code == 403
+        assert "sign-out" in "".join(FORM_ACTION.findall(refused.text))
+        found = CSRF.search(refused.text)
+        assert found, "the refusal page offers no sign-out form"
+        out = await http.post("/console/sign-out", data={"csrf": found.group(1)})
+        assert out.status_code == 303
+        assert out.headers["location"] == "/console/sign-in"
+        assert (await http.get("/console/runs")).status_code == 303  # the session is gone
+
+
 async def test_an_admin_cancels_a_run_through_the_confirm_form(
     base_url: str, client: WorkflowClient, worker: WorkflowWorker
 ) -> None:

@@ -16,6 +16,8 @@ parsing messages::
     │   ├── JournalTopicUnsafe          a journal topic that would delete records runs need
     │   └── TriggerTopicMismatch        a trigger topic with another partition count
     ├── InvalidParamsError              submit params that do not fit the workflow body
+    ├── InvalidTextError                a string holding a lone surrogate (no UTF-8 form)
+    ├── InvalidCursorError              a page cursor this store never gave out
     ├── PayloadTooLarge                 an event payload over max_event_payload_bytes
     ├── RunNotFoundError                no run with this name and id
     ├── DuplicateRunError               a run id already taken by another run
@@ -120,6 +122,8 @@ class ErrorCode(enum.StrEnum):
     #: A queued pinned run that no live worker's version served in time (``StrandedPolicy``).
     STRANDED = "stranded"
     INTERRUPT_HANDLER_FAILED = "interrupt_handler_failed"
+    INVALID_TEXT = "invalid_text"
+    INVALID_CURSOR = "invalid_cursor"
 
 
 class LockgateError(Exception):
@@ -179,6 +183,32 @@ class InvalidParamsError(LockgateError, ValueError):
         super().__init__(message)
         self.workflow = workflow
         self.parameter = parameter
+
+
+class InvalidTextError(LockgateError, ValueError):
+    """A string in params, a payload, an event or metadata holds a lone surrogate
+    (U+D800-U+DFFF, which JSON can spell as an escape such as ``"\\ud800"``). UTF-8 has no form
+    for it, so no strict JSON reader could read the value back; nothing was written. ``what``
+    names the value, ``path`` where in it the string is (``$.items[0]``; a key is named as
+    the place it stands)."""
+
+    code = ErrorCode.INVALID_TEXT
+
+    def __init__(self, message: str, *, what: str, path: str) -> None:
+        super().__init__(message)
+        self.what = what
+        self.path = path
+
+
+class InvalidCursorError(LockgateError, ValueError):
+    """A cursor of ``list_runs`` that no page of this store gave out (not a number, or one
+    out of the store's range)."""
+
+    code = ErrorCode.INVALID_CURSOR
+
+    def __init__(self, message: str, *, cursor: str) -> None:
+        super().__init__(message)
+        self.cursor = cursor
 
 
 class PayloadTooLarge(LockgateError):

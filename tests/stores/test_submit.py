@@ -10,6 +10,7 @@ from lockgate import (
     DuplicateRunError,
     EventKind,
     IdempotencyConflict,
+    InvalidCursorError,
     ManualClock,
     RunStatus,
     Store,
@@ -263,6 +264,17 @@ def test_list_runs_cursor_neither_repeats_nor_skips_when_a_run_is_submitted(
     store.submit_run(NAME, "newest", {})
     second, _ = store.list_runs(NAME, limit=2, cursor=cursor)
     assert [r.run_id for r in first + second] == ids[::-1]
+
+
+@pytest.mark.parametrize(
+    "cursor", ["99999999999999999999999999", "9223372036854775808", "abc", "-1", "1.5", "1,2,x"]
+)
+def test_list_runs_refuses_a_cursor_it_never_gave_out(
+    store: Store, clock: ManualClock, cursor: str
+) -> None:
+    submit_series(store, clock, 3)
+    with pytest.raises(InvalidCursorError):
+        store.list_runs(NAME, limit=2, cursor=cursor)
 
 
 def test_list_runs_filters_by_owner(store: Store, clock: ManualClock) -> None:

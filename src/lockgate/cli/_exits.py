@@ -9,7 +9,9 @@ from lockgate._errors import (
     ConfigurationError,
     DuplicateRunError,
     IdempotencyConflict,
+    InvalidCursorError,
     InvalidParamsError,
+    InvalidTextError,
     PayloadTooLarge,
     RetryRefused,
     RunNotFoundError,
@@ -27,7 +29,9 @@ BROKEN_PIPE = 141
 #: the store URL or the environment and run it again.
 USAGE_ERRORS: tuple[type[BaseException], ...] = (
     ConfigurationError,
+    InvalidCursorError,
     InvalidParamsError,
+    InvalidTextError,
     PayloadTooLarge,
     RunNotFoundError,
     RunNotWaitingError,

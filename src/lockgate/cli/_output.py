@@ -10,12 +10,14 @@ from typing import Any
 
 from lockgate.journal._events import RunEvent
 from lockgate.stores._types import RunInfo, WaitSpec
+from lockgate.workflow._spec import readable_text
 
 DETAIL_WIDTH = 96
 
 
 def out(text: str = "") -> None:
-    print(text, flush=True)
+    # readable_text: a value stored with a lone surrogate has no UTF-8 form to print.
+    print(readable_text(text), flush=True)
 
 
 def note(text: str) -> None:

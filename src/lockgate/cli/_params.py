@@ -12,6 +12,7 @@ from typing import Any, TypeAlias
 from lockgate._names import check_name
 from lockgate.cli._exits import Failure
 from lockgate.cli._output import note
+from lockgate.workflow._spec import check_text
 
 #: How a JSON option's help says it also reads a file or standard input.
 FROM_FILE = "@FILE reads it from FILE, - from standard input"
@@ -56,6 +57,9 @@ def _json(given: str, option: str, wanted: str) -> tuple[Any, str]:
         ) from None
     except json.JSONDecodeError as exc:
         raise Failure(f"{where} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise Failure(f"{where} is nested too deeply to read as JSON") from None
+    check_text(value, where)  # InvalidTextError: exit 2, one line
     return value, where
 
 

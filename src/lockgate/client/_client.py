@@ -50,6 +50,7 @@ from lockgate.streams._topics import kafka_journal, trigger_topic
 from lockgate.streams.triggers._produce import producer_for
 from lockgate.workflow._spec import (
     WorkflowSpec,
+    check_text,
     get_workflow,
     json_ready,
     policy_stamp,
@@ -173,6 +174,7 @@ class WorkflowClient:
             params = spec.validate_params(params)
         else:
             _check_unregistered(name, params)
+        check_text(metadata, f"metadata of a run of {name!r}")
         if metadata is not None and (not isinstance(metadata, dict) or not json_ready(metadata)):
             raise ValueError("metadata must be a JSON-serializable dict")
         when, timing = _start_time(self.clock(), start_at, delay)
@@ -535,6 +537,7 @@ class WorkflowClient:
                 f"answer an interrupt with resume"
             )
         payload = {} if payload is None else payload
+        check_text(payload, f"the payload of signal {signal!r}")
         if not isinstance(payload, dict) or not json_ready(payload):
             raise ValueError("a signal payload must be a JSON-serializable dict")
         await self._check_cap(name, payload, f"payload of signal {signal!r}")
@@ -607,6 +610,7 @@ class WorkflowClient:
         check_name("update name", update)
         check_optional("update id", update_id)
         payload = {} if payload is None else payload
+        check_text(payload, f"the payload of update {update!r}")
         if not json_ready(payload):
             raise ValueError("an update payload must be JSON-serializable")
         await self._check_cap(name, payload, f"payload of update {update!r}")
@@ -728,6 +732,7 @@ def _check_unregistered(name: str, params: Any) -> None:
         raise InvalidParamsError(
             f"params for {name!r} must be a dict with string keys", workflow=name
         )
+    check_text(params, f"params of {name!r}")
     if not json_ready(params):
         raise InvalidParamsError(f"params for {name!r} are not JSON-serializable", workflow=name)
 

@@ -14,9 +14,11 @@ from lockgate._errors import (
     RunGatedError,
     RunOwnedError,
 )
+from lockgate.client._cascade import live_tail, open_children
 from lockgate.client._client import WorkflowClient
 from lockgate.client._handle import RunHandle
 from lockgate.journal._events import RunEvent, RunStatus
+from lockgate.journal._replay import reconstruct_state
 from lockgate.stores._base import Store
 from lockgate.stores._calls import call_store
 from lockgate.workflow._executor import Attempt
@@ -212,13 +214,17 @@ class InlineWorkflowRunner:
         return attempts
 
     async def advance(self, name: str, run_id: str, *, poll_interval: float = 0.1) -> None:
-        """Move the run on by the one thing it waits for: run it if it is queued, wait out
-        its timer if it sleeps, or wait a poll interval for a signal or another holder."""
+        """Move the run on by the one thing it waits for: run it if it is queued, run the
+        queued children and fan-out members it waits on (no worker would run them
+        otherwise), wait out its timer if it sleeps, or wait a poll interval for a signal,
+        another holder, or a timer of one of its children."""
         info = await self._io(self.store.get_run, name, run_id)
         if info is None or info.status.is_terminal:
             return
         if info.status == RunStatus.PENDING:
             await self.run(name, run_id)
+            return
+        if await self._run_children(name, run_id, {(name, run_id)}):
             return
         due = info.wait.due_at if info.wait is not None else None
         timed = (RunStatus.SLEEPING, RunStatus.SIGNAL_WAITING, RunStatus.INTERRUPTED)
@@ -231,6 +237,28 @@ class InlineWorkflowRunner:
             await self.fire_due_timers()
             return
         await self.clock.sleep(poll_interval)
+        await self.fire_due_timers()  # a sleeping child's, say
+
+    async def _run_children(self, name: str, run_id: str, seen: set[tuple[str, str]]) -> bool:
+        """Run one attempt of each queued run among the open children of the run (each the
+        live end of its chain), and of theirs, whose workflows this process has; True if any
+        ran. ``seen`` keeps a family that names itself from being walked twice."""
+        events = await self._io(self.store.load_run, name, run_id)
+        ran = False
+        for ref in open_children(reconstruct_state(events)):
+            spec = self._specs.get(ref.name) or get_workflow(ref.name)
+            if spec is None or spec.fn is None:
+                continue  # not runnable here: a worker that has it runs it
+            tail, info = await live_tail(self._io, self.store, ref.name, ref.run_id)
+            if (ref.name, tail) in seen or info is None or info.status.is_terminal:
+                continue
+            seen.add((ref.name, tail))
+            if info.status == RunStatus.PENDING:
+                await self.run(ref.name, tail)
+                ran = True
+            else:
+                ran = await self._run_children(ref.name, tail, seen) or ran
+        return ran
 
 
 async def run_and_await(

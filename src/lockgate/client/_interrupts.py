@@ -39,7 +39,7 @@ from lockgate.workflow._interrupt import (
     check_answer,
     parse_action,
 )
-from lockgate.workflow._spec import json_ready
+from lockgate.workflow._spec import check_text, json_ready
 
 if TYPE_CHECKING:
     from lockgate.client._client import WorkflowClient
@@ -137,6 +137,7 @@ async def resume(
     check_name("run id", run_id, length=False)
     check_optional("wait id", wait_id)
     parse_action(action)  # the action and value alone, before anything is read
+    check_text(value, "the value of an answer to an interrupt")
     if not json_ready(value):
         raise ValueError("the value of an answer to an interrupt must be JSON data")
     await client._check_cap(name, value, "value of an answer to an interrupt")

@@ -6,7 +6,7 @@ from typing import Any
 
 from lockgate._errors import InvalidParamsError
 from lockgate.journal._events import payload_size
-from lockgate.workflow._spec import WorkflowSpec, json_ready
+from lockgate.workflow._spec import WorkflowSpec, check_text, json_ready
 
 
 def trigger_key(spec: WorkflowSpec, event: Any, key: str | None, *, keyed: bool) -> str:
@@ -17,6 +17,7 @@ def trigger_key(spec: WorkflowSpec, event: Any, key: str | None, *, keyed: bool)
     is sent."""
     name = spec.name
     assert spec.trigger is not None
+    check_text(event, f"a trigger event of {name!r}")
     if not isinstance(event, dict) or not json_ready(event):
         raise ValueError(f"a trigger event of {name!r} must be a JSON object")
     spec.check_payload(payload_size(event), f"trigger event of {name!r}")

@@ -43,7 +43,8 @@ def mount_console(app: FastAPI, tokens: TokenTable) -> None:
             request,
             "not_found.html",
             status=exc.status,
-            session=session if session is not None and session.can("read") else None,
+            # A session without 'read' is still shown, so that it can sign out.
+            session=session,
             title=f"{exc.status}",
             message=exc.message,
         )

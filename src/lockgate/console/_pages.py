@@ -30,6 +30,7 @@ from lockgate.console._timeline import timeline
 from lockgate.console._web import (
     PREFIX,
     Refused,
+    Segment,
     api_of,
     redirect,
     render,
@@ -220,7 +221,7 @@ def _key_param(key: Any) -> str:
 
 
 @pages.get("/runs/{name}/{run_id}")
-async def run_page(request: Request, session: Viewer, name: str, run_id: str) -> Response:
+async def run_page(request: Request, session: Viewer, name: Segment, run_id: Segment) -> Response:
     """A run: params, outcome, gates and why it waits, its journal, and (admin) actions."""
     api = api_of(request)
     if name not in api.served:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib.resources
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import parse_qsl, quote
 
 import jinja2
@@ -16,13 +16,17 @@ from lockgate import __version__
 from lockgate.console._sessions import COOKIE, Session, Sessions, same_origin, set_cookie
 from lockgate.console._timeline import span, when
 from lockgate.http._auth import TokenTable
+from lockgate.http._paths import SEGMENT
 from lockgate.http._serve import is_loopback
 from lockgate.http._state import ApiState, state_of
+from lockgate.workflow._spec import readable_text
 
 if TYPE_CHECKING:
     from lockgate.streams._group_view import GroupViewer
 
 PREFIX = "/console"
+#: A name or id in a console path: one holding "/" comes percent-encoded (http/_paths.py).
+Segment = Annotated[str, SEGMENT]
 #: Bytes a console form may hold (a signal's payload is the biggest field).
 MAX_FORM_BYTES = 256 * 1024
 FRESH_SESSION = "lockgate_console_fresh"
@@ -123,9 +127,10 @@ async def read_form(request: Request) -> dict[str, str]:
         raise Refused(400, "the form is not UTF-8") from exc
 
 
-async def checked_post(request: Request, scope: str) -> tuple[Session, dict[str, str]]:
+async def checked_post(request: Request, scope: str | None) -> tuple[Session, dict[str, str]]:
     """A POST's session and form after the three locks: same origin, a session with
-    ``scope``, and the session's CSRF token in field ``csrf``. Each refusal is 403."""
+    ``scope`` (any session when None), and the session's CSRF token in field ``csrf``. Each
+    refusal is 403."""
     if not same_origin(request):
         raise Refused(403, "this form was sent from another site")
     if not console_of(request).tokens:
@@ -138,7 +143,7 @@ async def checked_post(request: Request, scope: str) -> tuple[Session, dict[str,
     form = await read_form(request)
     if not session.csrf_matches(form.get("csrf")):
         raise Refused(403, "the form's CSRF token is missing or is not this session's")
-    if not session.can(scope):
+    if scope is not None and not session.can(scope):
         raise Refused(403, f"this token lacks the {scope!r} scope")
     return session, form
 
@@ -172,13 +177,15 @@ def render(
         session=session,
         csrf=session.csrf if session is not None else "",
         admin=session is not None and session.can("admin"),
+        reader=session is not None and session.can("read"),
         signed_in=session is not None and session.entry is not None,
         workflows=sorted(api.served),
         version=__version__,
         prefix=PREFIX,
         **ctx,
     )
-    response = HTMLResponse(html, status_code=status, headers=_SECURITY_HEADERS)
+    # readable_text: a run stored with a lone surrogate must not fail the page showing it.
+    response = HTMLResponse(readable_text(html), status_code=status, headers=_SECURITY_HEADERS)
     _set_fresh(request, response)
     return response
 

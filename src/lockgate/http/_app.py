@@ -28,6 +28,7 @@ from lockgate.http._limits import (
     too_large,
 )
 from lockgate.http._metrics import RequestMetrics, exposition
+from lockgate.http._paths import SegmentPaths, segment
 from lockgate.http._problems import from_error, problem
 from lockgate.http._routes import probes, runs
 from lockgate.http._state import ApiState, ProblemError
@@ -110,6 +111,7 @@ def create_app(
         own_auth=CONSOLE_PREFIX if console else None,
     )
     app.add_middleware(RequestMetrics, routes=lambda: app.router.routes)
+    app.add_middleware(SegmentPaths)  # outermost: every layer sees the path it routes on
     return app
 
 
@@ -120,7 +122,7 @@ async def _metrics() -> Response:
 
 def _body_limit(served: dict[str, WorkflowSpec], most: int) -> Callable[[str], int]:
     def limit(path: str) -> int:
-        spec = served.get(path.lstrip("/").split("/", 1)[0])
+        spec = served.get(segment(path.lstrip("/").split("/", 1)[0]))
         cap = spec.max_event_payload_bytes if spec is not None else DEFAULT_PAYLOAD_CAP
         return most if cap is None else min(most, cap + ENVELOPE_BYTES)
 

@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from lockgate.journal._events import RunEvent
 from lockgate.stores._types import RunInfo
+from lockgate.workflow._spec import readable
 
 _TEXT = Field(default=None, max_length=1000)
 
@@ -55,7 +56,8 @@ class Run(BaseModel):
 
     @classmethod
     def of(cls, info: RunInfo) -> Run:
-        return cls.model_validate(info.to_dict())
+        # readable: a run stored with a lone surrogate must not fail the page it is on.
+        return cls.model_validate(readable(info.to_dict()))
 
 
 class RunPage(BaseModel):
@@ -83,7 +85,7 @@ class Event(BaseModel):
 
     @classmethod
     def of(cls, event: RunEvent) -> Event:
-        return cls.model_validate(event.to_dict())
+        return cls.model_validate(readable(event.to_dict()))
 
 
 class Events(BaseModel):

@@ -20,6 +20,7 @@ from lockgate._errors import (
     IdempotencyConflict,
     InvalidNameError,
     InvalidParamsError,
+    InvalidTextError,
     LockgateError,
     PayloadTooLarge,
     QueryError,
@@ -44,6 +45,7 @@ RETRY_AFTER_S = 1
 _STATUS: tuple[tuple[type[BaseException], int], ...] = (
     (InvalidNameError, 400),
     (InvalidParamsError, 422),
+    (InvalidTextError, 422),
     (PayloadTooLarge, 413),
     (RunNotFoundError, 404),
     (IdempotencyConflict, 409),
@@ -112,6 +114,8 @@ def field_of(exc: BaseException) -> str | None:
         return exc.what
     if isinstance(exc, PayloadTooLarge):
         return "body"
+    if isinstance(exc, InvalidTextError):
+        return "body" if exc.path == "$" else f"body{exc.path[1:]}"
     return None
 
 

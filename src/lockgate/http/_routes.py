@@ -42,11 +42,13 @@ from lockgate.http._models import (
     Triggered,
     Updated,
 )
+from lockgate.http._paths import SEGMENT
 from lockgate.http._state import ApiState, ProblemError, requested_by, require, state
 from lockgate.journal._events import RunStatus
 from lockgate.metrics import _hooks as metrics
 from lockgate.stores._calls import call_store
 from lockgate.stores._types import RunInfo
+from lockgate.workflow._spec import readable
 
 #: Longest long poll of ``/result`` and wait of ``/updates``, in seconds.
 MAX_WAIT_S = 60.0
@@ -55,9 +57,12 @@ MAX_PAGES = 20
 PING_TIMEOUT_S = 5.0
 
 Api = Annotated[ApiState, Depends(state)]
-Name = Annotated[str, Path(min_length=1, max_length=MAX_NAME_LENGTH, description="workflow")]
-RunId = Annotated[str, Path(min_length=1, max_length=MAX_NAME_LENGTH)]
-Handler = Annotated[str, Path(min_length=1, max_length=MAX_NAME_LENGTH)]
+# SEGMENT: a name or id holding "/" comes percent-encoded as one segment (http/_paths.py).
+Name = Annotated[
+    str, Path(min_length=1, max_length=MAX_NAME_LENGTH, description="workflow"), SEGMENT
+]
+RunId = Annotated[str, Path(min_length=1, max_length=MAX_NAME_LENGTH), SEGMENT]
+Handler = Annotated[str, Path(min_length=1, max_length=MAX_NAME_LENGTH), SEGMENT]
 IdemKey = Annotated[
     str | None, Header(alias="Idempotency-Key", min_length=1, max_length=MAX_NAME_LENGTH)
 ]
@@ -206,7 +211,9 @@ async def show(api: Api, _: Reader, name: Name, run_id: RunId) -> RunDetail:
     gates = opening[0].payload.get("gates") if opening else None
     waiting = await api.client.why_waiting(name, run_id)
     return RunDetail(
-        run=Run.of(info), gates=gates if isinstance(gates, dict) else {}, why_waiting=waiting
+        run=Run.of(info),
+        gates=readable(gates) if isinstance(gates, dict) else {},
+        why_waiting=readable(waiting),
     )
 
 
@@ -244,14 +251,16 @@ async def result(
             run_id=question.run_id,
             status=str(RunStatus.INTERRUPTED),
             done=False,
-            interrupt=Interrupt(wait_id=question.wait_id, payload=question.payload),
+            interrupt=Interrupt(wait_id=question.wait_id, payload=readable(question.payload)),
         )
     except (DurableInvocationCancelled, DurableInvocationError) as failed:
         status = await api.client.status(name, run_id)
-        error = {"detail": str(failed), **failed.error}
+        error = readable({"detail": str(failed), **failed.error})
         return Result(run_id=run_id, status=str(status), done=True, error=error)
     else:
-        return Result(run_id=run_id, status=str(RunStatus.COMPLETE), done=True, result=value)
+        return Result(
+            run_id=run_id, status=str(RunStatus.COMPLETE), done=True, result=readable(value)
+        )
     status = await api.client.status(name, run_id)
     return Result(run_id=run_id, status=str(status), done=False)
 
@@ -301,7 +310,7 @@ async def update(
     except UpdateTimeout:
         response.status_code = 202
         return Updated(update_id=update_id, done=False)
-    return Updated(update_id=update_id, done=True, result=value)
+    return Updated(update_id=update_id, done=True, result=readable(value))
 
 
 @runs.post("/{name}/runs/{run_id}/queries/{query}", response_model=Queried, tags=["talk"])
@@ -319,7 +328,7 @@ async def query(
     asked = body or QueryRequest()
     await _run(api, name, run_id)
     value = await api.client.query(name, run_id, query, *asked.args, **asked.kwargs)
-    return Queried(result=value)
+    return Queried(result=readable(value))
 
 
 @runs.post(

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from lockgate._errors import InvalidCursorError
 from lockgate.journal._events import RunEvent, RunStatus
 
 WaitKind = Literal["start", "sleep", "signal", "pause", "interrupt"]
@@ -14,6 +15,27 @@ WaitKind = Literal["start", "sleep", "signal", "pause", "interrupt"]
 SIGNAL_WAITS: frozenset[str] = frozenset({"signal", "interrupt"})
 #: What the name of the signal that answers an interrupt starts with (``ctx.interrupt``).
 INTERRUPT_SIGNAL_PREFIX = "lockgate.interrupt:"
+
+
+#: The highest submit order a ``list_runs`` cursor may name: SQLite's largest INTEGER, far
+#: above any count of runs a store will hold.
+MAX_CURSOR_ORDER = 2**63 - 1
+
+
+def list_cursor(cursor: str) -> int:
+    """The submit order a ``list_runs`` cursor names (the pages give out the order of the
+    last run shown, a whole number >= 0). Anything else, or a number past what a store can
+    hold, is :class:`InvalidCursorError`: a caller's mistake, never a store failure."""
+    if not cursor.isascii() or not cursor.isdigit() or len(cursor) > 19:
+        raise InvalidCursorError(
+            f"list_runs cursor {cursor[:40]!r} is not one this store gave out", cursor=cursor
+        )
+    order = int(cursor)
+    if order > MAX_CURSOR_ORDER:
+        raise InvalidCursorError(
+            f"list_runs cursor {cursor!r} is past the store's range", cursor=cursor
+        )
+    return order
 
 
 def interrupt_signal(wait_id: str) -> str:

@@ -218,7 +218,7 @@ class AttemptPool:
             return self._file_gone(claim)
         except StoreUnavailable as exc:
             # The attempt's own calls do not go through ``rt.io``: tell the store state here.
-            rt.store_state.failed(exc, asked_at)
+            rt.store_state.failed(exc, asked_at, rt.store_state.ATTEMPT)
             metrics.store_error("attempt")
             log.info("run %s of %s: %s", claim.run_id, spec.name, exc)
             self.outcomes["store_unavailable"] += 1

@@ -213,19 +213,20 @@ class Runtime:
         stops on it (its loops end), so no outage begins that it would wait out. Either is a
         store error to the metrics."""
         asked_at = self.clock()
+        name = getattr(method, "__name__", "call")
         try:
             yield
         except StoreUnavailable as exc:
-            self.store_state.failed(exc, asked_at)
-            metrics.store_error(getattr(method, "__name__", "call"))
+            self.store_state.failed(exc, asked_at, name)
+            metrics.store_error(name)
             raise
         except StoreFileGone:
-            metrics.store_error(getattr(method, "__name__", "call"))
+            metrics.store_error(name)
             raise
         except LockgateError:
-            self.store_state.answered(asked_at)
+            self.store_state.answered(asked_at, name)
             raise
-        self.store_state.answered(asked_at)
+        self.store_state.answered(asked_at, name)
 
     def new_lease(self) -> str:
         """A fresh lease for one claim: this worker's id, then a suffix unique to this process

@@ -56,7 +56,17 @@ class StoreState:
     the first call that gets through afterwards logs one info line. A failure of a call asked
     before the latest success is stale (it was retrying through an outage that has ended) and
     changes nothing, so the end of an outage is not told twice.
+
+    Calls are told apart by ``method`` (the store method's name). An outage ends only when a
+    call of a method that failed during it gets through (or, when only calls that report no
+    success failed, such as an attempt's own writes, any call): a store that still answers
+    reads but refuses every write (an SQLite file made read-only, a full disk, the write lock
+    held past the busy timeout) is one outage until writes get through again, told once, not
+    once per read that answers in between.
     """
+
+    #: What a failure of an attempt's own store calls is reported as; they report no success.
+    ATTEMPT = "attempt"
 
     def __init__(self, name: str, clock: Clock) -> None:
         self.name = name
@@ -66,13 +76,20 @@ class StoreState:
         #: The latest failure's message while the store is unreachable, else None.
         self.error: str | None = None
         self._down_since = 0.0
+        #: When the call that ended the latest outage (or the first to get through) was asked.
         self._answered_at = float("-inf")
+        #: When the latest call of each method that got through was asked.
+        self._method_answered_at: dict[str, float] = {}
+        #: The methods whose calls failed in the outage under way.
+        self._failing: set[str] = set()
 
-    def failed(self, error: BaseException, asked_at: float) -> None:
-        """A call asked at ``asked_at`` (on the worker's clock) found the store unavailable."""
-        if asked_at < self._answered_at:
+    def failed(self, error: BaseException, asked_at: float, method: str = "call") -> None:
+        """A call of ``method`` asked at ``asked_at`` (on the worker's clock) found the store
+        unavailable."""
+        if asked_at < max(self._answered_at, self._method_answered_at.get(method, float("-inf"))):
             return
         self.error = one_line(error)
+        self._failing.add(method)
         if self.reachable is not False:
             self.reachable = False
             self._down_since = self._clock()
@@ -80,12 +97,17 @@ class StoreState:
                 "store %s is unreachable: %s; the worker waits for it", self.name, self.error
             )
 
-    def answered(self, asked_at: float) -> None:
-        """A call asked at ``asked_at`` got through."""
-        self._answered_at = max(self._answered_at, asked_at)
+    def answered(self, asked_at: float, method: str = "call") -> None:
+        """A call of ``method`` asked at ``asked_at`` got through."""
+        known = self._method_answered_at.get(method, float("-inf"))
+        self._method_answered_at[method] = max(known, asked_at)
         if self.reachable is False:
+            if method not in self._failing and self._failing - {self.ATTEMPT}:
+                return  # other calls still fail: the outage goes on
             status_log.info(
                 "store %s answers again, after %.1fs", self.name, self._clock() - self._down_since
             )
+        self._answered_at = max(self._answered_at, asked_at)
+        self._failing.clear()
         self.reachable = True
         self.error = None

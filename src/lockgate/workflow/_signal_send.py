@@ -23,7 +23,7 @@ from lockgate._errors import (
 )
 from lockgate._names import check_name
 from lockgate.journal._events import EventKind, StepKind
-from lockgate.workflow._spec import json_ready
+from lockgate.workflow._spec import check_text, json_ready
 from lockgate.workflow._unwind import (
     _LeaseLost,
     _StoreFailed,
@@ -46,6 +46,7 @@ def check_signal(
     check_name("run id", run_id, length=False)
     check_name("signal name", signal)
     payload = {} if payload is None else payload
+    check_text(payload, f"the payload of ctx.signal {signal!r}")
     if not isinstance(payload, dict) or not json_ready(payload):
         raise ValueError("a ctx.signal payload must be a JSON-serializable dict")
     return name, payload

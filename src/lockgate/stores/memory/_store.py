@@ -34,6 +34,7 @@ from lockgate.stores._types import (
     Claims,
     RunControls,
     RunInfo,
+    list_cursor,
 )
 from lockgate.stores.memory._insight import MemoryInsight
 from lockgate.stores.memory._state import _Buffer, _Held, _Idempotency, _locked, _Run
@@ -353,7 +354,8 @@ class MemoryStore(MemoryWaits, MemoryInsight, Store):
             key=lambda r: -r.order,
         )
         if cursor:
-            runs = [r for r in runs if r.order < int(cursor)]
+            below = list_cursor(cursor)
+            runs = [r for r in runs if r.order < below]
         page = runs[:limit]
         more = len(runs) > limit
         return [self._info(r) for r in page], (str(page[-1].order) if more else None)

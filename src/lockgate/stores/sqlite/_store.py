@@ -39,7 +39,7 @@ from lockgate.stores._records import (
     Submit,
     idempotency_conflict,
 )
-from lockgate.stores._types import Claims, RunControls, RunInfo
+from lockgate.stores._types import Claims, RunControls, RunInfo, list_cursor
 from lockgate.stores.sqlite._chains import SQLiteChains
 from lockgate.stores.sqlite._claims import SQLiteClaims
 from lockgate.stores.sqlite._file import (
@@ -505,7 +505,7 @@ class SQLiteStore(SQLiteClaims, SQLiteWaits, SQLiteTriggers, SQLiteChains, SQLit
             args.append(owner)
         if cursor:
             query += " AND ord < ?"
-            args.append(int(cursor))
+            args.append(list_cursor(cursor))
         query += " ORDER BY ord DESC LIMIT ?"
         args.append(limit + 1)
         with self._read() as db:

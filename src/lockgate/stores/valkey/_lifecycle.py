@@ -10,13 +10,20 @@ from collections.abc import Sequence
 from typing import Any
 
 from lockgate._clock import iso
-from lockgate._errors import DuplicateRunError, RunNotFoundError
+from lockgate._errors import DuplicateRunError, InvalidCursorError, RunNotFoundError
 from lockgate._names import check_new_run
 from lockgate.journal._events import RunEvent
 from lockgate.stores._gates import Gates, WaitReason, fair_bucket, sooner, wait_reason
 from lockgate.stores._poison import NO_POLICY_ARGS, PoisonPolicy
 from lockgate.stores._records import Submit
-from lockgate.stores._types import ClaimedRun, Claims, RunControls, RunInfo, Written
+from lockgate.stores._types import (
+    ClaimedRun,
+    Claims,
+    RunControls,
+    RunInfo,
+    Written,
+    list_cursor,
+)
 from lockgate.stores.valkey._core import (
     ValkeyCore,
     _decode_hash,
@@ -454,8 +461,13 @@ class ValkeyLifecycle(ValkeyCore):
         """Newest first, merged over the shards. The cursor holds, per shard, the ``ord``
         (that shard's submit order) below which its runs are not shown yet."""
         bounds = cursor.split(",") if cursor else [""] * self.shard_count
-        if len(bounds) != self.shard_count:
-            raise ValueError(f"list_runs cursor {cursor!r} is not one of this store's")
+        if cursor and len(bounds) != self.shard_count:
+            raise InvalidCursorError(
+                f"list_runs cursor {cursor[:40]!r} is not one of this store's", cursor=cursor
+            )
+        for bound in bounds:
+            if bound:
+                list_cursor(bound)  # each shard's bound: an order the store could hold
         now = self._now()
         found: list[tuple[float, int, int, RunInfo]] = []
         for shard in self._shards():

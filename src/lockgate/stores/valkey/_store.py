@@ -16,6 +16,12 @@ from lockgate.stores.valkey._waits import ValkeyWaits
 
 #: Shards of a store that does not say: one, the layout of an unsharded store.
 SHARD_COUNT_DEFAULT = 1
+#: The most shards a namespace may have. Every shard is a hash tag of its own, read in turn by
+#: each page of runs, claim sweep and rebalance, and a partition of the Kafka journal and of
+#: each trigger topic: past a few thousand, each of those passes costs more than another shard
+#: could give (a Valkey cluster has 16,384 slots; a Kafka broker is advised a few thousand
+#: partitions in all).
+SHARD_COUNT_MAX = 4096
 
 
 class ValkeyStore(ValkeyWaits, ValkeyTriggers, ValkeyChains, ValkeyInsight, Store):
@@ -83,9 +89,14 @@ class ValkeyStore(ValkeyWaits, ValkeyTriggers, ValkeyChains, ValkeyInsight, Stor
             raise ConfigurationError(
                 "ValkeyStore retry_attempts and retry_base must be >= 0, socket_timeout > 0"
             )
-        if isinstance(shard_count, bool) or not isinstance(shard_count, int) or shard_count < 1:
+        if (
+            isinstance(shard_count, bool)
+            or not isinstance(shard_count, int)
+            or not 1 <= shard_count <= SHARD_COUNT_MAX
+        ):
             raise ConfigurationError(
-                f"ValkeyStore shard_count must be an int >= 1, got {shard_count!r}"
+                f"ValkeyStore shard_count must be a whole number from 1 to {SHARD_COUNT_MAX}, "
+                f"got {shard_count!r}"
             )
         if socket_connect_timeout <= 0:
             raise ConfigurationError("ValkeyStore socket_connect_timeout must be > 0")

@@ -35,6 +35,7 @@ from lockgate._clock import Clock, as_clock
 from lockgate._errors import (
     DuplicateRunError,
     InvalidParamsError,
+    InvalidTextError,
     PayloadTooLarge,
     StoreUnavailable,
     one_line,
@@ -426,7 +427,7 @@ class BoundConsumer(GroupMember):
         except StoreUnavailable as exc:
             log.debug("bound topic %s: submit deferred: %s", self.topic, exc)
             return None
-        except (InvalidParamsError, PayloadTooLarge) as exc:
+        except (InvalidParamsError, InvalidTextError, PayloadTooLarge) as exc:
             # A value its workflow refuses: submitting it again cannot help. Any other error
             # (the store refusing this worker, a bug) ends the consumer, committing nothing
             # past this record.
