@@ -65,9 +65,11 @@ from lockgate._errors import (
     StoreUnavailable,
 )
 from lockgate.journal._events import RunEvent
+from lockgate.metrics import _hooks as metrics
 from lockgate.stores._base import EventLogStore
 from lockgate.stores._calls import call_owned
 from lockgate.stores.kafka._codec import (
+    MAC_HEADER,
     RUN_ID_HEADER,
     SCHEMA_HEADER,
     WORKFLOW_HEADER,
@@ -76,10 +78,20 @@ from lockgate.stores.kafka._codec import (
     decode,
     encode,
     header_map,
+    journal_secret,
+    mac_problem,
     record_headers,
+    record_mac,
 )
 from lockgate.stores.kafka._delivery import Delivery, inbox_of
-from lockgate.stores.kafka._journal import Journal, Run, gapless, handed_out, lower
+from lockgate.stores.kafka._journal import (
+    Journal,
+    Run,
+    epoch_of,
+    gapless,
+    handed_out,
+    lower,
+)
 from lockgate.stores.kafka._partition import gate_key, is_init, partition_for
 from lockgate.stores.kafka._producer import release_producer, shared_producer
 from lockgate.stores.kafka._topic import JOURNAL_TOPIC_CONFIG, prepare_topic, watermarks
@@ -94,6 +106,7 @@ READ_FAILURE_HOLD = 1.0
 #: Runs whose partition and first offset one process remembers; past it the memory starts over.
 POSITIONS_KEPT = 100_000
 TOPIC_PREFIX = re.compile(r"[A-Za-z0-9._-]{1,200}")
+_log = logging.getLogger("lockgate.stores")
 
 
 #: The methods a store runs on the event loop, and their coroutines (see ``coroutine_for``).
@@ -129,6 +142,7 @@ class KafkaEventLogStore(EventLogStore):
         read_timeout: float = 30.0,
         config: Mapping[str, Any] | None = None,
         topic_config: Mapping[str, str] | None = None,
+        journal_key: str | None = None,
     ) -> None:
         if confluent_kafka is None or not codec_available():
             raise ConfigurationError(
@@ -149,6 +163,9 @@ class KafkaEventLogStore(EventLogStore):
         self.locate = locate
         self.delivery_timeout = delivery_timeout
         self.read_timeout = read_timeout
+        #: The journal key records are signed and checked with (``journal_key``, else
+        #: ``LOCKGATE_JOURNAL_KEY``), or None: no MAC written or asked for.
+        self.journal_secret = journal_secret(journal_key)
         # librdkafka logs through Python's logging (served when a client polls), not
         # straight to stderr, where its reconnect noise would land even after the store closed.
         common = {
@@ -199,6 +216,12 @@ class KafkaEventLogStore(EventLogStore):
         #: Where a lifecycle store keeps each run's position (see ``bind_lifecycle``).
         self._stored_position: Callable[[str, str], tuple[int, int] | None] | None = None
         self._keep_position: Callable[[str, str, int, int], tuple[int, int] | None] | None = None
+        #: A run's position and the highest epoch the lifecycle issued for it, in one read.
+        self._stored_bounds: (
+            Callable[[str, str], tuple[tuple[int, int] | None, int | None]] | None
+        ) = None
+        #: Runs a record of which was not believed, already said in the log (once per run).
+        self._doubted: set[Run] = set()
 
     def __repr__(self) -> str:
         return f"KafkaEventLogStore({self.bootstrap_servers!r}, topic={self.topic!r})"
@@ -218,6 +241,9 @@ class KafkaEventLogStore(EventLogStore):
         )
         if callable(stored) and callable(keep):
             self._stored_position, self._keep_position = stored, keep
+        bounds = getattr(lifecycle, "journal_bounds", None)
+        if callable(bounds):
+            self._stored_bounds = bounds
 
     def coroutine_for(self, method: Callable[..., Any]) -> Callable[..., Awaitable[Any]] | None:
         """What ``append_copies``, ``held_through`` and ``journal_through`` do, on the running
@@ -397,15 +423,19 @@ class KafkaEventLogStore(EventLogStore):
             delivery.report,
             key.encode(),
         )
+        secret = self.journal_secret
         sent = start
         try:
             for event in events[start:]:
+                value, headers = encode(event), record_headers(name, event)
+                if secret is not None:
+                    headers.append((MAC_HEADER, record_mac(secret, record_key, value, headers)))
                 produce(
                     topic,
-                    value=encode(event),
+                    value=value,
                     key=record_key,
                     partition=partition,
-                    headers=record_headers(name, event),
+                    headers=headers,
                     on_delivery=report,
                 )
                 sent += 1
@@ -565,6 +595,9 @@ class KafkaEventLogStore(EventLogStore):
                 fork.keep(outbox[0])
             else:
                 return 0
+        # The outbox holds every event of the live run: no record lockgate wrote for it has
+        # a higher epoch than the outbox's highest.
+        self._bound(fork, run, max(epoch_of(event) for event in outbox))
         with self._read_lock:
             self._read_on(fork, run, until=outbox[-1].run_seq or 0)
         with self._memory:
@@ -596,10 +629,11 @@ class KafkaEventLogStore(EventLogStore):
         offset than the one this process started the journal from (another process's copy of
         the run's start landed first, and events may have followed it before this process's
         copy), read the run from there too."""
-        kept = self._stored_position(*run) if self._stored_position is not None else None
+        kept, issued = self._ask_bounds(run)
+        self._bound(journal, run, issued)
         if kept is None or journal.first is None or kept[1] >= journal.first:
             return
-        earlier = Journal(kept[0], kept[1], first=kept[1])
+        earlier = Journal(kept[0], kept[1], first=kept[1], bound=journal.bound)
         self._read_on(earlier, run)
         journal.merge(earlier)
 
@@ -620,8 +654,9 @@ class KafkaEventLogStore(EventLogStore):
         offset when known (remembered here, else kept by the lifecycle store), else, with no
         lifecycle store bound, from the partition's start."""
         known = self._positions.get(run)
+        issued = None
         if self._stored_position is not None:
-            stored = self._stored_position(*run)
+            stored, issued = self._ask_bounds(run)
             if stored is not None and (known is None or stored[1] < known[1]):
                 known = stored
             if known is None:
@@ -630,14 +665,53 @@ class KafkaEventLogStore(EventLogStore):
                 # counts yet (one made just before a crash is copied again, with a position).
                 return Journal(self.locate(*run) if self.locate is not None else 0, 0)
         if known is not None:
-            journal = Journal(*known)
+            journal = Journal(*known, bound=issued)
         else:
             partition = self.locate(*run) if self.locate is not None else None
             if partition is None:
                 partition = self._search(run)
-            journal = Journal(partition, self._low(partition))
+            journal = Journal(partition, self._low(partition), bound=issued)
         self._read_on(journal, run)
         return journal
+
+    def _ask_bounds(self, run: Run) -> tuple[tuple[int, int] | None, int | None]:
+        """Where the lifecycle keeps the run's journal starting, and the highest epoch it
+        issued for the run (None when it does not say): one read of the lifecycle."""
+        if self._stored_bounds is not None:
+            return self._stored_bounds(*run)
+        if self._stored_position is not None:
+            return self._stored_position(*run), None
+        return None, None
+
+    def _bound(self, journal: Journal, run: Run, issued: int | None) -> None:
+        """Tell ``journal`` the highest epoch issued for its run; say what that drops."""
+        dropped = journal.set_bound(issued)
+        if dropped:
+            self._doubt(run, "epoch", dropped)
+
+    def _doubt(self, run: Run, reason: str, count: int = 1, detail: str = "") -> None:
+        """Records of ``run`` not believed (``reason``: ``epoch`` or ``mac``): counted, and
+        said once per run in this process's log."""
+        for _ in range(count):
+            metrics.journal_record_dropped(run[0], reason)
+        if run in self._doubted:
+            return
+        if len(self._doubted) >= POSITIONS_KEPT:
+            self._doubted.clear()
+        self._doubted.add(run)
+        why = (
+            "stamped with an epoch the lifecycle store never issued for it"
+            if reason == "epoch"
+            else f"whose MAC does not verify ({detail})"
+        )
+        _log.error(
+            "journal topic %r holds a record of run %r of %r %s: it is dropped from every read "
+            "(only lockgate workers may write to the journal topic; see docs/kafka.md)",
+            self.topic,
+            run[1],
+            run[0],
+            why,
+        )
 
     def _search(self, run: Run) -> int:
         """The partition holding ``run``'s records, with no ``locate``: its run id's, else the
@@ -711,8 +785,7 @@ class KafkaEventLogStore(EventLogStore):
         finally:
             self._consumer.unassign()
 
-    @staticmethod
-    def _take(msg: Message, journal: Journal, run: Run) -> None:
+    def _take(self, msg: Message, journal: Journal, run: Run) -> None:
         err = msg.error()
         if err is not None:
             if err.code() == KafkaError._PARTITION_EOF:
@@ -720,6 +793,13 @@ class KafkaEventLogStore(EventLogStore):
             raise KafkaException(err)
         headers = header_map(msg.headers())
         if (headers.get(WORKFLOW_HEADER), headers.get(RUN_ID_HEADER)) == run:
+            problem = (
+                mac_problem(self.journal_secret, msg) if self.journal_secret is not None else None
+            )
+            if problem is not None:
+                self._doubt(run, "mac", detail=problem)
+                journal.next_offset = max(journal.next_offset, (msg.offset() or 0) + 1)
+                return
             value = msg.value()
             try:
                 event = decode(value, headers.get(SCHEMA_HEADER)) if value is not None else None
@@ -729,8 +809,8 @@ class KafkaEventLogStore(EventLogStore):
                 raise JournalRecordUndecodable(*where, str(exc)) from exc
             if journal.first is None:
                 journal.first = msg.offset()
-            if event is not None:
-                journal.keep(event)
+            if event is not None and not journal.keep(event):
+                self._doubt(run, "epoch")
         journal.next_offset = max(journal.next_offset, (msg.offset() or 0) + 1)
 
     def _remember(self, run: Run, journal: Journal, events: Sequence[RunEvent]) -> None:
@@ -756,10 +836,13 @@ class KafkaEventLogStore(EventLogStore):
         until_offset: int | None = None,
         workflow: str | None = None,
         run_id: str | None = None,
+        strict: bool = False,
     ) -> JournalReplay:
         """Replay the journal topic: an iterator of folded :class:`JournalRecord` s across the
         partitions read, up to each one's end offset (``until_offset``, exclusive, else its
-        high watermark now), with a :class:`ReplaySummary`. See :func:`replay_journal`."""
+        high watermark now), with a :class:`ReplaySummary`. See :func:`replay_journal`; with
+        a lifecycle store bound, records above the highest epoch it issued for their run are
+        skipped too."""
         from lockgate.stores.kafka._replay import replay_journal
 
         return replay_journal(
@@ -770,7 +853,12 @@ class KafkaEventLogStore(EventLogStore):
             until_offset=until_offset,
             workflow=workflow,
             run_id=run_id,
+            strict=strict,
+            issued=self._issued if self._stored_bounds is not None else None,
         )
+
+    def _issued(self, name: str, run_id: str) -> int | None:
+        return self._ask_bounds((name, run_id))[1]
 
     # -- the rest ------------------------------------------------------------------------------
 
