@@ -169,7 +169,7 @@ def _record(log: KafkaEventLogStore, partition: int, msg: Any) -> _Record | _Ski
     try:
         event = decode(value, headers.get(SCHEMA_HEADER))
     except NotARunEvent as exc:
-        return _Skipped(partition, offset, str(exc))
+        return _Skipped(partition, offset, f"its value: {exc}")
     if event.run_id != run_id or str(event.run_seq) != headers.get(RUN_SEQ_HEADER):
         return _Skipped(
             partition,

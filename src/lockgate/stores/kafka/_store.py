@@ -862,6 +862,24 @@ class KafkaEventLogStore(EventLogStore):
 
     # -- the rest ------------------------------------------------------------------------------
 
+    def info(self) -> dict[str, Any]:
+        """The journal topic as an operator checks it: its name, the bootstrap servers, whether
+        records are signed, and each partition's low watermark (the oldest record kept) and end
+        offset (the next record's)."""
+        with self._read_lock:
+            marks = [self._watermarks(p) for p in range(self.shard_count)]
+        return {
+            "bootstrap_servers": self.bootstrap_servers,
+            "topic": self.topic,
+            "partitions": self.shard_count,
+            "signed": self.journal_secret is not None,
+            "records": sum(high - low for low, high in marks),
+            "offsets": {
+                str(partition): {"low": low, "end": high}
+                for partition, (low, high) in enumerate(marks)
+            },
+        }
+
     def ping(self) -> None:
         self._watermarks(0)
 
