@@ -191,11 +191,15 @@ async def test_a_forged_epoch_is_dropped_from_every_read_and_the_real_event_is_s
         assert reader.get_run(*run).status == RunStatus.SLEEPING
         again = tier.store()  # HTTP GET events, from another process's store
         with _serving(again) as url:
-            body = httpx.get(f"{url}/jt_nap/runs/{handle.run_id}/events", timeout=30).json()
+            async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+                answer = await http.get(f"/jt_nap/runs/{handle.run_id}/events")
+            assert answer.status_code == 200, answer.text
+            body = answer.json()
         assert EventKind.RUN_COMPLETE not in json.dumps(body)
     assert _dropped("jt_nap", "epoch") >= before + 1
     said = [r for r in caplog.records if "never issued" in r.getMessage()]
-    assert said and handle.run_id in said[0].getMessage()
+    assert said
+    assert handle.run_id in said[0].getMessage()
     assert len(said) <= 2  # at most once per run in each reading process
     counted = _dropped("jt_nap", "epoch")
     await WorkflowClient(reader).events(*run)  # read again: neither counted nor said again
@@ -208,9 +212,10 @@ async def test_a_forged_epoch_is_dropped_from_every_read_and_the_real_event_is_s
     assert done.returncode == 1, done.stderr
     assert "run:complete" not in done.stdout
     assert "skipped 1 bad record" in done.stdout.splitlines()[-1]
-    assert f"epoch 999 is above the highest the lifecycle store issued" in done.stderr
+    assert "epoch 999 is above the highest the lifecycle store issued" in done.stderr
     alone = _cli("journal", "replay", "--journal", tier.journal_url())
-    assert alone.returncode == 0 and "run:complete" in alone.stdout
+    assert alone.returncode == 0
+    assert "run:complete" in alone.stdout
 
     # The run goes on; its real terminal, at the forged record's run_seq, is what every
     # reader sees.
@@ -316,7 +321,8 @@ async def test_journal_replay_skips_and_counts_a_bad_record_and_strict_stops_at_
     strict = _cli("journal", "replay", "--journal", url, "--strict")
     assert strict.returncode == 1
     (line,) = strict.stderr.splitlines()
-    assert line.startswith("lockgate: error: ") and f"offset {bad}" in line
+    assert line.startswith("lockgate: error: ")
+    assert f"offset {bad}" in line
     assert "Traceback" not in strict.stderr
 
 
@@ -361,13 +367,15 @@ async def test_with_a_journal_key_records_are_signed_and_unsigned_or_wrong_ones_
         replayed = _cli("journal", "replay", *args, env=env)
         assert replayed.returncode == 1, replayed.stderr
         nap_lines = [line for line in replayed.stdout.splitlines() if asleep in line]
-        assert nap_lines and not any("run:complete" in line for line in nap_lines)
+        assert nap_lines
+        assert not any("run:complete" in line for line in nap_lines)
         named = replayed.stderr.splitlines()
         assert [n.split(":")[1].strip() for n in named] == [
             f"skipped record 0/{unsigned}",
             f"skipped record 0/{signed_wrong}",
         ]
-        assert "lg-mac" in named[0] and "does not verify" in named[1]
+        assert "lg-mac" in named[0]
+        assert "does not verify" in named[1]
 
     # A rebuild with the key skips them and a well-formed journal forged without a MAC.
     ghost = f"ghost-{uuid.uuid4().hex[:6]}"
@@ -404,4 +412,5 @@ async def test_store_info_on_a_composite_shows_the_valkey_store_and_the_journal_
     assert end == info["events"]["records"] > 0
     text = _cli("store", "info", "--store", tier.store_url, "--journal", tier.journal_url())
     assert text.returncode == 0, text.stderr
-    assert f"events.offsets.0.end" in text.stdout and "lifecycle.namespace" in text.stdout
+    assert "events.offsets.0.end" in text.stdout
+    assert "lifecycle.namespace" in text.stdout
