@@ -414,3 +414,22 @@ async def test_store_info_on_a_composite_shows_the_valkey_store_and_the_journal_
     assert text.returncode == 0, text.stderr
     assert "events.offsets.0.end" in text.stdout
     assert "lifecycle.namespace" in text.stdout
+
+
+async def test_a_rebuild_restores_no_run_whose_journal_does_not_start_with_its_run_init(
+    tier: Tier,
+) -> None:
+    """A run that never existed, its records forged with a run:init (at run_seq 2) and a
+    completion: the rebuild names it and restores the rest; it does not become a run."""
+    store, done, _asleep = await _drive_mixed(tier)
+    ghost = _ghost(tier)
+    _lose_valkey(store)
+    report = rebuild_lifecycle(tier.store())
+    assert report.restored_total == 4
+    assert report.refused == 1
+    ((name, run_id, why),) = report.not_restored
+    assert (name, run_id) == ("jt_sum", ghost)
+    assert "does not start with a run:init" in why
+    restored = tier.store()
+    assert restored.get_run("jt_sum", ghost) is None
+    assert restored.get_run("jt_sum", done[0]).status == RunStatus.COMPLETE
