@@ -181,7 +181,7 @@ async def test_a_forged_epoch_is_dropped_from_every_read_and_the_real_event_is_s
     assert issued == 1
     # The forgery: the run's next run_seq, "completed" under an epoch no claim ever held.
     seq = (asleep[-1].run_seq or 0) + 1
-    tier.forge("jt_nap", _forged_complete(handle.run_id, seq, 999))
+    forged = tier.forge("jt_nap", _forged_complete(handle.run_id, seq, 999))
     before = _dropped("jt_nap", "epoch")
 
     with caplog.at_level(logging.ERROR, logger="lockgate.stores"):
@@ -195,6 +195,7 @@ async def test_a_forged_epoch_is_dropped_from_every_read_and_the_real_event_is_s
                 answer = await http.get(f"/jt_nap/runs/{handle.run_id}/events")
             assert answer.status_code == 200, answer.text
             body = answer.json()
+        assert EventKind.RUN_SLEEPING in json.dumps(body)
         assert EventKind.RUN_COMPLETE not in json.dumps(body)
     assert _dropped("jt_nap", "epoch") >= before + 1
     said = [r for r in caplog.records if "never issued" in r.getMessage()]
@@ -213,6 +214,11 @@ async def test_a_forged_epoch_is_dropped_from_every_read_and_the_real_event_is_s
     assert "run:complete" not in done.stdout
     assert "skipped 1 bad record" in done.stdout.splitlines()[-1]
     assert "epoch 999 is above the highest the lifecycle store issued" in done.stderr
+    log = reader.events
+    assert isinstance(log, KafkaEventLogStore)
+    with log.replay(run_id=handle.run_id) as replay:  # a composite's log asks its lifecycle
+        assert EventKind.RUN_COMPLETE not in [record.kind for record in replay]
+    assert [offset for _p, offset, _why in replay.summary.skipped] == [forged]
     alone = _cli("journal", "replay", "--journal", tier.journal_url())
     assert alone.returncode == 0
     assert "run:complete" in alone.stdout
@@ -236,7 +242,7 @@ async def test_a_forged_epoch_is_dropped_from_every_read_and_the_real_event_is_s
 def _serving(store: CompositeStore) -> Any:
     from http_support import app_server
 
-    return app_server(create_app(store))
+    return app_server(create_app(store, workflows=[nap, summed]))
 
 
 async def _drive_mixed(tier: Tier) -> tuple[CompositeStore, list[str], str]:
@@ -385,9 +391,14 @@ async def test_with_a_journal_key_records_are_signed_and_unsigned_or_wrong_ones_
     )
     tier.forge("jt_sum", _forged_complete(ghost, 2, 1))
     _lose_valkey(store)
-    report = rebuild_lifecycle(tier.store())
-    assert {offset for _p, offset, _why in report.skipped} >= {unsigned, signed_wrong}
-    assert len(report.skipped) == 4
+    rebuilt = _cli(  # the key as the journal URL's option, through open_store
+        "store", "rebuild", "--store", tier.store_url, "--journal", tier.journal_url(key=KEY)
+    )
+    assert rebuilt.returncode == 1, rebuilt.stderr
+    skipped = [line for line in rebuilt.stdout.splitlines() if line.startswith("skipped record")]
+    assert len(skipped) == 4  # the two forged for the nap, the ghost's two
+    assert f"skipped record 0/{unsigned} of {tier.topic}: it has no lg-mac" in skipped[0]
+    assert f"skipped record 0/{signed_wrong} of {tier.topic}: its lg-mac does not" in skipped[1]
     restored = tier.store()
     assert restored.get_run("jt_sum", ghost) is None
     assert restored.get_run("jt_nap", asleep).status == RunStatus.SLEEPING
@@ -433,3 +444,28 @@ async def test_a_rebuild_restores_no_run_whose_journal_does_not_start_with_its_r
     restored = tier.store()
     assert restored.get_run("jt_sum", ghost) is None
     assert restored.get_run("jt_sum", done[0]).status == RunStatus.COMPLETE
+
+
+def test_a_process_that_learned_a_runs_epoch_keeps_its_own_later_claims_copies(
+    tier: Tier,
+) -> None:
+    """A process that read a live run (its bound: the outbox's epoch 1) and then claims it
+    (epoch 2) keeps the copies it makes under the new epoch in its memory: its next read of
+    the run needs no request to the broker, and shows them."""
+    mine, other = tier.store(), tier.store()
+    run = ("jt_sum", "r-1")
+    mine.submit_run(*run, {"n": 1})
+    assert mine.claim_next_run("jt_sum", "worker-a/1") == "r-1"
+    done = RunEvent("step:done", {"call_index": 0, "result": 2}, "r-1")
+    mine.append_and_poll(*run, [done], fence="worker-a/1")
+    assert [e.kind for e in other.load_run(*run)] == [EventKind.RUN_INIT, "step:done"]
+    mine.release_run(*run, "worker-a/1")
+    assert other.claim_next_run("jt_sum", "worker-b/1") == "r-1"
+    again = RunEvent("step:done", {"call_index": 1, "result": 3}, "r-1")
+    other.append_and_poll(*run, [again], fence="worker-b/1")
+    log = other.events
+    assert isinstance(log, KafkaEventLogStore)
+    reads = log.topic_reads
+    journal = other.load_run(*run)
+    assert [e.headers.get(EPOCH_HEADER) for e in journal[1:]] == ["1", "2"]
+    assert log.topic_reads == reads  # from memory

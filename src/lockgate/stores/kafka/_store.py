@@ -342,6 +342,10 @@ class KafkaEventLogStore(EventLogStore):
         with self._memory:
             journal = self._journals.get(run)
             if journal is not None:
+                if journal.bound is not None:
+                    # Copies of the lifecycle's own outbox: their epoch (a newer claim's) was
+                    # issued, so the bound rises to it rather than holding them aside.
+                    journal.set_bound(max(epoch_of(event) for event in events))
                 for event in events:
                     journal.keep(event)
                 if kept is not None and journal.first is not None and kept[1] < journal.first:
