@@ -8,6 +8,11 @@ That is :func:`~lockgate.journal._replay.reconstruct_state`'s
 rule, applied in topic order (the first copy of a ``run_seq`` stays, as a journal read keeps
 it). A run's records are all in one partition, so partitions fold independently.
 
+Records not believed. A record that carries a run's headers but does not decode, whose MAC
+does not verify (a journal key given), or whose epoch is above the highest the lifecycle store
+issued for its run (``issued`` given) is skipped and named in the summary, and the fold goes
+on; a ``strict`` fold raises :class:`JournalRecordUndecodable` at it instead.
+
 Memory. A run being folded costs a few integers: the range of ``run_seq`` yielded (with a set
 only for numbers seen out of order), its highest epoch and status. Once a run's terminal is
 yielded it keeps only that, and is forgotten when its partition has moved ``forget_after``
@@ -274,7 +279,7 @@ class Folder:
 
         summary, runs = self.summary, self.summary._live
         want_wf, want_run, topic = self._workflow, self._run_id, self.topic
-        tails = self._tails
+        tails, verify, issued = self._tails, self._verify, self._issued
         kept: list[Folded] = []
         filtered = duplicates = after_terminal = stale = 0
         # Per batch, in C: each partition's last offset in it, and whether any message is an
@@ -343,13 +348,13 @@ class Folder:
                 ):
                     filtered += 1
                     continue
-                if self._verify is not None:
-                    why = self._verify(msg)
+                if verify is not None:
+                    why = verify(msg)
                     if why is not None:
                         self._skip(partition, offset, why)
                         continue
-                if self._issued is not None and epoch is not None:
-                    top = self._issued(workflow, run_id)
+                if issued is not None and epoch is not None:
+                    top = issued(workflow, run_id)
                     if top is not None and epoch > top:
                         self._skip(
                             partition,

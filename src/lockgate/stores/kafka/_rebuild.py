@@ -8,6 +8,11 @@ folds them. Each run's journal is then folded with :func:`reconstruct_state`, as
 attempt folds it, and told to the lifecycle store as a :class:`JournaledRun`, which
 ``ValkeyLifecycleStore.restore_run`` writes in one script, or leaves alone when the run exists.
 
+One bad record never stops a rebuild: a record with a run's headers that does not decode (or,
+with a journal key, fails its MAC) is skipped and named in the report, and a run is restored
+only when its journal starts with its ``run:init`` at ``run_seq`` 1 and misses no ``run_seq``
+after it (else it is named as not restored); everything else is restored.
+
 Memory: a finished run is summarised as soon as its terminal is read (a terminal's first copy
 lands after the first copy of every earlier ``run_seq``: each copy is a run's suffix, produced in
 order), and its events are let go; only live runs' journals are held until the end, since each

@@ -65,7 +65,6 @@ from lockgate._errors import (
     StoreUnavailable,
 )
 from lockgate.journal._events import RunEvent
-from lockgate.metrics import _hooks as metrics
 from lockgate.stores._base import EventLogStore
 from lockgate.stores._calls import call_owned
 from lockgate.stores.kafka._codec import (
@@ -84,17 +83,17 @@ from lockgate.stores.kafka._codec import (
     record_mac,
 )
 from lockgate.stores.kafka._delivery import Delivery, inbox_of
+from lockgate.stores.kafka._held import HeldReads
 from lockgate.stores.kafka._journal import (
     Journal,
     Run,
     epoch_of,
-    gapless,
     handed_out,
-    lower,
 )
 from lockgate.stores.kafka._partition import gate_key, is_init, partition_for
 from lockgate.stores.kafka._producer import release_producer, shared_producer
 from lockgate.stores.kafka._topic import JOURNAL_TOPIC_CONFIG, prepare_topic, watermarks
+from lockgate.stores.kafka._trust import Doubts
 
 if TYPE_CHECKING:
     from lockgate.stores.kafka._replay import JournalReplay
@@ -106,7 +105,6 @@ READ_FAILURE_HOLD = 1.0
 #: Runs whose partition and first offset one process remembers; past it the memory starts over.
 POSITIONS_KEPT = 100_000
 TOPIC_PREFIX = re.compile(r"[A-Za-z0-9._-]{1,200}")
-_log = logging.getLogger("lockgate.stores")
 
 
 #: The methods a store runs on the event loop, and their coroutines (see ``coroutine_for``).
@@ -117,7 +115,7 @@ _NATIVE = {
 }
 
 
-class KafkaEventLogStore(EventLogStore):
+class KafkaEventLogStore(HeldReads, EventLogStore):
     """Run journals in the Kafka topic ``{topic_prefix}.journal`` (see the module docstring).
 
     ``shard_count`` is the lifecycle store's: the topic's partition count. ``locate`` names a
@@ -220,8 +218,8 @@ class KafkaEventLogStore(EventLogStore):
         self._stored_bounds: (
             Callable[[str, str], tuple[tuple[int, int] | None, int | None]] | None
         ) = None
-        #: Runs a record of which was not believed, already said in the log (once per run).
-        self._doubted: set[Run] = set()
+        #: Records not believed: counted, and said once per run.
+        self._doubts = Doubts(self.topic)
 
     def __repr__(self) -> str:
         return f"KafkaEventLogStore({self.bootstrap_servers!r}, topic={self.topic!r})"
@@ -496,117 +494,6 @@ class KafkaEventLogStore(EventLogStore):
             events = journal.ordered()
         return handed_out(events)
 
-    def held_through(
-        self,
-        name: str,
-        run_id: str,
-        outbox: Sequence[RunEvent],
-        journal_at: tuple[int, int] | None = None,
-    ) -> int:
-        """The ``run_seq`` up to which the topic is known to hold the run's events with no
-        gap, given its ``outbox`` (every event of the live run from ``run_seq`` 1, as a
-        lifecycle store keeps them; a :class:`CompositeStore`'s first copy of a run asks).
-
-        Known from memory, or from the position the lifecycle keeps: it is kept once a copy
-        starting at ``run_seq`` 1 was acknowledged, so that event is there and this process
-        keeps the outbox's copy of it. Past that the run's partition is read from the run's
-        first offset only until every outbox event is found, or to the partition's end.
-
-        ``journal_at``: the position the lifecycle keeps, when the caller has it already (a
-        claim answers it): it is not asked for again."""
-        run = (name, run_id)
-        stored = journal_at
-        if self._stored_position is not None and self._must_ask_position(run, journal_at):
-            stored = self._stored_position(name, run_id)
-        held = self._held_without_reading(run, outbox, stored)
-        return held if held is not None else self._held_by_reading(run, outbox, stored)
-
-    async def _held_through_natively(
-        self,
-        name: str,
-        run_id: str,
-        outbox: Sequence[RunEvent],
-        journal_at: tuple[int, int] | None = None,
-    ) -> int:
-        run = (name, run_id)
-        stored = journal_at
-        if self._stored_position is not None and self._must_ask_position(run, journal_at):
-            stored = await call_owned(self._stored_position, name, run_id)
-        held = self._held_without_reading(run, outbox, stored)
-        if held is not None:
-            return held
-        found: int = await call_owned(self._held_by_reading, run, outbox, stored)
-        return found
-
-    def journal_if_held(
-        self,
-        name: str,
-        run_id: str,
-        outbox: Sequence[RunEvent],
-        journal_at: tuple[int, int] | None,
-    ) -> list[RunEvent] | None:
-        """The run's journal from memory, when this process can tell with no request that
-        the topic holds every event of ``outbox`` (every event of the live run, as a claim
-        loads it), given ``journal_at`` (the lifecycle's position of the run, as the claim
-        answers it); else None, and the caller asks :meth:`held_through`. Safe on an event
-        loop: it only looks at memory."""
-        run = (name, run_id)
-        if self._must_ask_position(run, journal_at):
-            return None  # the lifecycle must be asked where the run starts
-        last = outbox[-1].run_seq or 0
-        if self._held_without_reading(run, outbox, journal_at) != last:
-            return None
-        return self._journal_in_memory(run, last)
-
-    def _must_ask_position(self, run: Run, journal_at: tuple[int, int] | None) -> bool:
-        """Whether the lifecycle is to be asked where the run starts in the topic: the caller
-        was not told (``journal_at``) and this process knows nothing of the run."""
-        return journal_at is None and self._knows_nothing_of(run)
-
-    def _knows_nothing_of(self, run: Run) -> bool:
-        with self._memory:
-            return run not in self._journals and run not in self._positions
-
-    def _held_without_reading(
-        self, run: Run, outbox: Sequence[RunEvent], stored: tuple[int, int] | None
-    ) -> int | None:
-        """:meth:`held_through` from memory and ``stored`` (the lifecycle's position of a
-        run this process knows nothing of), or None when the topic must be read."""
-        with self._memory:
-            journal = self._journals.get(run)
-            if journal is None:
-                known = self._positions.get(run) or stored
-                if known is None:
-                    return 0  # no copy counts yet (see _find)
-                journal = Journal(*known, first=known[1])
-                journal.keep(outbox[0])
-            if not journal.holds_through(outbox[-1].run_seq or 0):
-                return None
-            self._remember(run, journal, ())
-            return gapless(journal.events)
-
-    def _held_by_reading(
-        self, run: Run, outbox: Sequence[RunEvent], stored: tuple[int, int] | None
-    ) -> int:
-        """:meth:`held_through` by reading the run's partition, no further than it takes."""
-        with self._memory:
-            journal = self._journals.get(run)
-            known = lower(self._positions.get(run), stored)
-            if journal is not None:
-                fork = journal.fork()
-            elif known is not None:
-                fork = Journal(*known, first=known[1])
-                fork.keep(outbox[0])
-            else:
-                return 0
-        # The outbox holds every event of the live run: no record lockgate wrote for it has
-        # a higher epoch than the outbox's highest.
-        self._bound(fork, run, max(epoch_of(event) for event in outbox))
-        with self._read_lock:
-            self._read_on(fork, run, until=outbox[-1].run_seq or 0)
-        with self._memory:
-            return gapless(self._adopt(run, fork, always=True).events)
-
     def _read(self, name: str, run_id: str) -> list[RunEvent]:
         """The run's journal, folded by ``run_seq``: from memory when it has ended, else after
         reading its partition on from where this process last did (into a copy, merged back:
@@ -691,31 +578,7 @@ class KafkaEventLogStore(EventLogStore):
         """Tell ``journal`` the highest epoch issued for its run; say what that drops."""
         dropped = journal.set_bound(issued)
         if dropped:
-            self._doubt(run, "epoch", dropped)
-
-    def _doubt(self, run: Run, reason: str, count: int = 1, detail: str = "") -> None:
-        """Records of ``run`` not believed (``reason``: ``epoch`` or ``mac``): counted, and
-        said once per run in this process's log."""
-        for _ in range(count):
-            metrics.journal_record_dropped(run[0], reason)
-        if run in self._doubted:
-            return
-        if len(self._doubted) >= POSITIONS_KEPT:
-            self._doubted.clear()
-        self._doubted.add(run)
-        why = (
-            "stamped with an epoch the lifecycle store never issued for it"
-            if reason == "epoch"
-            else f"whose MAC does not verify ({detail})"
-        )
-        _log.error(
-            "journal topic %r holds a record of run %r of %r %s: it is dropped from every read "
-            "(only lockgate workers may write to the journal topic; see docs/kafka.md)",
-            self.topic,
-            run[1],
-            run[0],
-            why,
-        )
+            self._doubts.dropped(run, "epoch", dropped)
 
     def _search(self, run: Run) -> int:
         """The partition holding ``run``'s records, with no ``locate``: its run id's, else the
@@ -801,7 +664,7 @@ class KafkaEventLogStore(EventLogStore):
                 mac_problem(self.journal_secret, msg) if self.journal_secret is not None else None
             )
             if problem is not None:
-                self._doubt(run, "mac", detail=problem)
+                self._doubts.dropped(run, "mac", detail=problem)
                 journal.next_offset = max(journal.next_offset, (msg.offset() or 0) + 1)
                 return
             value = msg.value()
@@ -814,7 +677,7 @@ class KafkaEventLogStore(EventLogStore):
             if journal.first is None:
                 journal.first = msg.offset()
             if event is not None and not journal.keep(event):
-                self._doubt(run, "epoch")
+                self._doubts.dropped(run, "epoch")
         journal.next_offset = max(journal.next_offset, (msg.offset() or 0) + 1)
 
     def _remember(self, run: Run, journal: Journal, events: Sequence[RunEvent]) -> None:
@@ -872,16 +735,14 @@ class KafkaEventLogStore(EventLogStore):
         offset (the next record's)."""
         with self._read_lock:
             marks = [self._watermarks(p) for p in range(self.shard_count)]
+        offsets = {str(p): {"low": low, "end": end} for p, (low, end) in enumerate(marks)}
         return {
             "bootstrap_servers": self.bootstrap_servers,
             "topic": self.topic,
             "partitions": self.shard_count,
             "signed": self.journal_secret is not None,
-            "records": sum(high - low for low, high in marks),
-            "offsets": {
-                str(partition): {"low": low, "end": high}
-                for partition, (low, high) in enumerate(marks)
-            },
+            "records": sum(end - low for low, end in marks),
+            "offsets": offsets,
         }
 
     def ping(self) -> None:
