@@ -219,6 +219,10 @@ async def test_a_forged_epoch_is_dropped_from_every_read_and_the_real_event_is_s
     with log.replay(run_id=handle.run_id) as replay:  # a composite's log asks its lifecycle
         assert EventKind.RUN_COMPLETE not in [record.kind for record in replay]
     assert [offset for _p, offset, _why in replay.summary.skipped] == [forged]
+    wrong = _cli("journal", "replay", "--journal", tier.journal_url(), "--store", "sqlite:///x")
+    assert wrong.returncode == 2
+    assert "valkey:// lifecycle store" in wrong.stderr
+    assert len(wrong.stderr.splitlines()) == 1
     alone = _cli("journal", "replay", "--journal", tier.journal_url())
     assert alone.returncode == 0
     assert "run:complete" in alone.stdout
@@ -231,6 +235,7 @@ async def test_a_forged_epoch_is_dropped_from_every_read_and_the_real_event_is_s
     fresh = tier.store()
     ended = await WorkflowClient(fresh).events(*run)
     assert ended[-1].kind == EventKind.RUN_COMPLETE
+    assert [e.run_seq for e in ended] == list(range(1, len(ended) + 1))  # seq's slot: real
     assert (ended[-1].run_seq or 0) >= seq
     assert fresh.get_run(*run).status == RunStatus.COMPLETE
     assert ended[-1].payload.get("result") == 3

@@ -109,30 +109,35 @@ def replay(args: argparse.Namespace) -> int:
     # librdkafka's log lines (a refused connection, once per retry) would land on stderr
     # through logging's last resort; the one error line says what went wrong.
     logging.getLogger("lockgate.kafka").addHandler(logging.NullHandler())
-    lifecycle = _lifecycle(args.store, url) if args.store is not None else None
-    try:
-        source = replay_journal(
-            url,
-            partition=args.partition,
-            from_offset=args.from_offset,
-            from_time=_time(args.from_time) if args.from_time is not None else None,
-            until_offset=args.until_offset,
-            workflow=args.name,
-            run_id=args.run_id,
-            strict=args.strict,
-            issued=_issued(lifecycle) if lifecycle is not None else None,
+    if args.store is not None and urlsplit(args.store).scheme not in _VALKEY_SCHEMES:
+        raise Failure(
+            f"--store must be the journal's valkey:// lifecycle store, not {args.store!r}"
         )
-        # The loop allocates millions of short-lived objects and frees each by its count:
-        # the cyclic collector, triggered by allocations, would only slow it down.
-        gc.disable()
-        try:
-            with source:
-                _print(source, args.json)
-        finally:
-            gc.enable()
+    lifecycle: list[CompositeStore] = []  # opened once the replay found the topic
+    source = replay_journal(
+        url,
+        partition=args.partition,
+        from_offset=args.from_offset,
+        from_time=_time(args.from_time) if args.from_time is not None else None,
+        until_offset=args.until_offset,
+        workflow=args.name,
+        run_id=args.run_id,
+        strict=args.strict,
+        issued=_issued(lifecycle) if args.store is not None else None,
+    )
+    # The loop allocates millions of short-lived objects and frees each by its count: the
+    # cyclic collector, triggered by allocations, would only slow it down.
+    gc.disable()
+    try:
+        with source:
+            if args.store is not None:
+                # After the replay checked the topic: opening the store never creates one.
+                lifecycle.append(_lifecycle(args.store, url))
+            _print(source, args.json)
     finally:
-        if lifecycle is not None:
-            lifecycle.close()
+        gc.enable()
+        for store in lifecycle:
+            store.close()
     skipped = source.summary.skipped
     for partition, offset, why in skipped[:SKIPPED_SHOWN]:
         print(f"lockgate: skipped record {partition}/{offset}: {why}", file=sys.stderr)
@@ -144,8 +149,6 @@ def replay(args: argparse.Namespace) -> int:
 def _lifecycle(store_url: str, journal_url: str) -> CompositeStore:
     """The store ``--store`` names, with the journal: its lifecycle is asked each run's
     highest issued epoch."""
-    if urlsplit(store_url).scheme not in _VALKEY_SCHEMES:
-        raise Failure(f"--store must be the journal's valkey:// lifecycle store, not {store_url!r}")
     store = open_store(store_url, journal=journal_url)
     if not isinstance(store, CompositeStore) or not callable(
         getattr(store.lifecycle, "journal_bounds", None)
@@ -155,11 +158,11 @@ def _lifecycle(store_url: str, journal_url: str) -> CompositeStore:
     return store
 
 
-def _issued(store: CompositeStore) -> Callable[[str, str], int | None]:
-    bounds = store.lifecycle.journal_bounds  # type: ignore[attr-defined]
+def _issued(opened: list[CompositeStore]) -> Callable[[str, str], int | None]:
+    """The highest epoch the store in ``opened`` issued for a run (None: it knows none)."""
 
     def issued(name: str, run_id: str) -> int | None:
-        found: int | None = bounds(name, run_id)[1]
+        found: int | None = opened[0].lifecycle.journal_bounds(name, run_id)[1]  # type: ignore[attr-defined]
         return found
 
     return issued
