@@ -602,6 +602,7 @@ def small_topic(kafka_bootstrap: str) -> Iterator[str]:
     [
         (["--journal", "http://localhost:9092"], "is not kafka://"),
         (["--journal", "kafka://h:1?nope=1"], "no option 'nope'"),
+        (["--journal", "kafka://h:1?journal_key=short"], "at least 16 characters"),
         (["--from-time", "yesterday"], "not an ISO 8601 time"),
         (["--from-offset", "-1"], "--from-offset must be 0 or more"),
         (["--until-offset", "-3"], "--until-offset must be 0 or more"),
