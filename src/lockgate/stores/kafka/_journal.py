@@ -43,8 +43,7 @@ class Journal:
         seq = event.run_seq
         if seq is None:
             return True
-        epoch = epoch_of(event)
-        if self.bound is not None and epoch > self.bound:
+        if self.bound is not None and epoch_of(event) > self.bound:
             self._put_aside(seq, event)
             return False
         have = self.events.get(seq)
@@ -52,7 +51,7 @@ class Journal:
             self.events[seq] = event
             if self.key is None and is_init(event):
                 self.key = gate_key(event)
-        elif epoch_of(have) != epoch:
+        elif have.headers.get(EPOCH_HEADER) != event.headers.get(EPOCH_HEADER):
             self._put_aside(seq, event)
         return True
 
