@@ -393,8 +393,12 @@ def test_a_record_that_does_not_decode_is_a_typed_error_naming_it(kafka_bootstra
         f"{prefix}.journal", b"\x02", partition=0, headers=record_headers("wf", good[1])
     )
     assert producer.flush(30) == 0
+    _produce(kafka_bootstrap, prefix, [("wf", _journal("r-after", 0)[0])])
     url = f"kafka://{kafka_bootstrap}?topic_prefix={prefix}"
-    with replay_journal(url) as replay, pytest.raises(JournalRecordUndecodable) as failed:
+    with (
+        replay_journal(url, strict=True) as replay,
+        pytest.raises(JournalRecordUndecodable) as failed,
+    ):
         list(replay)
     assert (failed.value.partition, failed.value.offset) == (0, 1)
     assert failed.value.code == "journal_record_undecodable"
@@ -402,6 +406,13 @@ def test_a_record_that_does_not_decode_is_a_typed_error_naming_it(kafka_bootstra
     assert f"{prefix}.journal" in str(failed.value)
     with replay_journal(url, until_offset=1) as replay:  # the records before it replay
         assert [r.event for r in replay] == good[:1]
+    # Without strict, the record is skipped and named, and the replay goes on past it.
+    with replay_journal(url) as replay:
+        assert [r.run_id for r in replay] == ["r-ok", "r-after"]
+    ((partition, offset, why),) = replay.summary.skipped
+    assert (partition, offset) == (0, 1)
+    assert "its value" in why
+    assert "skipped 1 bad record" in replay.summary.line()
 
 
 @pytest.mark.parametrize("lie", ["run_seq", "run_id", "truncated"])
@@ -425,9 +436,15 @@ def test_a_value_that_disagrees_with_its_headers_mid_run_is_refused(
     producer.produce(f"{prefix}.journal", value, partition=0, headers=record_headers("wf", end))
     assert producer.flush(30) == 0
     url = f"kafka://{kafka_bootstrap}?topic_prefix={prefix}"
-    with replay_journal(url) as replay, pytest.raises(JournalRecordUndecodable) as failed:
+    with (
+        replay_journal(url, strict=True) as replay,
+        pytest.raises(JournalRecordUndecodable) as failed,
+    ):
         list(replay)
     assert (failed.value.partition, failed.value.offset) == (0, len(good) - 1)
+    with replay_journal(url) as replay:
+        assert [r.event for r in replay] == good[:-1]
+    assert [(p, o) for p, o, _ in replay.summary.skipped] == [(0, len(good) - 1)]
 
 
 def test_a_record_of_a_newer_schema_major_is_refused_by_replay_and_by_reads(
@@ -585,6 +602,7 @@ def small_topic(kafka_bootstrap: str) -> Iterator[str]:
     [
         (["--journal", "http://localhost:9092"], "is not kafka://"),
         (["--journal", "kafka://h:1?nope=1"], "no option 'nope'"),
+        (["--journal", "kafka://h:1?journal_key=short"], "at least 16 characters"),
         (["--from-time", "yesterday"], "not an ISO 8601 time"),
         (["--from-offset", "-1"], "--from-offset must be 0 or more"),
         (["--until-offset", "-3"], "--until-offset must be 0 or more"),

@@ -12,6 +12,7 @@ from lockgate._errors import (
     InvalidCursorError,
     InvalidParamsError,
     InvalidTextError,
+    JournalRecordUndecodable,
     PayloadTooLarge,
     RetryRefused,
     RunNotFoundError,
@@ -32,6 +33,7 @@ USAGE_ERRORS: tuple[type[BaseException], ...] = (
     InvalidCursorError,
     InvalidParamsError,
     InvalidTextError,
+    JournalRecordUndecodable,
     PayloadTooLarge,
     RunNotFoundError,
     RunNotWaitingError,
@@ -56,9 +58,17 @@ class Failure(Exception):
         self.code = code
 
 
+#: Errors about the data a command read, not its command line: a journal record that is not
+#: lockgate's (a ConfigurationError by its class, but no flag or URL mends it) is the
+#: operation's failure, 1, as ``store rebuild`` and ``journal replay`` exit when they skip one.
+DATA_ERRORS: tuple[type[BaseException], ...] = (JournalRecordUndecodable,)
+
+
 def exit_code_for(exc: BaseException) -> int:
     if isinstance(exc, Failure):
         return exc.code
+    if isinstance(exc, DATA_ERRORS):
+        return FAILED
     return USAGE if isinstance(exc, USAGE_ERRORS) else FAILED
 
 

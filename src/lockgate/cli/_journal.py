@@ -16,17 +16,22 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import IO, Any
+from urllib.parse import urlsplit
 
-from lockgate.cli._exits import OK, Failure
+from lockgate.cli._exits import FAILED, OK, Failure
 from lockgate.cli._params import Subparsers
-from lockgate.stores._open import JOURNAL_URL_ENV
+from lockgate.stores._composite import CompositeStore
+from lockgate.stores._open import _VALKEY_SCHEMES, JOURNAL_URL_ENV, open_store
 from lockgate.stores.kafka._fold import Folded, ReplaySummary
 from lockgate.stores.kafka._replay import JournalReplay, replay_journal
 
 #: Seconds between two progress lines on a terminal.
 PROGRESS_EVERY = 0.25
+#: Skipped records named on stderr, at most (the JSON summary names every one).
+SKIPPED_SHOWN = 20
 #: Characters of a payload the text output shows.
 PAYLOAD_WIDTH = 96
 
@@ -65,6 +70,17 @@ def add_parsers(group: Subparsers) -> None:
     p.add_argument("--workflow", dest="name", metavar="NAME", help="only this workflow's runs")
     p.add_argument("--run", dest="run_id", metavar="RUN_ID", help="only this run")
     p.add_argument("--json", action="store_true", help="one JSON object per line")
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="stop at the first record not believed (exit 1) rather than skip and count it",
+    )
+    p.add_argument(
+        "--store",
+        metavar="URL",
+        help="the valkey:// lifecycle store of the journal: skip records stamped with an epoch "
+        "it never issued for their run (default: the topic alone is read)",
+    )
     p.set_defaults(run=replay, opens_no_store=True)
 
 
@@ -93,6 +109,11 @@ def replay(args: argparse.Namespace) -> int:
     # librdkafka's log lines (a refused connection, once per retry) would land on stderr
     # through logging's last resort; the one error line says what went wrong.
     logging.getLogger("lockgate.kafka").addHandler(logging.NullHandler())
+    if args.store is not None and urlsplit(args.store).scheme not in _VALKEY_SCHEMES:
+        raise Failure(
+            f"--store must be the journal's valkey:// lifecycle store, not {args.store!r}"
+        )
+    lifecycle: list[CompositeStore] = []  # opened once the replay found the topic
     source = replay_journal(
         url,
         partition=args.partition,
@@ -101,16 +122,50 @@ def replay(args: argparse.Namespace) -> int:
         until_offset=args.until_offset,
         workflow=args.name,
         run_id=args.run_id,
+        strict=args.strict,
+        issued=_issued(lifecycle) if args.store is not None else None,
     )
     # The loop allocates millions of short-lived objects and frees each by its count: the
     # cyclic collector, triggered by allocations, would only slow it down.
     gc.disable()
     try:
         with source:
+            if args.store is not None:
+                # After the replay checked the topic: opening the store never creates one.
+                lifecycle.append(_lifecycle(args.store, url))
             _print(source, args.json)
     finally:
         gc.enable()
-    return OK
+        for store in lifecycle:
+            store.close()
+    skipped = source.summary.skipped
+    for partition, offset, why in skipped[:SKIPPED_SHOWN]:
+        print(f"lockgate: skipped record {partition}/{offset}: {why}", file=sys.stderr)
+    if len(skipped) > SKIPPED_SHOWN:
+        print(f"lockgate: skipped {len(skipped) - SKIPPED_SHOWN} more records", file=sys.stderr)
+    return FAILED if skipped else OK
+
+
+def _lifecycle(store_url: str, journal_url: str) -> CompositeStore:
+    """The store ``--store`` names, with the journal: its lifecycle is asked each run's
+    highest issued epoch."""
+    store = open_store(store_url, journal=journal_url)
+    if not isinstance(store, CompositeStore) or not callable(
+        getattr(store.lifecycle, "journal_bounds", None)
+    ):
+        store.close()
+        raise Failure(f"--store {store_url!r} is no Valkey lifecycle store of the journal")
+    return store
+
+
+def _issued(opened: list[CompositeStore]) -> Callable[[str, str], int | None]:
+    """The highest epoch the store in ``opened`` issued for a run (None: it knows none)."""
+
+    def issued(name: str, run_id: str) -> int | None:
+        found: int | None = opened[0].lifecycle.journal_bounds(name, run_id)[1]  # type: ignore[attr-defined]
+        return found
+
+    return issued
 
 
 def _time(text: str) -> datetime:

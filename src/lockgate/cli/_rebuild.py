@@ -9,7 +9,7 @@ import sys
 import time
 from urllib.parse import urlsplit
 
-from lockgate.cli._exits import OK, Failure
+from lockgate.cli._exits import FAILED, OK, Failure
 from lockgate.cli._output import out
 from lockgate.cli._params import Subparsers
 from lockgate.stores._composite import CompositeStore
@@ -66,4 +66,6 @@ async def store_rebuild(args: argparse.Namespace) -> int:
         store.close()
     for line in report.lines():
         out(line)
-    return OK
+    # Everything restorable was restored; 1 tells a script that the report names records
+    # skipped or runs whose journals could not be restored.
+    return FAILED if report.skipped or report.refused else OK

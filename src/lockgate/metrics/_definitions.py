@@ -91,3 +91,10 @@ STORE_RETRIES = Counter(
     "Store calls tried again inside a store after its server did not answer, by backend.",
     ["backend"],
 )
+JOURNAL_RECORDS_DROPPED = Counter(
+    "lockgate_journal_records_dropped_total",
+    "Journal topic records a read did not believe, by reason: epoch (an epoch above the highest "
+    "the lifecycle store issued for the run), mac (no lg-mac, or one that does not verify, with "
+    "a journal key set).",
+    ["workflow", "reason"],
+)

@@ -103,3 +103,10 @@ def store_retried(backend: str) -> None:
     """A store of ``backend`` tries a call again."""
     if _defs is not None:
         _defs.STORE_RETRIES.labels(backend).inc()
+
+
+def journal_record_dropped(workflow: str, reason: str) -> None:
+    """A read of the journal topic did not believe a record of ``workflow``, for ``reason``
+    (``epoch`` or ``mac``)."""
+    if _defs is not None:
+        _defs.JOURNAL_RECORDS_DROPPED.labels(workflow, reason).inc()

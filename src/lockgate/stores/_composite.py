@@ -143,6 +143,16 @@ class CompositeStore(CompositeGroups):
     def capabilities(self) -> frozenset[str]:
         return self.lifecycle.capabilities()
 
+    def info(self) -> dict[str, Any]:
+        """Both halves, as ``lockgate store info`` shows them: ``lifecycle`` (the lifecycle
+        store's own info) and ``events`` (the event log's: for Kafka, the journal topic's
+        partitions and their offsets). A half with no ``info`` shows its name alone."""
+        halves: dict[str, Any] = {}
+        for role, half in (("lifecycle", self.lifecycle), ("events", self.events)):
+            info = getattr(half, "info", None)
+            halves[role] = info() if callable(info) else {"store": repr(half)}
+        return halves
+
     def coroutine_for(self, method: Callable[..., Any]) -> Callable[..., Awaitable[Any]] | None:
         """``method``'s operation run on the event loop (``stores/_composed.py``), when it is
         one of this store's composed methods and the lifecycle backend runs its own calls

@@ -8,8 +8,11 @@ the schema version travels in the ``lg-schema`` record header instead.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import io
 import json
+import os
 from collections.abc import Mapping, Sequence
 from functools import cache
 from importlib import resources
@@ -20,7 +23,7 @@ try:
 except ImportError:  # pragma: no cover - the extra is missing
     fastavro = None  # type: ignore[assignment]
 
-from lockgate._errors import SchemaVersionMismatch
+from lockgate._errors import ConfigurationError, SchemaVersionMismatch
 from lockgate.journal._events import EPOCH_HEADER, RunEvent
 
 #: Record headers: the workflow, the run id, its ``run_seq``, the fencing epoch (when the event
@@ -30,6 +33,11 @@ RUN_ID_HEADER = "lg-run-id"
 RUN_SEQ_HEADER = "lg-run-seq"
 RECORD_EPOCH_HEADER = EPOCH_HEADER
 SCHEMA_HEADER = "lg-schema"
+#: With a journal key: HMAC-SHA256 (hex) over the record's key, value and its other ``lg-*``
+#: headers (see :func:`record_mac`).
+MAC_HEADER = "lg-mac"
+#: The environment variable a journal key may come from when the journal URL names none.
+JOURNAL_KEY_ENV = "LOCKGATE_JOURNAL_KEY"
 #: The schema version's major this runtime writes and reads: the version of ``run_event.avsc``.
 #: A record's version is its ``lg-schema`` header (``MAJOR`` or ``MAJOR.MINOR``); minors never
 #: change the Avro fields (see ``schemas/README.md``).
@@ -162,3 +170,62 @@ def header_map(
     """A record's headers as text (the last value of a repeated header wins)."""
     pairs = headers.items() if isinstance(headers, Mapping) else headers or ()
     return {k: v if isinstance(v, str) else v.decode() for k, v in pairs if v is not None}
+
+
+def record_mac(
+    secret: bytes,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[tuple[str, str | bytes | None]] | None,
+) -> str:
+    """The ``lg-mac`` of a record: HMAC-SHA256 under ``secret`` over its key, its value and
+    its ``lg-*`` headers but ``lg-mac`` (name and value, sorted by name), each part preceded
+    by its length (a missing key or value is length -1), so no two records share an input."""
+    mac = hmac.new(secret, digestmod=hashlib.sha256)
+
+    def part(data: bytes | None) -> None:
+        mac.update((-1 if data is None else len(data)).to_bytes(8, "big", signed=True))
+        if data is not None:
+            mac.update(data)
+
+    part(key)
+    part(value)
+    own = sorted(
+        (name, raw if isinstance(raw, bytes) else raw.encode() if raw is not None else None)
+        for name, raw in headers or ()
+        if name.startswith("lg-") and name != MAC_HEADER
+    )
+    for name, raw in own:
+        part(name.encode())
+        part(raw)
+    return mac.hexdigest()
+
+
+def mac_problem(secret: bytes, msg: Any) -> str | None:
+    """Why a consumed message's ``lg-mac`` does not verify under ``secret``, or None when it
+    does."""
+    headers = msg.headers() or []
+    given = [raw for name, raw in headers if name == MAC_HEADER]
+    if not given:
+        return "it has no lg-mac header, and a journal key is set"
+    raw = given[-1]
+    text = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
+    if not hmac.compare_digest(text, record_mac(secret, msg.key(), msg.value(), headers)):
+        return "its lg-mac does not verify under the journal key"
+    return None
+
+
+def journal_secret(journal_key: str | None) -> bytes | None:
+    """The journal key's bytes: ``journal_key`` when given, else ``LOCKGATE_JOURNAL_KEY``
+    when set and not empty, else None (records are neither signed nor checked). A key given
+    but empty, or shorter than 16 characters, is refused: it would sign nothing worth the
+    name."""
+    text = journal_key if journal_key is not None else os.environ.get(JOURNAL_KEY_ENV) or None
+    if text is None:
+        return None
+    if len(text) < 16:
+        where = "journal_key" if journal_key is not None else JOURNAL_KEY_ENV
+        raise ConfigurationError(
+            f"{where} must be at least 16 characters (a random secret, e.g. 32 hex digits)"
+        )
+    return text.encode()

@@ -8,6 +8,11 @@ That is :func:`~lockgate.journal._replay.reconstruct_state`'s
 rule, applied in topic order (the first copy of a ``run_seq`` stays, as a journal read keeps
 it). A run's records are all in one partition, so partitions fold independently.
 
+Records not believed. A record that carries a run's headers but does not decode, whose MAC
+does not verify (a journal key given), or whose epoch is above the highest the lifecycle store
+issued for its run (``issued`` given) is skipped and named in the summary, and the fold goes
+on; a ``strict`` fold raises :class:`JournalRecordUndecodable` at it instead.
+
 Memory. A run being folded costs a few integers: the range of ``run_seq`` yielded (with a set
 only for numbers seen out of order), its highest epoch and status. Once a run's terminal is
 yielded it keeps only that, and is forgotten when its partition has moved ``forget_after``
@@ -102,8 +107,11 @@ class ReplaySummary:
 
     ``events`` were yielded; ``records`` were read in all; ``duplicates`` (a ``run_seq``
     already yielded), ``stale`` (an epoch below the run's highest) and ``after_terminal`` were
-    folded away; ``filtered`` were other runs' (the workflow or run filter). :attr:`runs`
-    counts the runs seen by the status their last folded event gives (see
+    folded away; ``filtered`` were other runs' (the workflow or run filter). ``skipped`` names
+    each record that carries a run's headers but was not believed, as ``(partition, offset,
+    reason)``: it does not decode, its MAC does not verify (with a journal key), or its epoch
+    is above the highest the lifecycle store issued for its run (when one is asked).
+    :attr:`runs` counts the runs seen by the status their last folded event gives (see
     :func:`status_after`)."""
 
     records: int = 0
@@ -113,6 +121,7 @@ class ReplaySummary:
     after_terminal: int = 0
     filtered: int = 0
     total: int = 0  # records between the replay's start and end offsets, for progress
+    skipped: list[tuple[int, int, str]] = field(default_factory=list)
     _live: dict[Any, _RunFold] = field(default_factory=dict, repr=False)
     _forgotten: Counter[str] = field(default_factory=Counter, repr=False)
 
@@ -138,6 +147,7 @@ class ReplaySummary:
             "stale": self.stale,
             "after_terminal": self.after_terminal,
             "filtered": self.filtered,
+            "skipped": [{"partition": p, "offset": o, "reason": why} for p, o, why in self.skipped],
         }
 
     def line(self) -> str:
@@ -150,6 +160,9 @@ class ReplaySummary:
             folded.append(f"dropped {self.after_terminal} after a terminal")
         if self.filtered:
             folded.append(f"skipped {self.filtered} of other runs")
+        if self.skipped:
+            bad = len(self.skipped)
+            folded.append(f"skipped {bad} bad record{'s' * (bad != 1)}")
         statuses = ", ".join(f"{count} {status}" for status, count in self.runs.items())
         runs = self.run_count
         return (
@@ -235,9 +248,20 @@ class Folder:
         workflow: str | None = None,
         run_id: str | None = None,
         forget_after: int = FORGET_AFTER,
+        strict: bool = False,
+        verify: Callable[[Any], str | None] | None = None,
+        issued: Callable[[bytes, bytes], int | None] | None = None,
     ) -> None:
         self.topic = topic
         self.summary = ReplaySummary()
+        #: Stop at the first record not believed (:class:`JournalRecordUndecodable`) rather
+        #: than skip it and name it in ``summary.skipped``.
+        self.strict = strict
+        #: Why a message's MAC does not verify, or None when it does (a journal key is set).
+        self._verify = verify
+        #: The highest epoch the lifecycle store issued for a run, or None when it does not
+        #: know the run (then the run's records are believed as the topic holds them).
+        self._issued = issued
         self._workflow = workflow.encode() if workflow is not None else None
         self._run_id = run_id.encode() if run_id is not None else None
         self._forget_after = forget_after
@@ -255,7 +279,7 @@ class Folder:
 
         summary, runs = self.summary, self.summary._live
         want_wf, want_run, topic = self._workflow, self._run_id, self.topic
-        tails = self._tails
+        tails, verify, issued = self._tails, self._verify, self._issued
         kept: list[Folded] = []
         filtered = duplicates = after_terminal = stale = 0
         # Per batch, in C: each partition's last offset in it, and whether any message is an
@@ -310,14 +334,35 @@ class Folder:
                         seq = int(raw_seq)
                         epoch = int(raw_epoch) if raw_epoch is not None else None
                     except (TypeError, ValueError):
-                        workflow, run_id, seq, epoch = self._named(headers, partition, offset)
+                        named = self._named(headers, partition, offset)
+                        if named is None:
+                            continue
+                        workflow, run_id, seq, epoch = named
                 else:
-                    workflow, run_id, seq, epoch = self._named(headers, partition, offset)
+                    named = self._named(headers, partition, offset)
+                    if named is None:
+                        continue
+                    workflow, run_id, seq, epoch = named
                 if (want_wf is not None and workflow != want_wf) or (
                     want_run is not None and run_id != want_run
                 ):
                     filtered += 1
                     continue
+                if verify is not None:
+                    why = verify(msg)
+                    if why is not None:
+                        self._skip(partition, offset, why)
+                        continue
+                if issued is not None and epoch is not None:
+                    top = issued(workflow, run_id)
+                    if top is not None and epoch > top:
+                        self._skip(
+                            partition,
+                            offset,
+                            f"its epoch {epoch} is above the highest the lifecycle store "
+                            f"issued for run {run_id.decode(errors='replace')!r} ({top})",
+                        )
+                        continue
                 key = (workflow, run_id)
                 run = runs.get(key)
                 if run is not None:
@@ -363,7 +408,11 @@ class Folder:
                 if fast:
                     payload = value[at:end]
                 else:
-                    kind, payload, end = _walk(value, run_id, seq, topic, partition, offset)
+                    try:
+                        kind, payload, end = _walk(value, run_id, seq, topic, partition, offset)
+                    except JournalRecordUndecodable as exc:
+                        self._skip(partition, offset, exc.reason)
+                        continue
                     status = _STATUS.get(kind)
                 if run is None:
                     run = runs[key] = _RunFold(seq, run_id)
@@ -407,31 +456,36 @@ class Folder:
         self._forget(last)
         return kept
 
+    def _skip(self, partition: int, offset: int, reason: str) -> None:
+        """A record not believed: named in the summary, or, ``strict``, the end of the fold."""
+        if self.strict:
+            raise JournalRecordUndecodable(self.topic, partition, offset, reason)
+        self.summary.skipped.append((partition, offset, reason))
+
     def _named(
         self, headers: Any, partition: int, offset: int
-    ) -> tuple[bytes, bytes, int, int | None]:
+    ) -> tuple[bytes, bytes, int, int | None] | None:
         """Workflow, run id, run_seq and epoch from headers in another order or layout (a
-        record some other tool wrote)."""
+        record some other tool wrote); None when they do not say (the record is skipped)."""
         named = {k: v for k, v in headers or () if v is not None}
         version = named.get(SCHEMA_HEADER)
         if version is not None:
             try:
                 check_schema_version(version.decode(errors="replace"))
             except NotARunEvent as exc:
-                raise JournalRecordUndecodable(self.topic, partition, offset, str(exc)) from None
+                self._skip(partition, offset, str(exc))
+                return None
         missing = [h for h in (WORKFLOW_HEADER, RUN_ID_HEADER, RUN_SEQ_HEADER) if h not in named]
         if missing:
-            raise JournalRecordUndecodable(
-                self.topic, partition, offset, f"it has no {', '.join(missing)} header"
-            )
+            self._skip(partition, offset, f"it has no {', '.join(missing)} header")
+            return None
         try:
             raw_epoch = named.get(RECORD_EPOCH_HEADER)
             epoch = int(raw_epoch) if raw_epoch is not None else None
             return named[WORKFLOW_HEADER], named[RUN_ID_HEADER], int(named[RUN_SEQ_HEADER]), epoch
         except ValueError as exc:
-            raise JournalRecordUndecodable(
-                self.topic, partition, offset, f"a header is not a number: {exc}"
-            ) from None
+            self._skip(partition, offset, f"a header is not a number: {exc}")
+            return None
 
     def _forget(self, last: dict[Any, Any]) -> None:
         """Drop the runs that ended more than ``forget_after`` records behind the ``last``

@@ -8,6 +8,11 @@ folds them. Each run's journal is then folded with :func:`reconstruct_state`, as
 attempt folds it, and told to the lifecycle store as a :class:`JournaledRun`, which
 ``ValkeyLifecycleStore.restore_run`` writes in one script, or leaves alone when the run exists.
 
+One bad record never stops a rebuild: a record with a run's headers that does not decode (or,
+with a journal key, fails its MAC) is skipped and named in the report, and a run is restored
+only when its journal starts with its ``run:init`` at ``run_seq`` 1 and misses no ``run_seq``
+after it (else it is named as not restored); everything else is restored.
+
 Memory: a finished run is summarised as soon as its terminal is read (a terminal's first copy
 lands after the first copy of every earlier ``run_seq``: each copy is a run's suffix, produced in
 order), and its events are let go; only live runs' journals are held until the end, since each
@@ -25,7 +30,6 @@ from typing import Any, NamedTuple
 
 from lockgate._errors import (
     ConfigurationError,
-    JournalRecordUndecodable,
     LockgateError,
     StoreUnavailable,
 )
@@ -44,11 +48,13 @@ from lockgate.stores._records import PROGRESS_KINDS, WAIT_STATUS, Submit
 from lockgate.stores._types import WaitSpec, interrupt_signal
 from lockgate.stores.kafka._codec import (
     RUN_ID_HEADER,
+    RUN_SEQ_HEADER,
     SCHEMA_HEADER,
     WORKFLOW_HEADER,
     NotARunEvent,
     decode,
     header_map,
+    mac_problem,
 )
 from lockgate.stores.kafka._store import KafkaEventLogStore
 from lockgate.stores.valkey._lifecycle import (
@@ -88,10 +94,21 @@ class _Record(NamedTuple):
     event: RunEvent
 
 
-def _read_topic(log: KafkaEventLogStore, progress: Progress | None = None) -> Iterator[_Record]:
+class _Skipped(NamedTuple):
+    """A record carrying a run's headers that the rebuild does not believe, and why."""
+
+    partition: int
+    offset: int
+    reason: str
+
+
+def _read_topic(
+    log: KafkaEventLogStore, progress: Progress | None = None
+) -> Iterator[_Record | _Skipped]:
     """Every lockgate record of the journal topic, each partition from its low watermark to
-    the high watermark it had when the read began, in offset order. A record that is not a
-    lockgate event raises :class:`StoreUnavailable` naming where it is."""
+    the high watermark it had when the read began, in offset order; a record that carries a
+    run's headers but does not decode (or, with a journal key, whose MAC does not verify)
+    comes as a :class:`_Skipped` naming where it is and why."""
     consumer = log._consumer
     with log._read_lock:
         bounds = [log._watermarks(p) for p in range(log.shard_count)]
@@ -141,16 +158,30 @@ def _read_topic(log: KafkaEventLogStore, progress: Progress | None = None) -> It
             progress(total, total)
 
 
-def _record(log: KafkaEventLogStore, partition: int, msg: Any) -> _Record | None:
+def _record(log: KafkaEventLogStore, partition: int, msg: Any) -> _Record | _Skipped | None:
     headers = header_map(msg.headers())
     workflow, run_id = headers.get(WORKFLOW_HEADER), headers.get(RUN_ID_HEADER)
     value = msg.value()
-    if workflow is None or run_id is None or value is None:
+    if workflow is None or run_id is None:
         return None  # not a lockgate record: nothing of a run
+    offset = msg.offset() or 0
+    if log.journal_secret is not None:
+        problem = mac_problem(log.journal_secret, msg)
+        if problem is not None:
+            return _Skipped(partition, offset, problem)
+    if value is None:
+        return _Skipped(partition, offset, "it has no value")
     try:
         event = decode(value, headers.get(SCHEMA_HEADER))
     except NotARunEvent as exc:
-        raise JournalRecordUndecodable(log.topic, partition, msg.offset() or 0, str(exc)) from exc
+        return _Skipped(partition, offset, f"its value: {exc}")
+    if event.run_id != run_id or str(event.run_seq) != headers.get(RUN_SEQ_HEADER):
+        return _Skipped(
+            partition,
+            offset,
+            f"its headers name run {run_id!r} #{headers.get(RUN_SEQ_HEADER)} but its value "
+            f"run {event.run_id!r} #{event.run_seq}",
+        )
     kind, stamp = msg.timestamp()
     return _Record(
         partition, msg.offset() or 0, stamp / 1000 if kind else None, *(workflow, run_id), event
@@ -230,9 +261,19 @@ def summarise(run: Run, entry: _Live, ended_at: float | None) -> JournaledRun:
     """What the run's journal says it is, as the lifecycle store keeps a run."""
     name, run_id = run
     events = [entry.events[seq] for seq in sorted(entry.events)]
-    init = next((e for e in events if e.kind == EventKind.RUN_INIT), None)
-    if init is None:
-        raise _Unrestorable("its run:init is not in the topic (past the topic's retention?)")
+    # Only a journal lockgate began is restored: one that starts with the run's run:init at
+    # run_seq 1 and misses no run_seq after it. Anything else is a part of a journal (its
+    # start past retention, a record skipped) or records someone else wrote.
+    init = events[0]
+    if init.kind != EventKind.RUN_INIT or init.run_seq != 1:
+        raise _Unrestorable(
+            f"its journal does not start with a run:init at run_seq 1 (it starts with "
+            f"{init.kind} at run_seq {init.run_seq}: past the topic's retention, or not "
+            "written by lockgate)"
+        )
+    missing = next((n for n, e in enumerate(events, 1) if e.run_seq != n), None)
+    if missing is not None:
+        raise _Unrestorable(f"its journal misses run_seq {missing}")
     try:
         state = reconstruct_state(events)
     except LockgateError as exc:
@@ -361,8 +402,10 @@ class RebuildReport:
 
     ``restored`` counts the runs restored by (workflow, status). ``present`` counts runs left
     alone because the lifecycle store holds them already (a repeat, or a run made meanwhile).
-    ``not_restored`` names the runs whose journals cannot be restored, and why;
-    ``not_journaled`` what Valkey kept that no journal holds."""
+    ``not_restored`` names the runs whose journals cannot be restored, and why (``refused``
+    counts those whose journal is not one lockgate began, whole); ``skipped`` names each record
+    not believed, as ``(partition, offset, reason)``; ``not_journaled`` what Valkey kept that
+    no journal holds."""
 
     topic: str
     records: int = 0
@@ -373,6 +416,8 @@ class RebuildReport:
     idempotency_keys: int = 0
     fired_marks: int = 0
     not_restored: list[tuple[str, str, str]] = field(default_factory=list)
+    refused: int = 0
+    skipped: list[tuple[int, int, str]] = field(default_factory=list)
     not_journaled: tuple[str, ...] = NOT_JOURNALED
 
     def by_status(self) -> Counter[str]:
@@ -413,6 +458,8 @@ class RebuildReport:
         lines.append(f"trigger fired-through marks raised: {self.fired_marks}")
         for workflow, run_id, why in self.not_restored:
             lines.append(f"not restored: run {run_id} of {workflow}: {why}")
+        for partition, offset, why in self.skipped:
+            lines.append(f"skipped record {partition}/{offset} of {self.topic}: {why}")
         lines.append("not in the journal, so not restored: " + "; ".join(self.not_journaled))
         return lines
 
@@ -454,12 +501,18 @@ def rebuild_lifecycle(store: CompositeStore, *, progress: Progress | None = None
     attempts fail until it claims again. ``progress`` is told how far the read has got."""
     lifecycle, log = _tiers(store)
     collector = _Collector()
+    skipped: list[tuple[int, int, str]] = []
     for record in _read_topic(log, progress):
-        collector.take(record)
+        if isinstance(record, _Skipped):
+            skipped.append(tuple(record))  # type: ignore[arg-type]
+            collector.records += 1
+        else:
+            collector.take(record)
     runs = collector.runs()
-    report = RebuildReport(topic=log.topic, records=collector.records)
+    report = RebuildReport(topic=log.topic, records=collector.records, skipped=skipped)
     report.runs_seen = len(runs) + len(collector.failed)
     report.not_restored.extend((n, r, why) for (n, r), why in sorted(collector.failed.items()))
+    report.refused = len(collector.failed)
     live = {(r.name, r.run_id) for r in runs if not r.status.is_terminal}
     done = {(r.name, r.run_id): r for r in runs if r.status.is_terminal}
     for run in runs:

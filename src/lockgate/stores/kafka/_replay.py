@@ -15,6 +15,12 @@ a position and yields each event the way a journal read folds it (see ``_fold``)
 - ``workflow``, ``run_id``: only that workflow's or that run's events (the others are skipped
   by their headers, before their values are decoded).
 
+A record that carries a run's headers but is not believed (its value does not decode, its
+headers disagree with it, its MAC does not verify with a journal key set, or its epoch is above
+the highest the lifecycle store issued, when ``issued`` is given) is skipped and named in
+``summary.skipped``; with ``strict=True`` it ends the replay instead
+(:class:`JournalRecordUndecodable`).
+
 Records of different partitions come in the order Kafka hands them over; a partition's come in
 offset order. A consumer of its own reads the topic (assigned, never a group member, committing
 nothing), so a replay never disturbs a store's reads or any consumer group.
@@ -26,7 +32,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
@@ -40,7 +46,7 @@ from lockgate._errors import (
     StoreUnavailable,
 )
 from lockgate.journal._events import RunEvent
-from lockgate.stores.kafka._codec import decode
+from lockgate.stores.kafka._codec import decode, journal_secret, mac_problem
 from lockgate.stores.kafka._fold import BATCH, FORGET_AFTER, Folded, Folder, ReplaySummary
 from lockgate.stores.kafka._store import TOPIC_PREFIX
 from lockgate.stores.kafka._topic import watermarks
@@ -49,7 +55,9 @@ if TYPE_CHECKING:
     from lockgate.stores.kafka._store import KafkaEventLogStore
 #: Options a ``kafka://`` URL may hold: a replay uses ``topic_prefix`` and ``read_timeout``
 #: and accepts the store's other options (they are about writing), so one URL serves both.
-_URL_OPTIONS = frozenset({"topic_prefix", "read_timeout", "replication_factor", "delivery_timeout"})
+_URL_OPTIONS = frozenset(
+    {"topic_prefix", "read_timeout", "replication_factor", "delivery_timeout", "journal_key"}
+)
 #: Seconds a replay opened from a URL waits for Kafka to answer (``?read_timeout=`` changes it).
 READ_TIMEOUT = 10.0
 
@@ -199,6 +207,9 @@ class JournalReplay:
         read_timeout: float = READ_TIMEOUT,
         config: Mapping[str, Any] | None = None,
         forget_after: int = FORGET_AFTER,
+        strict: bool = False,
+        journal_key: bytes | None = None,
+        issued: Callable[[str, str], int | None] | None = None,
     ) -> None:
         _check_position(partition, from_offset, from_time, until_offset)
         from confluent_kafka import Consumer
@@ -206,7 +217,15 @@ class JournalReplay:
         self.topic = topic
         self.bootstrap_servers = bootstrap_servers
         self.read_timeout = read_timeout
-        self._folder = Folder(topic, workflow=workflow, run_id=run_id, forget_after=forget_after)
+        self._folder = Folder(
+            topic,
+            workflow=workflow,
+            run_id=run_id,
+            forget_after=forget_after,
+            strict=strict,
+            verify=_verifier(journal_key),
+            issued=_issued_cache(issued),
+        )
         self._consumer = Consumer(
             {
                 "bootstrap.servers": bootstrap_servers,
@@ -383,6 +402,30 @@ class JournalReplay:
                 del stops[tp.partition]
 
 
+def _verifier(secret: bytes | None) -> Callable[[Any], str | None] | None:
+    if secret is None:
+        return None
+    return lambda msg: mac_problem(secret, msg)
+
+
+def _issued_cache(
+    issued: Callable[[str, str], int | None] | None,
+) -> Callable[[bytes, bytes], int | None] | None:
+    """``issued`` asked once per run (by its header bytes) for the whole replay: a run's
+    highest epoch only grows, and the records read were written before the replay began."""
+    if issued is None:
+        return None
+    known: dict[tuple[bytes, bytes], int | None] = {}
+
+    def ask(workflow: bytes, run_id: bytes) -> int | None:
+        run = (workflow, run_id)
+        if run not in known:
+            known[run] = issued(workflow.decode(errors="replace"), run_id.decode(errors="replace"))
+        return known[run]
+
+    return ask
+
+
 def _check_position(
     partition: int | None,
     from_offset: int | None,
@@ -427,15 +470,21 @@ def replay_journal(
     until_offset: int | None = None,
     workflow: str | None = None,
     run_id: str | None = None,
+    strict: bool = False,
+    issued: Callable[[str, str], int | None] | None = None,
 ) -> JournalReplay:
     """Replay the journal topic of ``source``: a ``kafka://host:port[,host:port]
-    [?topic_prefix=...]`` URL (the one ``open_store(journal=...)`` takes) or a
-    :class:`KafkaEventLogStore` (its topic, bootstrap servers and client settings). See the
-    module docstring for the position; ``from_time`` is a datetime (UTC when it has no zone)
-    or epoch seconds. Raises, before reading anything, :class:`JournalPositionError` (no such
-    topic or partition, an offset past retention), :class:`ConfigurationError` (a bad URL or
-    position) or :class:`StoreUnavailable` (Kafka does not answer); while reading,
-    :class:`JournalRecordUndecodable` for a record that is not a lockgate event."""
+    [?topic_prefix=...][&journal_key=...]`` URL (the one ``open_store(journal=...)`` takes;
+    without ``journal_key``, ``LOCKGATE_JOURNAL_KEY`` when set) or a
+    :class:`KafkaEventLogStore` (its topic, bootstrap servers, client settings and journal
+    key). See the module docstring for the position; ``from_time`` is a datetime (UTC when it
+    has no zone) or epoch seconds. ``issued(workflow, run_id)`` gives the highest epoch the
+    lifecycle store issued for a run (None: it does not know the run); records above it are
+    skipped. Raises, before reading anything, :class:`JournalPositionError` (no such topic or
+    partition, an offset past retention), :class:`ConfigurationError` (a bad URL or position)
+    or :class:`StoreUnavailable` (Kafka does not answer); while reading, with ``strict``,
+    :class:`JournalRecordUndecodable` for the first record not believed (without it, such a
+    record is skipped and named in ``summary.skipped``)."""
     position: dict[str, Any] = {
         "partition": partition,
         "from_offset": from_offset,
@@ -443,15 +492,21 @@ def replay_journal(
         "until_offset": until_offset,
         "workflow": workflow,
         "run_id": run_id,
+        "strict": strict,
+        "issued": issued,
     }
     if isinstance(source, str):
         bootstrap, topic, read_timeout = parse_journal_url(source)
-        return JournalReplay(bootstrap, topic, read_timeout=read_timeout, **position)
+        secret = journal_secret(dict(parse_qsl(urlsplit(source).query)).get("journal_key"))
+        return JournalReplay(
+            bootstrap, topic, read_timeout=read_timeout, journal_key=secret, **position
+        )
     return JournalReplay(
         source.bootstrap_servers,
         source.topic,
         read_timeout=source.read_timeout,
         config=source.client_config,
+        journal_key=source.journal_secret,
         **position,
     )
 

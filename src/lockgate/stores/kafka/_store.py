@@ -68,6 +68,7 @@ from lockgate.journal._events import RunEvent
 from lockgate.stores._base import EventLogStore
 from lockgate.stores._calls import call_owned
 from lockgate.stores.kafka._codec import (
+    MAC_HEADER,
     RUN_ID_HEADER,
     SCHEMA_HEADER,
     WORKFLOW_HEADER,
@@ -76,13 +77,23 @@ from lockgate.stores.kafka._codec import (
     decode,
     encode,
     header_map,
+    journal_secret,
+    mac_problem,
     record_headers,
+    record_mac,
 )
 from lockgate.stores.kafka._delivery import Delivery, inbox_of
-from lockgate.stores.kafka._journal import Journal, Run, gapless, handed_out, lower
+from lockgate.stores.kafka._held import HeldReads
+from lockgate.stores.kafka._journal import (
+    Journal,
+    Run,
+    epoch_of,
+    handed_out,
+)
 from lockgate.stores.kafka._partition import gate_key, is_init, partition_for
 from lockgate.stores.kafka._producer import release_producer, shared_producer
 from lockgate.stores.kafka._topic import JOURNAL_TOPIC_CONFIG, prepare_topic, watermarks
+from lockgate.stores.kafka._trust import Doubts
 
 if TYPE_CHECKING:
     from lockgate.stores.kafka._replay import JournalReplay
@@ -104,7 +115,7 @@ _NATIVE = {
 }
 
 
-class KafkaEventLogStore(EventLogStore):
+class KafkaEventLogStore(HeldReads, EventLogStore):
     """Run journals in the Kafka topic ``{topic_prefix}.journal`` (see the module docstring).
 
     ``shard_count`` is the lifecycle store's: the topic's partition count. ``locate`` names a
@@ -129,6 +140,7 @@ class KafkaEventLogStore(EventLogStore):
         read_timeout: float = 30.0,
         config: Mapping[str, Any] | None = None,
         topic_config: Mapping[str, str] | None = None,
+        journal_key: str | None = None,
     ) -> None:
         if confluent_kafka is None or not codec_available():
             raise ConfigurationError(
@@ -149,6 +161,9 @@ class KafkaEventLogStore(EventLogStore):
         self.locate = locate
         self.delivery_timeout = delivery_timeout
         self.read_timeout = read_timeout
+        #: The journal key records are signed and checked with (``journal_key``, else
+        #: ``LOCKGATE_JOURNAL_KEY``), or None: no MAC written or asked for.
+        self.journal_secret = journal_secret(journal_key)
         # librdkafka logs through Python's logging (served when a client polls), not
         # straight to stderr, where its reconnect noise would land even after the store closed.
         common = {
@@ -199,6 +214,12 @@ class KafkaEventLogStore(EventLogStore):
         #: Where a lifecycle store keeps each run's position (see ``bind_lifecycle``).
         self._stored_position: Callable[[str, str], tuple[int, int] | None] | None = None
         self._keep_position: Callable[[str, str, int, int], tuple[int, int] | None] | None = None
+        #: A run's position and the highest epoch the lifecycle issued for it, in one read.
+        self._stored_bounds: (
+            Callable[[str, str], tuple[tuple[int, int] | None, int | None]] | None
+        ) = None
+        #: Records not believed: counted, and said once per run.
+        self._doubts = Doubts(self.topic)
 
     def __repr__(self) -> str:
         return f"KafkaEventLogStore({self.bootstrap_servers!r}, topic={self.topic!r})"
@@ -218,6 +239,9 @@ class KafkaEventLogStore(EventLogStore):
         )
         if callable(stored) and callable(keep):
             self._stored_position, self._keep_position = stored, keep
+        bounds = getattr(lifecycle, "journal_bounds", None)
+        if callable(bounds):
+            self._stored_bounds = bounds
 
     def coroutine_for(self, method: Callable[..., Any]) -> Callable[..., Awaitable[Any]] | None:
         """What ``append_copies``, ``held_through`` and ``journal_through`` do, on the running
@@ -316,6 +340,10 @@ class KafkaEventLogStore(EventLogStore):
         with self._memory:
             journal = self._journals.get(run)
             if journal is not None:
+                if journal.bound is not None:
+                    # Copies of the lifecycle's own outbox: their epoch (a newer claim's) was
+                    # issued, so the bound rises to it rather than holding them aside.
+                    journal.set_bound(max(epoch_of(event) for event in events))
                 for event in events:
                     journal.keep(event)
                 if kept is not None and journal.first is not None and kept[1] < journal.first:
@@ -397,15 +425,19 @@ class KafkaEventLogStore(EventLogStore):
             delivery.report,
             key.encode(),
         )
+        secret = self.journal_secret
         sent = start
         try:
             for event in events[start:]:
+                value, headers = encode(event), record_headers(name, event)
+                if secret is not None:
+                    headers.append((MAC_HEADER, record_mac(secret, record_key, value, headers)))
                 produce(
                     topic,
-                    value=encode(event),
+                    value=value,
                     key=record_key,
                     partition=partition,
-                    headers=record_headers(name, event),
+                    headers=headers,
                     on_delivery=report,
                 )
                 sent += 1
@@ -462,114 +494,6 @@ class KafkaEventLogStore(EventLogStore):
             events = journal.ordered()
         return handed_out(events)
 
-    def held_through(
-        self,
-        name: str,
-        run_id: str,
-        outbox: Sequence[RunEvent],
-        journal_at: tuple[int, int] | None = None,
-    ) -> int:
-        """The ``run_seq`` up to which the topic is known to hold the run's events with no
-        gap, given its ``outbox`` (every event of the live run from ``run_seq`` 1, as a
-        lifecycle store keeps them; a :class:`CompositeStore`'s first copy of a run asks).
-
-        Known from memory, or from the position the lifecycle keeps: it is kept once a copy
-        starting at ``run_seq`` 1 was acknowledged, so that event is there and this process
-        keeps the outbox's copy of it. Past that the run's partition is read from the run's
-        first offset only until every outbox event is found, or to the partition's end.
-
-        ``journal_at``: the position the lifecycle keeps, when the caller has it already (a
-        claim answers it): it is not asked for again."""
-        run = (name, run_id)
-        stored = journal_at
-        if self._stored_position is not None and self._must_ask_position(run, journal_at):
-            stored = self._stored_position(name, run_id)
-        held = self._held_without_reading(run, outbox, stored)
-        return held if held is not None else self._held_by_reading(run, outbox, stored)
-
-    async def _held_through_natively(
-        self,
-        name: str,
-        run_id: str,
-        outbox: Sequence[RunEvent],
-        journal_at: tuple[int, int] | None = None,
-    ) -> int:
-        run = (name, run_id)
-        stored = journal_at
-        if self._stored_position is not None and self._must_ask_position(run, journal_at):
-            stored = await call_owned(self._stored_position, name, run_id)
-        held = self._held_without_reading(run, outbox, stored)
-        if held is not None:
-            return held
-        found: int = await call_owned(self._held_by_reading, run, outbox, stored)
-        return found
-
-    def journal_if_held(
-        self,
-        name: str,
-        run_id: str,
-        outbox: Sequence[RunEvent],
-        journal_at: tuple[int, int] | None,
-    ) -> list[RunEvent] | None:
-        """The run's journal from memory, when this process can tell with no request that
-        the topic holds every event of ``outbox`` (every event of the live run, as a claim
-        loads it), given ``journal_at`` (the lifecycle's position of the run, as the claim
-        answers it); else None, and the caller asks :meth:`held_through`. Safe on an event
-        loop: it only looks at memory."""
-        run = (name, run_id)
-        if self._must_ask_position(run, journal_at):
-            return None  # the lifecycle must be asked where the run starts
-        last = outbox[-1].run_seq or 0
-        if self._held_without_reading(run, outbox, journal_at) != last:
-            return None
-        return self._journal_in_memory(run, last)
-
-    def _must_ask_position(self, run: Run, journal_at: tuple[int, int] | None) -> bool:
-        """Whether the lifecycle is to be asked where the run starts in the topic: the caller
-        was not told (``journal_at``) and this process knows nothing of the run."""
-        return journal_at is None and self._knows_nothing_of(run)
-
-    def _knows_nothing_of(self, run: Run) -> bool:
-        with self._memory:
-            return run not in self._journals and run not in self._positions
-
-    def _held_without_reading(
-        self, run: Run, outbox: Sequence[RunEvent], stored: tuple[int, int] | None
-    ) -> int | None:
-        """:meth:`held_through` from memory and ``stored`` (the lifecycle's position of a
-        run this process knows nothing of), or None when the topic must be read."""
-        with self._memory:
-            journal = self._journals.get(run)
-            if journal is None:
-                known = self._positions.get(run) or stored
-                if known is None:
-                    return 0  # no copy counts yet (see _find)
-                journal = Journal(*known, first=known[1])
-                journal.keep(outbox[0])
-            if not journal.holds_through(outbox[-1].run_seq or 0):
-                return None
-            self._remember(run, journal, ())
-            return gapless(journal.events)
-
-    def _held_by_reading(
-        self, run: Run, outbox: Sequence[RunEvent], stored: tuple[int, int] | None
-    ) -> int:
-        """:meth:`held_through` by reading the run's partition, no further than it takes."""
-        with self._memory:
-            journal = self._journals.get(run)
-            known = lower(self._positions.get(run), stored)
-            if journal is not None:
-                fork = journal.fork()
-            elif known is not None:
-                fork = Journal(*known, first=known[1])
-                fork.keep(outbox[0])
-            else:
-                return 0
-        with self._read_lock:
-            self._read_on(fork, run, until=outbox[-1].run_seq or 0)
-        with self._memory:
-            return gapless(self._adopt(run, fork, always=True).events)
-
     def _read(self, name: str, run_id: str) -> list[RunEvent]:
         """The run's journal, folded by ``run_seq``: from memory when it has ended, else after
         reading its partition on from where this process last did (into a copy, merged back:
@@ -596,10 +520,11 @@ class KafkaEventLogStore(EventLogStore):
         offset than the one this process started the journal from (another process's copy of
         the run's start landed first, and events may have followed it before this process's
         copy), read the run from there too."""
-        kept = self._stored_position(*run) if self._stored_position is not None else None
+        kept, issued = self._ask_bounds(run)
+        self._bound(journal, run, issued)
         if kept is None or journal.first is None or kept[1] >= journal.first:
             return
-        earlier = Journal(kept[0], kept[1], first=kept[1])
+        earlier = Journal(kept[0], kept[1], first=kept[1], bound=journal.bound)
         self._read_on(earlier, run)
         journal.merge(earlier)
 
@@ -620,8 +545,9 @@ class KafkaEventLogStore(EventLogStore):
         offset when known (remembered here, else kept by the lifecycle store), else, with no
         lifecycle store bound, from the partition's start."""
         known = self._positions.get(run)
+        issued = None
         if self._stored_position is not None:
-            stored = self._stored_position(*run)
+            stored, issued = self._ask_bounds(run)
             if stored is not None and (known is None or stored[1] < known[1]):
                 known = stored
             if known is None:
@@ -630,14 +556,29 @@ class KafkaEventLogStore(EventLogStore):
                 # counts yet (one made just before a crash is copied again, with a position).
                 return Journal(self.locate(*run) if self.locate is not None else 0, 0)
         if known is not None:
-            journal = Journal(*known)
+            journal = Journal(*known, bound=issued)
         else:
             partition = self.locate(*run) if self.locate is not None else None
             if partition is None:
                 partition = self._search(run)
-            journal = Journal(partition, self._low(partition))
+            journal = Journal(partition, self._low(partition), bound=issued)
         self._read_on(journal, run)
         return journal
+
+    def _ask_bounds(self, run: Run) -> tuple[tuple[int, int] | None, int | None]:
+        """Where the lifecycle keeps the run's journal starting, and the highest epoch it
+        issued for the run (None when it does not say): one read of the lifecycle."""
+        if self._stored_bounds is not None:
+            return self._stored_bounds(*run)
+        if self._stored_position is not None:
+            return self._stored_position(*run), None
+        return None, None
+
+    def _bound(self, journal: Journal, run: Run, issued: int | None) -> None:
+        """Tell ``journal`` the highest epoch issued for its run; say what that drops."""
+        dropped = journal.set_bound(issued)
+        if dropped:
+            self._doubts.dropped(run, "epoch", dropped)
 
     def _search(self, run: Run) -> int:
         """The partition holding ``run``'s records, with no ``locate``: its run id's, else the
@@ -711,8 +652,7 @@ class KafkaEventLogStore(EventLogStore):
         finally:
             self._consumer.unassign()
 
-    @staticmethod
-    def _take(msg: Message, journal: Journal, run: Run) -> None:
+    def _take(self, msg: Message, journal: Journal, run: Run) -> None:
         err = msg.error()
         if err is not None:
             if err.code() == KafkaError._PARTITION_EOF:
@@ -720,6 +660,13 @@ class KafkaEventLogStore(EventLogStore):
             raise KafkaException(err)
         headers = header_map(msg.headers())
         if (headers.get(WORKFLOW_HEADER), headers.get(RUN_ID_HEADER)) == run:
+            problem = (
+                mac_problem(self.journal_secret, msg) if self.journal_secret is not None else None
+            )
+            if problem is not None:
+                self._doubts.dropped(run, "mac", detail=problem)
+                journal.next_offset = max(journal.next_offset, (msg.offset() or 0) + 1)
+                return
             value = msg.value()
             try:
                 event = decode(value, headers.get(SCHEMA_HEADER)) if value is not None else None
@@ -729,8 +676,8 @@ class KafkaEventLogStore(EventLogStore):
                 raise JournalRecordUndecodable(*where, str(exc)) from exc
             if journal.first is None:
                 journal.first = msg.offset()
-            if event is not None:
-                journal.keep(event)
+            if event is not None and not journal.keep(event):
+                self._doubts.dropped(run, "epoch")
         journal.next_offset = max(journal.next_offset, (msg.offset() or 0) + 1)
 
     def _remember(self, run: Run, journal: Journal, events: Sequence[RunEvent]) -> None:
@@ -756,10 +703,13 @@ class KafkaEventLogStore(EventLogStore):
         until_offset: int | None = None,
         workflow: str | None = None,
         run_id: str | None = None,
+        strict: bool = False,
     ) -> JournalReplay:
         """Replay the journal topic: an iterator of folded :class:`JournalRecord` s across the
         partitions read, up to each one's end offset (``until_offset``, exclusive, else its
-        high watermark now), with a :class:`ReplaySummary`. See :func:`replay_journal`."""
+        high watermark now), with a :class:`ReplaySummary`. See :func:`replay_journal`; with
+        a lifecycle store bound, records above the highest epoch it issued for their run are
+        skipped too."""
         from lockgate.stores.kafka._replay import replay_journal
 
         return replay_journal(
@@ -770,9 +720,30 @@ class KafkaEventLogStore(EventLogStore):
             until_offset=until_offset,
             workflow=workflow,
             run_id=run_id,
+            strict=strict,
+            issued=self._issued if self._stored_bounds is not None else None,
         )
 
+    def _issued(self, name: str, run_id: str) -> int | None:
+        return self._ask_bounds((name, run_id))[1]
+
     # -- the rest ------------------------------------------------------------------------------
+
+    def info(self) -> dict[str, Any]:
+        """The journal topic as an operator checks it: its name, the bootstrap servers, whether
+        records are signed, and each partition's low watermark (the oldest record kept) and end
+        offset (the next record's)."""
+        with self._read_lock:
+            marks = [self._watermarks(p) for p in range(self.shard_count)]
+        offsets = {str(p): {"low": low, "end": end} for p, (low, end) in enumerate(marks)}
+        return {
+            "bootstrap_servers": self.bootstrap_servers,
+            "topic": self.topic,
+            "partitions": self.shard_count,
+            "signed": self.journal_secret is not None,
+            "records": sum(end - low for low, end in marks),
+            "offsets": offsets,
+        }
 
     def ping(self) -> None:
         self._watermarks(0)

@@ -108,6 +108,24 @@ class ValkeyLifecycleStore(ValkeyStore):
         partition, _, offset = kept.partition(":")
         return int(partition), int(offset)
 
+    @operation
+    def journal_bounds(
+        self, name: str, run_id: str
+    ) -> Op[tuple[tuple[int, int] | None, int | None]]:
+        """:meth:`journal_position` and the highest epoch (fencing token) this store issued
+        for the run, from the one read of the run's record: ``(None, None)`` for a run it
+        does not hold. An event log believes no event stamped with a higher epoch."""
+        fields = yield from self._fields_op(name, run_id)
+        if fields is None:
+            return None, None
+        kept = fields.get("journal_at")
+        position = None
+        if kept:
+            partition, _, offset = kept.partition(":")
+            position = int(partition), int(offset)
+        epoch = fields.get("epoch")
+        return position, int(epoch) if epoch and epoch.isdigit() else 0
+
     def restore_run(self, run: JournaledRun) -> bool:
         """Write ``run`` back as its journal tells it (``lockgate store rebuild``), in one
         script in its shard: True when restored, False when the run exists already (then
