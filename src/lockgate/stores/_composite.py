@@ -44,6 +44,7 @@ from lockgate.stores._types import (
     Claims,
     RunControls,
     RunInfo,
+    StoreMarker,
     Written,
 )
 
@@ -524,6 +525,14 @@ class CompositeStore(CompositeGroups):
     def ping(self) -> None:
         self.lifecycle.ping()
         getattr(self.events, "ping", lambda: None)()
+
+    def ensure_marker(self) -> bool:
+        """The lifecycle backend's marker: what a loss of it (Valkey restarted empty) takes
+        away, while the event log keeps the journals to rebuild it from."""
+        return self.lifecycle.ensure_marker()
+
+    def read_marker(self) -> StoreMarker | None:
+        return self.lifecycle.read_marker()
 
     def close(self) -> None:
         self.lifecycle.close()
