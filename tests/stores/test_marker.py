@@ -67,7 +67,9 @@ def test_runs_their_ends_and_maintenance_leave_the_marker_alone(
     store.ensure_marker()
     marker = store.read_marker()
     claimed(store, "r1", "lease-a")
-    store.append_events(NAME, "r1", [event(EventKind.RUN_COMPLETE, "r1", result=1)], fence="lease-a")
+    store.append_events(
+        NAME, "r1", [event(EventKind.RUN_COMPLETE, "r1", result=1)], fence="lease-a"
+    )
     store.submit_run(NAME, "r2", {})
     store.terminate_run(NAME, "r2")
     clock.advance(30 * 86_400)  # past every backend's retention of ended runs
@@ -100,7 +102,7 @@ def _lose_everything(store: Store) -> None:
             if row[0].startswith("lg_") and row[0] != "lg_meta"
         ]
         for table in tables:
-            conn.execute(f"DELETE FROM {table}")  # noqa: S608 - names from the file itself
+            conn.execute(f"DELETE FROM {table}")  # names from the file itself
         conn.execute("DELETE FROM lg_meta WHERE key = 'marker'")
         conn.commit()
     finally:
