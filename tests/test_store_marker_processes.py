@@ -87,7 +87,7 @@ def test_a_valkey_restarted_empty_is_told_once_and_stops_claiming_until_marked_a
         for worker, port in zip(workers, ports, strict=True):
             worker.line(LOST)
             worker.until("/readyz answers 503", lambda port=port: get(port, "/readyz")[0] == 503)
-        code, body = get(ports[0], "/readyz")
+        _, body = get(ports[0], "/readyz")
         assert body["status"] == "store_lost", body
         assert LOST in body["error"], body
         assert store.get_run("cli_naps", done) is None  # gone with the data
