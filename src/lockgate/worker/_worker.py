@@ -254,8 +254,8 @@ class WorkflowWorker:
         started = self._pool.started
         grace = self.options.shutdown_grace
         try:
-            await mark_store(self._rt)
             await register_workflows(self._rt)
+            await mark_store(self._rt)
             await recover_orphans(self._rt)
             await fail_stranded(self._rt)
             await self._drain_runnable()
@@ -340,9 +340,9 @@ class WorkflowWorker:
         raise AssertionError("backoff() never ends")
 
     async def _record_at_start(self) -> None:
-        """Mark the store (a new one) and record the served workflows in it."""
-        await mark_store(self._rt)
+        """Record the served workflows in the store, and mark it (a new one)."""
         await register_workflows(self._rt)
+        await mark_store(self._rt)
 
     async def _drain_runnable(self) -> None:
         rt, pool = self._rt, self._pool
