@@ -213,3 +213,54 @@ async def test_a_rebuild_marks_the_store_it_restored(
         assert store.get_run("w", "r1") is not None
     finally:
         store.close()
+
+
+def test_store_init_marks_a_valkey_namespace_once(capsys: pytest.CaptureFixture[str]) -> None:
+    from lockgate.cli._main import main
+
+    namespace = f"m{uuid.uuid4().hex[:12]}"
+    url = ["--store", f"{shared_url()}?namespace={namespace}"]
+    assert main(["store", "init", *url]) == 0
+    assert "marked ValkeyStore(" in capsys.readouterr().out
+    store = ValkeyStore(shared_url(), namespace=namespace)
+    try:
+        marker = store.read_marker()
+        assert marker is not None
+        assert main(["store", "init", *url]) == 0
+        assert "is already a store; nothing to do" in capsys.readouterr().out
+        assert store.read_marker() == marker
+    finally:
+        store.close()
+
+
+async def test_a_marker_written_anew_before_the_worker_looked_is_said_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another worker (or `store init`) marked the emptied store before this one read the
+    marker: the attempt that finds its run gone finds a marker of another id, says so once,
+    ends quietly, and the worker goes on."""
+    caplog.set_level(logging.INFO, logger="lockgate")
+    path = tmp_path / "store.db"
+    # A heartbeat cadence far beyond the test: only the attempt's own finding reads the marker.
+    store = SQLiteStore(path, lock_ttl=7200.0, heartbeat_interval=3600.0)
+    tag = uuid.uuid4().hex
+    RELEASE[tag] = asyncio.Event()
+    worker = WorkflowWorker(workflows=[marker_held, marker_quick], store=store, options=options())
+    async with serving(worker):
+        first = await worker.client.submit("marker_quick", {"n": 1})
+        assert await first.result(timeout=WAIT_S) == 2
+        await worker.client.submit("marker_held", {"tag": tag})
+        await wait_until("the held step runs", lambda: worker.running_attempts == 1)
+        before = store.read_marker()
+        empty_in_place(path)
+        assert store.ensure_marker() is True
+        RELEASE[tag].set()
+        await wait_until("the attempt ended", lambda: worker.running_attempts == 0)
+        after = await worker.client.submit("marker_quick", {"n": 5})
+        assert await after.result(timeout=WAIT_S) == 6  # the worker went on
+    store.close()
+    assert before is not None
+    loud = [r for r in caplog.records if r.name.startswith("lockgate") and r.levelno >= 30]
+    assert len(loud) == 1, [r.getMessage() for r in loud]
+    assert "lost its data and was marked anew" in loud[0].getMessage()
+    assert not any(r.exc_info for r in caplog.records)
