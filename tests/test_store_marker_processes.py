@@ -120,7 +120,11 @@ def test_a_valkey_restarted_empty_is_told_once_and_stops_claiming_until_marked_a
             worker.line("carries its marker again")
             worker.until("/readyz answers 200", lambda port=port: get(port, "/readyz")[0] == 200)
         workers[0].until("the probe completes", lambda: status(store, probe) == RunStatus.COMPLETE)
-        after = submit(store, 0.0, 0.0)  # by name: the workers recorded the workflow again
+        workers[0].until(
+            "the workers recorded their workflow again",
+            lambda: store.get_workflow_policy("cli_naps") == policy,
+        )
+        after = submit(store, 0.0, 0.0)  # by name, from the recorded policy
         workers[0].until("a new run completes", lambda: status(store, after) == RunStatus.COMPLETE)
     finally:
         store.close()
