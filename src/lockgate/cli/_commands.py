@@ -278,7 +278,9 @@ def add_admin_parsers(group: Subparsers, common: list[argparse.ArgumentParser]) 
     """``store`` and ``demo``."""
     store = group.add_parser("store", help="the store itself")
     sub = store.add_subparsers(dest="store_command", metavar="COMMAND", required=True)
-    p = sub.add_parser("init", parents=common, help="create the store if it does not exist")
+    p = sub.add_parser(
+        "init", parents=common, help="create the store if it does not exist, and write its marker"
+    )
     p.set_defaults(run=store_init, creates_store=True)
     p = sub.add_parser("info", parents=common, help="what the store holds and how it is set")
     p.add_argument("--json", action="store_true", help="one JSON object")
