@@ -356,11 +356,10 @@ class ValkeyCore:
         that would read it wrongly: a namespace of another key layout (an older lockgate's,
         whose keys this one would not find, see ``valkey._keys``), or another shard count (its
         runs would be looked for in the wrong shards)."""
-        args = (KEY_LAYOUT, str(self.shard_count))
-        layout, shards = self._script("g_namespace", *args, "")
+        layout, shards = self._script("g_namespace", KEY_LAYOUT, str(self.shard_count), "")
         if _text(layout) == "1" and keyspace.written_now(keyspace.under(self._cmd, self.prefix)):
             # Keys of this layout, written after the namespace lost its data: record it again.
-            layout, shards = self._script("g_namespace", *args, "1")
+            layout, shards = self._script("g_namespace", KEY_LAYOUT, str(self.shard_count), "1")
         layout, recorded = _text(layout), _text(shards)
         if layout != KEY_LAYOUT:
             raise ConfigurationError(layout_refusal(self.namespace, layout, NAMESPACE_ENV))
