@@ -28,7 +28,7 @@ from lockgate import (
     step,
     workflow,
 )
-from lockgate.stores import WorkerInfo
+from lockgate.stores import StoreMarker, WorkerInfo
 from lockgate.worker import WorkerOptions, WorkflowWorker
 from lockgate.worker._status import StoreState
 from test_worker import FAST, WAIT_S, http_get, options, serving, wait_until, wk_double
@@ -81,6 +81,14 @@ class OutageStore(MemoryStore):
 
     def ping(self) -> None:
         self._answer("ping")
+
+    def ensure_marker(self) -> bool:
+        self._answer("ensure_marker")
+        return super().ensure_marker()
+
+    def read_marker(self) -> StoreMarker | None:
+        self._answer("read_marker")  # the worker's check that the store kept its data
+        return super().read_marker()
 
 
 @pytest.fixture
@@ -329,8 +337,9 @@ async def test_failing_claims_tell_the_outage(caplog: pytest.LogCaptureFixture) 
         await wait_until(
             "claims failed", lambda: store.refused.get("claim_next_runs_loaded", 0) >= 3
         )
-        # The presence beat keeps the store's heartbeat cadence whatever the options say.
-        assert set(store.refused) - {"record_worker"} == {"claim_next_runs_loaded"}
+        # The presence beat and the marker check keep the store's heartbeat cadence whatever
+        # the options say.
+        assert set(store.refused) - {"record_worker", "read_marker"} == {"claim_next_runs_loaded"}
         store.down = False
         run = await worker.client.submit("wk_double", {"n": 4})
         assert await run.result(timeout=WAIT_S) == 9

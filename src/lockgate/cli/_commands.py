@@ -180,14 +180,20 @@ def _store_method(store: Store, method: str) -> Any:
 
 
 def store_init(args: argparse.Namespace, store: Store) -> int:
-    """The store is open, so it exists now: say whether this call made it."""
+    """The store is open, so it exists now: mark it (``Store.ensure_marker``), and say whether
+    this call made it or marked it. A store without its marker is a new one, or one that lost
+    its data: marked, the workers waiting on it go on with it as it is."""
+    marked = store.ensure_marker()
+    name = describe_store(store)
     if getattr(store, "created", False):
-        out(f"created {describe_store(store)}, an empty store")
-    elif hasattr(store, "created"):
-        out(f"{describe_store(store)} is already a store; nothing to do")
+        out(f"created {name}, an empty store")
+    elif marked:
+        out(
+            f"marked {name} as a store: it carried no marker (a new store, one an older "
+            f"lockgate made, or one that lost its data); workers go on with it as it is"
+        )
     else:
-        store.ping()
-        out(f"{describe_store(store)} needs no creating; it answers")
+        out(f"{name} is already a store; nothing to do")
     return OK
 
 
@@ -272,7 +278,9 @@ def add_admin_parsers(group: Subparsers, common: list[argparse.ArgumentParser]) 
     """``store`` and ``demo``."""
     store = group.add_parser("store", help="the store itself")
     sub = store.add_subparsers(dest="store_command", metavar="COMMAND", required=True)
-    p = sub.add_parser("init", parents=common, help="create the store if it does not exist")
+    p = sub.add_parser(
+        "init", parents=common, help="create the store if it does not exist, and write its marker"
+    )
     p.set_defaults(run=store_init, creates_store=True)
     p = sub.add_parser("info", parents=common, help="what the store holds and how it is set")
     p.add_argument("--json", action="store_true", help="one JSON object")

@@ -33,6 +33,7 @@ from lockgate.stores._types import (
     Claims,
     RunControls,
     RunInfo,
+    StoreMarker,
     TerminateOutcome,
     WaitOutcome,
     WaitSpec,
@@ -307,6 +308,19 @@ class LifecycleStore(abc.ABC):
     @abc.abstractmethod
     def ping(self) -> None:
         """Raise :class:`StoreUnavailable` unless the store answers."""
+
+    @abc.abstractmethod
+    def ensure_marker(self) -> bool:
+        """Write the store's :class:`StoreMarker` unless it carries one: True when this call
+        wrote it (a new store, or one that lost its data), False when it was there. Called
+        where a store is created on purpose: ``lockgate store init``, a worker's start, a
+        rebuild. Nothing else writes it, so a store whose marker is gone lost its data."""
+
+    @abc.abstractmethod
+    def read_marker(self) -> StoreMarker | None:
+        """The store's marker, or None when it has none (never marked, or its data was lost).
+        One cheap read: a worker asks it on its heartbeat cadence. Nothing a run does, nor
+        :meth:`run_maintenance`, ever removes it."""
 
     def close(self) -> None:  # noqa: B027 - optional hook with nothing to do by default
         """Release connections and files. Idempotent."""

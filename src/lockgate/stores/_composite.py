@@ -44,6 +44,7 @@ from lockgate.stores._types import (
     Claims,
     RunControls,
     RunInfo,
+    StoreMarker,
     Written,
 )
 
@@ -74,15 +75,20 @@ async def _to_its_end(write: Awaitable[T]) -> T:
     thread a write runs to its end anyway; this makes the loop's the same."""
     task = asyncio.ensure_future(write)
     _ENDING.add(task)
-    task.add_done_callback(_ended)
-    return await asyncio.shield(task)
+    task.add_done_callback(_ENDING.discard)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        # The caller stopped waiting: no one else hears how the write ends. (A caller that
+        # waited has its failure raised to it, and tells it itself.)
+        task.add_done_callback(_ended_unheard)
+        raise
 
 
-def _ended(task: asyncio.Task[Any]) -> None:
-    _ENDING.discard(task)
+def _ended_unheard(task: asyncio.Task[Any]) -> None:
     if task.cancelled():
         return
-    failed = task.exception()  # retrieved: a caller cancelled in the meantime never will
+    failed = task.exception()
     if failed is not None:
         _log.warning("a run-ending write failed after its caller stopped waiting: %s", failed)
 
@@ -534,6 +540,14 @@ class CompositeStore(CompositeGroups):
     def ping(self) -> None:
         self.lifecycle.ping()
         getattr(self.events, "ping", lambda: None)()
+
+    def ensure_marker(self) -> bool:
+        """The lifecycle backend's marker: what a loss of it (Valkey restarted empty) takes
+        away, while the event log keeps the journals to rebuild it from."""
+        return self.lifecycle.ensure_marker()
+
+    def read_marker(self) -> StoreMarker | None:
+        return self.lifecycle.read_marker()
 
     def close(self) -> None:
         self.lifecycle.close()

@@ -187,3 +187,39 @@ class RunInfo:
             "wait": self.wait.to_dict() if self.wait else None,
             "cancel_requested_at": self.cancel_requested_at,
         }
+
+
+@dataclass(frozen=True)
+class StoreMarker:
+    """The record a store carries from the moment it was created (``lockgate store init``, the
+    first worker, ``lockgate store rebuild``) until it loses its data: a Valkey namespace's
+    ``marker`` hash, a row of an SQLite file. A worker that finds it gone knows the store lost
+    what it held, which an empty store cannot tell by itself.
+
+    ``marker_id`` is drawn when the marker is written, so a marker written again (after a loss)
+    is told from the first. ``created_at`` is the store's time then; ``layout`` the key layout
+    or file format it was written with; ``shard_count`` the store's shards."""
+
+    marker_id: str
+    created_at: float
+    layout: str
+    shard_count: int = 1
+
+    @classmethod
+    def from_fields(cls, fields: dict[str, str]) -> StoreMarker:
+        """The marker as a backend keeps it: text fields (``id``, ``created_at``, ``layout``,
+        ``shard_count``)."""
+        return cls(
+            marker_id=fields["id"],
+            created_at=float(fields["created_at"]),
+            layout=fields.get("layout", ""),
+            shard_count=int(fields.get("shard_count") or 1),
+        )
+
+    def to_fields(self) -> dict[str, str]:
+        return {
+            "id": self.marker_id,
+            "created_at": repr(float(self.created_at)),
+            "layout": self.layout,
+            "shard_count": str(self.shard_count),
+        }

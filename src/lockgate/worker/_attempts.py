@@ -8,10 +8,11 @@ import contextlib
 import logging
 from dataclasses import dataclass
 
-from lockgate._errors import StoreFileGone, StoreUnavailable
+from lockgate._errors import RunNotFoundError, StoreFileGone, StoreUnavailable
 from lockgate.metrics import _hooks as metrics
 from lockgate.stores import _notices as notices
 from lockgate.stores._types import ClaimedRun
+from lockgate.worker._marker import lost_with_store
 from lockgate.worker._runtime import Runtime, wait_all
 from lockgate.worker._status import backoff
 from lockgate.workflow import _blocked as blocked
@@ -44,6 +45,9 @@ class Claim:
     name: str
     run_id: str
     lease: str
+    #: The losses of the store's data the worker had seen when the run was claimed: one seen
+    #: since took the run with it (``worker/_marker.py``).
+    losses: int = 0
 
 
 class AttemptPool:
@@ -118,7 +122,7 @@ class AttemptPool:
         """Start the attempt of a claimed run in the slot reserved for it; ``claimed`` is what
         the claim read with it (the journal and controls), if it did, and ``leased_at`` the
         time from which its lease runs."""
-        claim = Claim(spec.name, run_id, lease)
+        claim = Claim(spec.name, run_id, lease, self._rt.marker.losses)
         task = asyncio.create_task(
             self._measured(spec, claim, claimed, leased_at),
             name=f"lockgate-attempt:{spec.name}:{run_id}",
@@ -229,7 +233,9 @@ class AttemptPool:
                 # The store is still away: keep the run in its slot and try until it lands.
                 await self._requeue_when_back(claim)
             return "store_unavailable"
-        except Exception:
+        except Exception as exc:
+            if isinstance(exc, RunNotFoundError) and await lost_with_store(rt, claim.losses):
+                return self._lost_with_store(claim)
             # An engine fault, not the body's (the body's own errors end the run in error).
             # Requeue it as a lost attempt, so a run that keeps hitting it ends after
             # max_retries instead of looping.
@@ -264,6 +270,15 @@ class AttemptPool:
         self.outcomes["store_file_gone"] += 1
         return "store_file_gone"
 
+    def _lost_with_store(self, claim: Claim) -> str:
+        """The attempt's run went with the store's data: nothing of it can be written, and
+        the worker has said so once (``worker/_marker.py``); a rebuild brings the run back."""
+        log.debug(
+            "run %s of %s: gone with the store's data; attempt dropped", claim.run_id, claim.name
+        )
+        self.outcomes["store_lost"] += 1
+        return "store_lost"
+
     async def _requeue_when_back(self, claim: Claim) -> None:
         """Requeue a run whose attempt lost the store, as ``store_unavailable`` (counted
         against ``max_store_requeues``): now, and while the store stays unreachable, again
@@ -285,6 +300,12 @@ class AttemptPool:
                 return
             except StoreFileGone:
                 self._file_gone(claim)
+                return
+            except RunNotFoundError:
+                if await lost_with_store(rt, claim.losses):
+                    self._lost_with_store(claim)
+                    return
+                log.exception("run %s of %s: putting it back failed", claim.run_id, claim.name)
                 return
             except StoreUnavailable as exc:
                 log.debug(

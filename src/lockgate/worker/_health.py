@@ -3,7 +3,8 @@
 ``GET /livez`` answers 200 while the worker's event loop is serving requests, which is what a
 liveness probe needs to know. ``GET /readyz`` answers 200 once the worker is serving (its store
 opened and its workflows recorded) and the store answers a ping; 503 while it is starting,
-while the store does not answer, and once the worker is shutting down, so a load balancer or
+while the store does not answer, while the store is without its marker (it lost its data: see
+``worker/_marker.py``), and once the worker is shutting down, so a load balancer or
 orchestrator stops counting on it. ``GET /metrics`` answers the Prometheus text format of the
 default registry (``docs/metrics.md``), or 404 when prometheus-client is not installed.
 Anything else is 404. One request per connection.

@@ -59,6 +59,10 @@ async def claim_batch(
 ) -> Claimed:
     """:func:`claim_some`, saying what the claim took and when its next token comes. With
     ``at`` (a token's time, a few milliseconds off) the claim is made right at it."""
+    if rt.marker.lost:
+        # The store lost its data: nothing is claimed until its marker is back (which nudges).
+        pool.unreserve(count)
+        return Claimed(0)
     leases = [rt.new_lease() for _ in range(count)]
     asked_at = rt.clock()  # the leases run from no later than this
     try:
@@ -149,7 +153,10 @@ async def fire_due_timers(rt: Runtime) -> bool:
 
 
 async def end_due_waits(rt: Runtime, now: float) -> bool:
-    """:func:`fire_due_timers` for the waits due by ``now``."""
+    """:func:`fire_due_timers` for the waits due by ``now``; none while the store is without
+    its data (see ``worker/_marker.py``)."""
+    if rt.marker.lost:
+        return False
     batch = rt.options.timer_max_batch
     due = await rt.io(rt.store.get_sleeping_runs, now, batch)
     ended = 0
@@ -171,7 +178,10 @@ async def fire_due_triggers(rt: Runtime) -> bool:
 
 
 async def fire_triggers_due(rt: Runtime, now: float) -> bool:
-    """:func:`fire_due_triggers` for the buffers due by ``now``."""
+    """:func:`fire_due_triggers` for the buffers due by ``now``; none while the store is
+    without its data."""
+    if rt.marker.lost:
+        return False
     batch = rt.options.timer_max_batch
     full = False
     for name, spec in rt.specs.items():

@@ -16,6 +16,7 @@ from lockgate._errors import LockgateError, StoreFileGone, StoreUnavailable
 from lockgate.metrics import _hooks as metrics
 from lockgate.stores._base import Store
 from lockgate.stores._calls import call_store, call_store_at
+from lockgate.worker._marker import MarkerWatch
 from lockgate.worker._options import WorkerOptions
 from lockgate.worker._status import StoreState, describe_store
 from lockgate.workflow._spec import WorkflowSpec
@@ -155,9 +156,12 @@ class Runtime:
     _nonce: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     #: Whether the store answers, as this worker's calls last found it.
     store_state: StoreState = field(init=False)
+    #: Whether the store still carries its marker (holds its data), as last read.
+    marker: MarkerWatch = field(init=False)
 
     def __post_init__(self) -> None:
         self.store_state = StoreState(describe_store(self.store), self.clock)
+        self.marker = MarkerWatch(self.store)
 
     _wakeups: dict[str, Wakeup] = field(default_factory=dict)
 

@@ -36,6 +36,7 @@ from lockgate.worker._loops import (
     recover_orphans,
     sharded,
 )
+from lockgate.worker._marker import mark_store, watch_marker
 from lockgate.worker._options import StrandedPolicy, WorkerOptions
 from lockgate.worker._poison import fail_stranded, watch_loop
 from lockgate.worker._presence import drop_presence, presence, publishes_presence
@@ -254,6 +255,7 @@ class WorkflowWorker:
         grace = self.options.shutdown_grace
         try:
             await register_workflows(self._rt)
+            await mark_store(self._rt)
             await recover_orphans(self._rt)
             await fail_stranded(self._rt)
             await self._drain_runnable()
@@ -312,6 +314,8 @@ class WorkflowWorker:
         if not self._serving:
             error = self._rt.store_state.error
             return {"status": "starting", **({"error": error} if error else {})}
+        if self._rt.marker.lost:
+            return {"status": "store_lost", "error": self._rt.marker.error}
         return None
 
     async def _register(self) -> bool:
@@ -319,7 +323,7 @@ class WorkflowWorker:
         while it is unavailable (the store state tells that once); False when the worker is
         stopped first. Any other error of the store is raised."""
         for delay in backoff(START_RETRY_FIRST, START_RETRY_MOST):
-            registering = asyncio.ensure_future(register_workflows(self._rt))
+            registering = asyncio.ensure_future(self._record_at_start())
             if await self._rt.stop.race(registering):
                 # Stopped while a call may still be waiting on the store: leave it (recording
                 # is idempotent), its outcome unread.
@@ -334,6 +338,11 @@ class WorkflowWorker:
             if await self._rt.stop.sleep(self.clock, delay):
                 return False
         raise AssertionError("backoff() never ends")
+
+    async def _record_at_start(self) -> None:
+        """Record the served workflows in the store, and mark it (a new one)."""
+        await register_workflows(self._rt)
+        await mark_store(self._rt)
 
     async def _drain_runnable(self) -> None:
         rt, pool = self._rt, self._pool
@@ -398,6 +407,7 @@ class WorkflowWorker:
             )
         )
         loops.append(asyncio.create_task(watch_loop(rt, self._pool), name="lockgate-watchdog"))
+        loops.append(asyncio.create_task(watch_marker(rt), name="lockgate-marker"))
         if publishes_presence(rt):
             duty = presence(self._pool, self.clock())
             loops.append(

@@ -537,6 +537,7 @@ def rebuild_lifecycle(store: CompositeStore, *, progress: Progress | None = None
             if lifecycle.restore_fired_mark(run.name, source, key, last, run.shard):
                 report.fired_marks += 1
         _restore_chain_tail(lifecycle, run)
+    lifecycle.ensure_marker()  # last: workers waiting on the lost store go on once all is back
     return report
 
 

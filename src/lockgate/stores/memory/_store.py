@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -34,6 +35,7 @@ from lockgate.stores._types import (
     Claims,
     RunControls,
     RunInfo,
+    StoreMarker,
     list_cursor,
 )
 from lockgate.stores.memory._insight import MemoryInsight
@@ -93,6 +95,9 @@ class MemoryStore(MemoryWaits, MemoryInsight, Store):
         self._workers: dict[str, tuple[WorkerInfo, float]] = {}
         self._serve_seq = 0
         self._order = 0
+        # What a worker checks the store still holds (see ``ensure_marker``): lost only with
+        # the process, so it never goes missing while a worker uses the store.
+        self._marker: StoreMarker | None = None
 
     @_locked
     def create_run(
@@ -402,6 +407,16 @@ class MemoryStore(MemoryWaits, MemoryInsight, Store):
 
     def ping(self) -> None:
         return None
+
+    @_locked
+    def ensure_marker(self) -> bool:
+        if self._marker is not None:
+            return False
+        self._marker = StoreMarker(uuid.uuid4().hex, self._clock(), "memory")
+        return True
+
+    def read_marker(self) -> StoreMarker | None:
+        return self._marker
 
     @_locked
     def append_events(

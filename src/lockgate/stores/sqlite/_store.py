@@ -12,6 +12,7 @@ import os
 import sqlite3
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal, ParamSpec, TypeVar
@@ -39,7 +40,7 @@ from lockgate.stores._records import (
     Submit,
     idempotency_conflict,
 )
-from lockgate.stores._types import Claims, RunControls, RunInfo, list_cursor
+from lockgate.stores._types import Claims, RunControls, RunInfo, StoreMarker, list_cursor
 from lockgate.stores.sqlite._chains import SQLiteChains
 from lockgate.stores.sqlite._claims import SQLiteClaims
 from lockgate.stores.sqlite._file import (
@@ -519,6 +520,31 @@ class SQLiteStore(SQLiteClaims, SQLiteWaits, SQLiteTriggers, SQLiteChains, SQLit
         self._check_file(now=True)
         with self._read() as db:
             db.execute("SELECT 1").fetchone()
+
+    @translated
+    def ensure_marker(self) -> bool:
+        """The marker is the ``marker`` row of ``lg_meta``. A file deleted or replaced is
+        :class:`StoreFileGone` already; a file whose marker row is gone was emptied in place
+        (its rows deleted), which is this store losing its data."""
+        with self._write() as db:
+            if db.execute("SELECT 1 FROM lg_meta WHERE key = 'marker'").fetchone() is not None:
+                return False
+            generation = db.execute(
+                "SELECT value FROM lg_meta WHERE key = 'format_generation'"
+            ).fetchone()
+            layout = f"sqlite-{generation['value'] if generation is not None else ''}"
+            marker = StoreMarker(uuid.uuid4().hex, self._clock(), layout)
+            db.execute(
+                "INSERT INTO lg_meta (key, value) VALUES ('marker', ?)",
+                (json.dumps(marker.to_fields()),),
+            )
+            return True
+
+    @translated
+    def read_marker(self) -> StoreMarker | None:
+        with self._read() as db:
+            row = db.execute("SELECT value FROM lg_meta WHERE key = 'marker'").fetchone()
+        return StoreMarker.from_fields(json.loads(row["value"])) if row is not None else None
 
     @translated
     def run_maintenance(self, now: float | None = None) -> int:

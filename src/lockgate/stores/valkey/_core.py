@@ -51,6 +51,7 @@ from lockgate.journal._events import RunEvent, RunStatus
 from lockgate.metrics import _hooks as metrics
 from lockgate.stores._records import derive_status
 from lockgate.stores._types import RunInfo, WaitSpec
+from lockgate.stores.valkey import _keys as keyspace
 from lockgate.stores.valkey._connect import (
     check_server_url,
     first_contact_error,
@@ -355,7 +356,10 @@ class ValkeyCore:
         that would read it wrongly: a namespace of another key layout (an older lockgate's,
         whose keys this one would not find, see ``valkey._keys``), or another shard count (its
         runs would be looked for in the wrong shards)."""
-        layout, shards = self._script("g_namespace", KEY_LAYOUT, str(self.shard_count))
+        layout, shards = self._script("g_namespace", KEY_LAYOUT, str(self.shard_count), "")
+        if _text(layout) == "1" and keyspace.written_now(keyspace.under(self._cmd, self.prefix)):
+            # Keys of this layout, written after the namespace lost its data: record it again.
+            layout, shards = self._script("g_namespace", KEY_LAYOUT, str(self.shard_count), "1")
         layout, recorded = _text(layout), _text(shards)
         if layout != KEY_LAYOUT:
             raise ConfigurationError(layout_refusal(self.namespace, layout, NAMESPACE_ENV))

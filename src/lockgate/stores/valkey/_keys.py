@@ -24,6 +24,10 @@ generation (see ``ValkeyCore._check_namespace``).
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable, Iterable
+from typing import Any
+
 #: The key layout generation this store writes and reads.
 KEY_LAYOUT = "2"
 #: Joins a name and an id (or a worker and an expiry) in one member.
@@ -90,3 +94,45 @@ def mark_field(source: str, key: str) -> str:
     """The field of ``key``'s fired-through mark in ``source`` (a trigger topic's partition), in
     its workflow's ``tfired`` hash."""
     return f"{source}{SEP}{key}"
+
+
+#: A key with parts as this layout writes them: a kind, then a length-prefixed part.
+_WITH_PARTS = re.compile(r"[a-z_]+:")
+_PARTS_NOW = re.compile(r"[a-z_]+:\d+#")
+#: Keys of a namespace looked at to tell which layout wrote it, at most.
+LAYOUT_SAMPLE = 1_000
+
+
+def written_now(rests: Iterable[str]) -> bool:
+    """Whether a namespace that records no layout was written in this one, as its keys (what
+    follows the prefix of each) show: some have parts, and every part is length-prefixed.
+    False when one is not (layout 1) or no key has parts (nothing tells).
+
+    A namespace this layout wrote can lose its ``layout`` key with the rest of its data (a
+    Valkey restarted without persistence) and then be written again by processes connected
+    before the loss: its queue counter comes back without it, which alone looks like layout 1."""
+    found = False
+    for rest in rests:
+        if _WITH_PARTS.match(rest):
+            if not _PARTS_NOW.match(rest):
+                return False
+            found = True
+    return found
+
+
+def under(cmd: Callable[..., Any], prefix: str, most: int = LAYOUT_SAMPLE) -> list[str]:
+    """Up to about ``most`` of the keys under ``prefix``, each without it: ``SCAN`` pages
+    through ``cmd`` (a store's one-command call), following the cursor until it ends."""
+    pattern = re.sub(r"([*?\[\]\\])", r"\\\1", prefix) + "*"
+    keys: list[str] = []
+    cursor = "0"
+    while True:
+        cursor_raw, page = cmd("SCAN", cursor, "MATCH", pattern, "COUNT", 500)
+        cursor = _decoded(cursor_raw)
+        keys.extend(_decoded(k).removeprefix(prefix) for k in page)
+        if cursor == "0" or len(keys) >= most:
+            return keys
+
+
+def _decoded(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 from lockgate._errors import ConfigurationError, LockgateError
 from lockgate.stores._base import Store
+from lockgate.stores._types import StoreMarker
 from lockgate.stores.valkey._chains import ValkeyChains
-from lockgate.stores.valkey._core import _text
+from lockgate.stores.valkey._core import _decode_hash, _text
 from lockgate.stores.valkey._insight import ValkeyInsight
-from lockgate.stores.valkey._keys import SEP, parts_of
+from lockgate.stores.valkey._keys import KEY_LAYOUT, SEP, parts_of
 from lockgate.stores.valkey._triggers import ValkeyTriggers, glob_escaped
 from lockgate.stores.valkey._waits import ValkeyWaits
 
@@ -182,6 +184,18 @@ class ValkeyStore(ValkeyWaits, ValkeyTriggers, ValkeyChains, ValkeyInsight, Stor
             return None  # not allowed to read it (an ACL user, a managed service)
         values = {_text(k): _text(v) for k, v in answer.items()}
         return values.get(name)
+
+    def ensure_marker(self) -> bool:
+        """The marker is the namespace-wide hash ``lg:{<namespace>}:marker`` (fields ``id``,
+        ``created_at`` on the server's clock, ``layout``, ``shard_count``). A Valkey that
+        restarted without its data, or whose keys were flushed, has lost it with the rest."""
+        written = self._script("g_marker", uuid.uuid4().hex, KEY_LAYOUT, str(self.shard_count))
+        return bool(int(written))
+
+    def read_marker(self) -> StoreMarker | None:
+        raw = self._cmd("HGETALL", self._key("marker"))
+        fields = _decode_hash(raw) if raw else {}
+        return StoreMarker.from_fields(fields) if "id" in fields else None
 
     def shard_of(self, name: str, run_id: str) -> int:
         """The shard a run lives in: its gate's if it was submitted with one, otherwise the

@@ -1,12 +1,14 @@
 -- Check a namespace as a store connects to it, in the namespace-wide slot: in a namespace
 -- nothing wrote yet, record the store's key layout generation and shard count; else answer
 -- the ones recorded. A namespace with keys but no layout was written by a lockgate of layout
--- '1', which recorded its shard count (shards) and counted its queue (qseq) but no layout.
--- A(1) the store's key layout generation  A(2) its shard count
+-- '1', which recorded its shard count (shards) and counted its queue (qseq) but no layout;
+-- unless A(3) says the caller found its keys are of this layout (a namespace that lost its
+-- data, layout key and all, then written again by stores connected before the loss).
+-- A(1) the store's key layout generation  A(2) its shard count  A(3) '1': record the layout
 -- Returns {layout, shard count recorded}.
 local layout = redis.call('GET', K('layout'))
 if not layout then
-  if redis.call('EXISTS', K('shards'), K('qseq')) > 0 then
+  if redis.call('EXISTS', K('shards'), K('qseq')) > 0 and A(3) ~= '1' then
     layout = '1'
   else
     layout = A(1)
