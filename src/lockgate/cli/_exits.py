@@ -7,6 +7,7 @@ import sys
 from lockgate._errors import (
     CapabilityMissing,
     ConfigurationError,
+    ConsumerDied,
     DuplicateRunError,
     IdempotencyConflict,
     InvalidParamsError,
@@ -20,6 +21,8 @@ from lockgate._errors import (
 OK = 0
 FAILED = 1
 USAGE = 2
+#: A worker whose topic consumer died of a bug (sysexits' EX_SOFTWARE).
+SOFTWARE = 70
 INTERRUPTED = 130
 BROKEN_PIPE = 141
 
@@ -55,6 +58,8 @@ class Failure(Exception):
 def exit_code_for(exc: BaseException) -> int:
     if isinstance(exc, Failure):
         return exc.code
+    if isinstance(exc, ConsumerDied):
+        return SOFTWARE
     return USAGE if isinstance(exc, USAGE_ERRORS) else FAILED
 
 

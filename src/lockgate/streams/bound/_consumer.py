@@ -82,8 +82,13 @@ RETRY_AFTER = 0.5
 PARKED = frozenset(
     {RunStatus.SLEEPING, RunStatus.SIGNAL_WAITING, RunStatus.PAUSED, RunStatus.INTERRUPTED}
 )
-#: Why a record went to the dead-letter topic besides its value not decoding.
+#: Why a record went to the dead-letter topic besides its value not decoding: the store
+#: refused its run (its value does not fit the workflow); reading it failed otherwise than
+#: its value not decoding; its submit failed with an error that is no outage (a bug in a
+#: validator of ``value``, say), which trying again would meet again.
 UNSUBMITTABLE = "unsubmittable"
+UNREADABLE = "unreadable"
+SUBMIT_FAILED = "submit-failed"
 
 
 def bound_run_id(topic: str, partition: int, offset: int) -> str:
@@ -170,6 +175,8 @@ class BoundConsumer(GroupMember):
         #: The owned partitions whose reading is paused (see ``_pace``).
         self._paused: set[int] = set()
         self._crashed = False
+        #: Whether the last ask about open runs failed (its error is said once).
+        self._ask_failed = False
         #: Set once the consumer has been given its first assignment.
         self.assigned = threading.Event()
         #: Runs submitted, records read again whose run was there, and dead-lettered records.
@@ -287,15 +294,21 @@ class BoundConsumer(GroupMember):
             flow.read(offset)
             try:
                 record = record_of(message, self._decode)
+                metadata = {RECORD_METADATA: record.to_metadata()}
             except Undecodable as refused:
                 self._dead_letter(message, refused.reason, refused.detail)
+                continue
+            except Exception as exc:  # what else a record's bytes lead reading it to
+                self._dead_letter(message, UNREADABLE, f"{type(exc).__name__}: {one_line(exc)}")
                 continue
             flow.waiting.append(
                 Pending(
                     offset,
                     bound_run_id(self.topic, partition, offset),
                     record.value,
-                    {RECORD_METADATA: record.to_metadata()},
+                    metadata,
+                    message.key(),
+                    message.value(),
                 )
             )
 
@@ -427,20 +440,44 @@ class BoundConsumer(GroupMember):
             log.debug("bound topic %s: submit deferred: %s", self.topic, exc)
             return None
         except (InvalidParamsError, PayloadTooLarge) as exc:
-            # A value its workflow refuses: submitting it again cannot help. Any other error
-            # (the store refusing this worker, a bug) ends the consumer, committing nothing
-            # past this record.
+            # A value its workflow refuses: submitting it again cannot help.
             self._unsubmittable(partition, pending, one_line(exc))
+            return "dropped"
+        except Exception as exc:
+            # Not an outage (the store translates those to StoreUnavailable): an error this
+            # record's submit meets (a validator of ``value`` that raises, a value a store
+            # cannot encode), which it would meet again. The record is set aside, so the
+            # partition and every other record move on.
+            detail = f"{type(exc).__name__}: {one_line(exc)}"
+            log.error(
+                "bound topic %s: the submit of the record at offset %d of partition %d failed: %s",
+                self.topic,
+                pending.offset,
+                partition,
+                detail,
+            )
+            log.debug("bound topic %s: the failed submit", self.topic, exc_info=exc)
+            self._to_dlq(
+                partition,
+                pending.offset,
+                pending.raw_key,
+                pending.raw_value,
+                SUBMIT_FAILED,
+                detail,
+            )
             return "dropped"
         self.submitted += 1
         return "made"
 
     def _unsubmittable(self, partition: int, pending: Pending, detail: str) -> None:
-        """A record whose run the store refused: its decoded value goes as JSON."""
-        key = pending.metadata[RECORD_METADATA].get("key")
-        value = json.dumps(pending.value, separators=(",", ":"), default=str).encode()
-        encoded = None if key is None else str(key).encode()
-        self._to_dlq(partition, pending.offset, encoded, value, UNSUBMITTABLE, detail)
+        """A record whose run the store refused: its decoded value goes as JSON (the record's
+        own bytes when the value has no JSON form)."""
+        value: bytes | None
+        try:
+            value = json.dumps(pending.value, separators=(",", ":"), default=str).encode()
+        except (ValueError, TypeError, RecursionError):
+            value = pending.raw_value
+        self._to_dlq(partition, pending.offset, pending.raw_key, value, UNSUBMITTABLE, detail)
 
     # -- finished runs -------------------------------------------------------------------------
 
@@ -478,6 +515,20 @@ class BoundConsumer(GroupMember):
         except StoreUnavailable as exc:
             log.debug("bound topic %s: runs not asked about: %s", self.topic, exc)
             return
+        except Exception as exc:  # no outage, but a pass that failed: asked again later
+            if not self._ask_failed:
+                log.error(
+                    "bound topic %s: asking the store about %d open run(s) failed; asking "
+                    "again every %gs: %s: %s",
+                    self.topic,
+                    len(asked),
+                    ASK_AFTER,
+                    type(exc).__name__,
+                    one_line(exc),
+                )
+            self._ask_failed = True
+            return
+        self._ask_failed = False
         for run_id, info in zip(asked, infos, strict=True):
             if info is None or info.status.is_terminal:
                 self._finish(run_id)
