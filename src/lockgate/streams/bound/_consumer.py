@@ -217,11 +217,16 @@ class BoundConsumer(GroupMember):
         if self._where and self.clock() >= self._next_ask:
             self._ask_open()
         self._pace(consumer)
-        messages = consumer.consume(CONSUME_BATCH, timeout=0)
-        if not messages and not self._submittable():
-            first = consumer.poll(WAIT_OPEN if self._where else WAIT_IDLE)
-            if first is not None:
-                messages = [first, *consumer.consume(CONSUME_BATCH - 1, timeout=0)]
+        try:
+            messages = consumer.consume(CONSUME_BATCH, timeout=0)
+            if not messages and not self._submittable():
+                first = consumer.poll(WAIT_OPEN if self._where else WAIT_IDLE)
+                if first is not None:
+                    messages = [first, *consumer.consume(CONSUME_BATCH - 1, timeout=0)]
+        except KafkaException as exc:
+            # The consumer itself failed (not one record): the worker joins again, with
+            # backoff, reading from the commits.
+            raise StoreUnavailable(f"bound topic {self.topic}: the read failed: {exc}") from exc
         if messages:
             self._take(messages)
         self._submit_ready()

@@ -187,11 +187,16 @@ class TriggerConsumer(GroupMember):
         # consume() waits until it has a whole batch or its time is up; a record must not wait
         # that long (its window starts when it is read): take what is there, else wait for
         # the first record alone and then take what came with it.
-        messages = consumer.consume(CONSUME_BATCH, timeout=0)
-        if not messages:
-            first = consumer.poll(self._wait() if timeout is None else timeout)
-            if first is not None:
-                messages = [first, *consumer.consume(CONSUME_BATCH - 1, timeout=0)]
+        try:
+            messages = consumer.consume(CONSUME_BATCH, timeout=0)
+            if not messages:
+                first = consumer.poll(self._wait() if timeout is None else timeout)
+                if first is not None:
+                    messages = [first, *consumer.consume(CONSUME_BATCH - 1, timeout=0)]
+        except KafkaException as exc:
+            # The consumer itself failed (not one record): the worker joins again, with
+            # backoff, reading from the commits.
+            raise StoreUnavailable(f"trigger topic {self.topic}: the read failed: {exc}") from exc
         if messages:
             self._take(consumer, messages)
         self._fire_due()
@@ -284,7 +289,12 @@ class TriggerConsumer(GroupMember):
                 # The marks could not be read: read these records again, after a pause (this
                 # thread is the consumer's own; Kafka's heartbeats go on without it).
                 log.debug("trigger topic %s: %s", self.topic, exc)
-                consumer.seek(TopicPartition(self.topic, partition, offset_of(records[0])))
+                try:
+                    consumer.seek(TopicPartition(self.topic, partition, offset_of(records[0])))
+                except KafkaException as failed:
+                    raise StoreUnavailable(
+                        f"trigger topic {self.topic}: no read again after an outage: {failed}"
+                    ) from failed
                 time.sleep(RETRY_AFTER)
 
     def _take_partition(self, windows: PartitionWindows, records: list[Message]) -> None:
