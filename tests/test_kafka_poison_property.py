@@ -1,7 +1,9 @@
 """Nothing a record holds stops a topic consumer: a :class:`BoundConsumer` and a
 :class:`TriggerConsumer`, real Kafka consumers on the real broker, are fed records whose
 values, keys and headers are arbitrary bytes (hypothesis), mixed with good records and with
-values known to be poison (100,000-deep arrays, a lone surrogate escape, NaN, 1e400). After
+values known to be poison (100,000-deep arrays, a lone surrogate escape, NaN, 1e400) and good
+ones at the edges of what lockgate carries (nesting of exactly 256 levels, a 4,001-digit
+number, NUL and surrogate-pair escapes), each of those once in an explicit example. After
 each example, every record is in exactly one place: a run (the bound topic's) or a fire (the
 trigger topic's), or the dead-letter topic, once; every good record is in a run, with its value
 as sent; every known-poison value is dead-lettered as ``not-json``; and every run made executes
@@ -24,7 +26,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
 from lockgate import (
@@ -83,6 +85,17 @@ POISON = [
     b"\xed\xa0\x80",  # a surrogate encoded as UTF-8 bytes
 ]
 
+#: JSON at the edges of what lockgate carries, for a good record's ``x``: each must run.
+EDGES = [
+    "[" * 255 + "]" * 255,  # with the event's object around it: MAX_DEPTH levels exactly
+    "1" + "0" * 4000,  # a whole number under the interpreter's digit limit
+    "-0.0",
+    "1.7976931348623157e308",
+    "5e-324",
+    '"\\u0000\\ud83d\\ude00\\u2028"',  # NUL, a surrogate pair (valid), a line separator
+    '{"": {"\\u00e9": [null, true, false, ""]}}',
+]
+
 texts = st.text(max_size=12)
 headers = st.lists(
     st.tuples(
@@ -105,6 +118,9 @@ def records(draw: st.DrawFn) -> list[dict[str, Any]]:
             key = draw(st.sampled_from(["a", "b", "ключ", "😀"]))
             event = {"k": key, "n": next(NUMBERS), "tag": draw(texts)}
             value = json.dumps(event, ensure_ascii=draw(st.booleans())).encode()
+            edge = draw(st.one_of(st.none(), st.sampled_from(EDGES)))
+            if edge is not None:
+                value = value[:-1] + b', "x": ' + edge.encode() + b"}"
             record_key = draw(st.sampled_from([None, key.encode()]))
         elif kind == "poison":
             value, record_key = draw(st.sampled_from(POISON)), draw(keys)
@@ -116,6 +132,16 @@ def records(draw: st.DrawFn) -> list[dict[str, Any]]:
 
 
 NUMBERS = iter(range(10**9))
+
+
+def edge_batch() -> list[dict[str, Any]]:
+    """One good record per edge, and one record per poison value: the explicit example."""
+    made = []
+    for edge in EDGES:
+        value = f'{{"k": "a", "n": {next(NUMBERS)}, "x": {edge}}}'.encode()
+        made.append({"kind": "good", "value": value, "key": None, "headers": []})
+    made.extend({"kind": "poison", "value": v, "key": None, "headers": []} for v in POISON)
+    return made
 
 
 def produce(producer: Producer, topic: str, batch: list[dict[str, Any]]) -> list[int]:
@@ -277,7 +303,8 @@ def test_a_bound_consumer_survives_any_record_and_runs_each_good_one_once(
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
     )
     @given(batch=records())
-    def example(batch: list[dict[str, Any]]) -> None:
+    @example(batch=edge_batch())
+    def check(batch: list[dict[str, Any]]) -> None:
         offsets = produce(producer, BOUND, batch)
         pump_bound(consumer, offsets[-1] + 1, settled=False)  # submitted or dead-lettered
         run_all(store, kpp_bound)
@@ -293,7 +320,7 @@ def test_a_bound_consumer_survives_any_record_and_runs_each_good_one_once(
         check_each_once(batch, offsets, runs, dead, "kpp_bound")
 
     try:
-        example()
+        check()
     finally:
         dead.close()
     assert consumer.dead_lettered > 0
@@ -347,7 +374,8 @@ def test_a_trigger_consumer_survives_any_record_and_fires_each_good_one_once(
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
     )
     @given(batch=records())
-    def example(batch: list[dict[str, Any]]) -> None:
+    @example(batch=edge_batch())
+    def check(batch: list[dict[str, Any]]) -> None:
         offsets = produce(producer, consumer.topic, batch)
         pump_trigger(consumer, offsets[-1] + 1)
         run_all(store, kpp_trigger)
@@ -369,7 +397,7 @@ def test_a_trigger_consumer_survives_any_record_and_fires_each_good_one_once(
         check_each_once(batch, offsets, runs, dead, "kpp_trigger")
 
     try:
-        example()
+        check()
     finally:
         dead.close()
     assert consumer.dead_lettered > 0
