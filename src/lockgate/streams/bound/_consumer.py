@@ -33,9 +33,11 @@ from typing import Any, TypeVar
 
 from lockgate._clock import Clock, as_clock
 from lockgate._errors import (
+    ConfigurationError,
     DuplicateRunError,
     InvalidParamsError,
     PayloadTooLarge,
+    StoreFileGone,
     StoreUnavailable,
     one_line,
 )
@@ -448,6 +450,11 @@ class BoundConsumer(GroupMember):
             # A value its workflow refuses: submitting it again cannot help.
             self._unsubmittable(partition, pending, one_line(exc))
             return "dropped"
+        except (ConfigurationError, StoreFileGone):
+            # The store refusing this worker (its credentials, its file gone) is no record's
+            # fault: every record would meet it. The consumer ends, committing nothing past
+            # this record, and the worker stops saying why.
+            raise
         except Exception as exc:
             # Not an outage (the store translates those to StoreUnavailable): an error this
             # record's submit meets (a validator of ``value`` that raises, a value a store
