@@ -10,24 +10,28 @@ as sent; every known-poison value is dead-lettered as ``not-json``; and every ru
 exactly once. The consumer serves on from one example to the next.
 
 The bound consumer serves a Valkey + Kafka composite store, the trigger consumer an SQLite
-file; a worker in burst mode (``run_until_idle``) runs what they submitted."""
+file; a worker in burst mode (``run_until_idle``) runs what they submitted. Last, a submit that
+fails of a bug (a validator of ``value`` raising ``RuntimeError``) dead-letters its record as
+``submit-failed``, the record's bytes as they were, and the records around it run."""
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import json
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
+from pydantic import BeforeValidator
 
 from lockgate import (
     Collect,
@@ -40,7 +44,7 @@ from lockgate import (
 )
 from lockgate.stores import CompositeStore, KafkaEventLogStore, Store
 from lockgate.streams import TriggerConsumer
-from lockgate.streams._dead_letters import REASON_HEADER, SOURCE_HEADER
+from lockgate.streams._dead_letters import DETAIL_HEADER, REASON_HEADER, SOURCE_HEADER
 from lockgate.streams.bound import BoundConsumer, bound_run_id
 from lockgate.worker import WorkerOptions, WorkflowWorker
 from lockgate.workflow._spec import spec_of
@@ -245,27 +249,42 @@ def check_each_once(
 
 
 @pytest.fixture
-def bound(kafka_bootstrap: str) -> Iterator[tuple[CompositeStore, BoundConsumer]]:
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
-    admin.create_topics([NewTopic(BOUND, 1, 1)])[BOUND].result(timeout=30)
+def composite(kafka_bootstrap: str) -> Iterator[CompositeStore]:
     store = open_store(
         f"{shared_url()}?namespace=kpp{uuid.uuid4().hex[:8]}",
         journal=f"kafka://{kafka_bootstrap}?topic_prefix=kpp{uuid.uuid4().hex[:8]}",
     )
     assert isinstance(store, CompositeStore)
+    yield store
+    store.close()
+
+
+@contextlib.contextmanager
+def joined(store: CompositeStore, fn: Any) -> Iterator[BoundConsumer]:
+    """A BoundConsumer of ``fn``'s topic (made here, one partition), once it owns it."""
+    spec = spec_of(fn)
+    assert spec.topic is not None
     journal = store.events
     assert isinstance(journal, KafkaEventLogStore)
-    consumer = BoundConsumer(store, journal, spec_of(kpp_bound), worker_id="kpp-bound")
+    admin = AdminClient({"bootstrap.servers": journal.bootstrap_servers})
+    topic = spec.topic.name
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=30)
+    consumer = BoundConsumer(store, journal, spec, worker_id=f"kpp-{spec.name}")
     consumer.open()
     try:
         deadline = time.monotonic() + 60
         while not consumer.assigned.is_set():
             consumer.step()
             assert time.monotonic() < deadline, "no assignment"
-        yield store, consumer
+        yield consumer
     finally:
         consumer.close()
-        store.close()
+
+
+@pytest.fixture
+def bound(composite: CompositeStore) -> Iterator[tuple[CompositeStore, BoundConsumer]]:
+    with joined(composite, kpp_bound) as consumer:
+        yield composite, consumer
 
 
 def pump_bound(consumer: BoundConsumer, high: int, *, settled: bool) -> None:
@@ -402,3 +421,56 @@ def test_a_trigger_consumer_survives_any_record_and_fires_each_good_one_once(
         dead.close()
     assert consumer.dead_lettered > 0
     assert consumer.fires > 0
+
+
+VALIDATED = f"kpp-validated-{uuid.uuid4().hex[:8]}"
+
+
+def refuses_boom(value: Any) -> Any:
+    if isinstance(value, dict) and value.get("boom"):
+        raise RuntimeError("the validator's own bug")  # not a ValueError: no validation error
+    return value
+
+
+@workflow(name="kpp_validated", topic=KafkaTopic(VALIDATED))
+async def kpp_validated(
+    ctx: WorkflowContext, value: Annotated[dict[str, Any], BeforeValidator(refuses_boom)]
+) -> int:
+    return int(value["n"])
+
+
+def test_a_submit_that_fails_of_a_bug_dead_letters_its_record_as_submit_failed(
+    composite: CompositeStore, kafka_bootstrap: str
+) -> None:
+    producer = Producer({"bootstrap.servers": kafka_bootstrap, "enable.idempotence": True})
+    boom = b'{"n": 1, "boom": true}'
+    batch = [
+        {"value": b'{"n": 0}', "key": b"k0", "headers": []},
+        {"value": boom, "key": b"\xff", "headers": [("h", b"1")]},
+        {"value": b'{"n": 2}', "key": None, "headers": []},
+    ]
+    with joined(composite, kpp_validated) as consumer:
+        offsets = produce(producer, VALIDATED, batch)
+        pump_bound(consumer, offsets[-1] + 1, settled=False)
+        assert consumer.submitted == 2
+        assert consumer.dead_lettered == 1
+    for offset, n in ((offsets[0], 0), (offsets[2], 2)):
+        info = composite.get_run("kpp_validated", bound_run_id(VALIDATED, 0, offset))
+        assert info is not None
+        assert info.params["value"] == {"n": n}
+    assert composite.get_run("kpp_validated", bound_run_id(VALIDATED, 0, offsets[1])) is None
+    dlq = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": uuid.uuid4().hex})
+    dlq.assign([TopicPartition(f"{VALIDATED}.dlq", 0, 0)])
+    try:
+        deadline = time.monotonic() + 30
+        copy = None
+        while copy is None or copy.error() is not None:
+            assert time.monotonic() < deadline, "no dead-letter copy"
+            copy = dlq.poll(0.2)
+    finally:
+        dlq.close()
+    headers = {k: v.decode() for k, v in copy.headers() or []}
+    assert headers[REASON_HEADER] == "submit-failed"
+    assert headers[DETAIL_HEADER] == "RuntimeError: the validator's own bug"
+    assert headers[SOURCE_HEADER] == f"{VALIDATED}/0/{offsets[1]}"
+    assert (copy.key(), copy.value()) == (b"\xff", boom)  # the record as it was
