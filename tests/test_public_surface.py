@@ -25,6 +25,7 @@ EXPECTED = {
     "CloseResult",
     "Collect",
     "ConfigurationError",
+    "ConsumerDied",
     "Debounce",
     "DuplicateRunError",
     "DuplicateWorkflowWarning",

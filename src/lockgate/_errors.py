@@ -42,6 +42,7 @@ parsing messages::
     ├── RunOwnedError                   another live lease holds the run
     ├── RunGatedError                   a concurrency or rate gate kept the run waiting too long
     ├── CapabilityMissing               a store asked for an optional group it lacks
+    ├── ConsumerDied                    a worker's topic consumer ended while it served
     ├── StoreUnavailable                the store failed under an operation
     ├── StoreFileGone                   an SQLite store's path no longer names its file
     ├── JournalNeedsNewerRuntime        a journal with facts this runtime cannot read
@@ -96,6 +97,7 @@ class ErrorCode(enum.StrEnum):
     RUN_OWNED = "run_owned"
     RUN_GATED = "run_gated"
     CAPABILITY_MISSING = "capability_missing"
+    CONSUMER_DIED = "consumer_died"
     STORE_UNAVAILABLE = "store_unavailable"
     STORE_FILE_GONE = "store_file_gone"
     JOURNAL_NEEDS_NEWER_RUNTIME = "journal_needs_newer_runtime"
@@ -471,6 +473,20 @@ class CapabilityMissing(LockgateError):
         super().__init__(f"{store} does not provide the {capability!r} capability")
         self.store = store
         self.capability = capability
+
+
+class ConsumerDied(LockgateError):
+    """A worker's consumer of a bound or trigger topic ended while the worker served, by an
+    error no record explains (a bug: what one record holds is dead-lettered instead), or by
+    returning early. The worker stops with it rather than serve on without the consumer.
+    ``topic`` is the consumer's topic, ``role`` its kind (``"bound"``, ``"trigger"``)."""
+
+    code = ErrorCode.CONSUMER_DIED
+
+    def __init__(self, message: str, *, topic: str, role: str) -> None:
+        super().__init__(message)
+        self.topic = topic
+        self.role = role
 
 
 class StoreUnavailable(LockgateError):

@@ -7,6 +7,7 @@ import sys
 from lockgate._errors import (
     CapabilityMissing,
     ConfigurationError,
+    ConsumerDied,
     DuplicateRunError,
     IdempotencyConflict,
     InvalidCursorError,
@@ -23,6 +24,8 @@ from lockgate._errors import (
 OK = 0
 FAILED = 1
 USAGE = 2
+#: A worker whose topic consumer died of a bug (sysexits' EX_SOFTWARE).
+SOFTWARE = 70
 INTERRUPTED = 130
 BROKEN_PIPE = 141
 
@@ -69,6 +72,8 @@ def exit_code_for(exc: BaseException) -> int:
         return exc.code
     if isinstance(exc, DATA_ERRORS):
         return FAILED
+    if isinstance(exc, ConsumerDied):
+        return SOFTWARE
     return USAGE if isinstance(exc, USAGE_ERRORS) else FAILED
 
 

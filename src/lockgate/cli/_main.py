@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="lockgate",
         description="Run workers, start runs and look after them on a lockgate store.",
         epilog="exit codes: 0 done, 1 the run or operation failed, 2 usage or configuration "
-        "error, 130 interrupted. Docs: docs/cli.md",
+        "error, 70 a worker's topic consumer died of a bug, 130 interrupted. Docs: docs/cli.md",
     )
     parser.add_argument("--version", action="version", version=f"lockgate {__version__}")
     group = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

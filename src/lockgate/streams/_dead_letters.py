@@ -67,10 +67,11 @@ class DeadLetters:
         source: str,
     ) -> None:
         """Copy the record at ``offset`` of ``partition`` (its ``key`` and ``value``)."""
+        # An error's message may quote what it was given, a lone surrogate even: escaped.
         headers = [
             (REASON_HEADER, reason.encode()),
-            (DETAIL_HEADER, detail.encode()),
-            (SOURCE_HEADER, source.encode()),
+            (DETAIL_HEADER, detail.encode("utf-8", "backslashreplace")),
+            (SOURCE_HEADER, source.encode("utf-8", "backslashreplace")),
         ]
         copy = Copy(partition, offset, key, value, headers)
         with self._lock:
@@ -103,16 +104,33 @@ class DeadLetters:
             except BufferError:
                 time.sleep(0.01)  # the local queue is full: the reports thread drains it
             except KafkaException as exc:
-                if copy.value is None:
-                    raise
+                if copy.value is None and copy.key is None:
+                    # Even its headers cannot go (a partition the topic lacks, say): said,
+                    # and let go of, rather than holding the partition's commit for ever.
+                    log.error(
+                        "dead-letter topic %s: the record at partition %d offset %d cannot "
+                        "be copied there, and is skipped: %s",
+                        self.topic,
+                        copy.partition,
+                        copy.offset,
+                        exc,
+                    )
+                    with self._lock:
+                        self._pending.get(copy.partition, {}).pop(copy.offset, None)
+                    return
                 log.warning(
-                    "dead-letter topic %s: the record at offset %d is sent without its value: %s",
+                    "dead-letter topic %s: the record at offset %d is sent without its %s: %s",
                     self.topic,
                     copy.offset,
+                    "value" if copy.value is not None else "key",
                     exc,
                 )
-                copy.value = None
-                copy.headers.append((TRUNCATED_HEADER, b"1"))
+                if copy.value is not None:
+                    copy.value = None
+                else:
+                    copy.key = None
+                if (TRUNCATED_HEADER, b"1") not in copy.headers:
+                    copy.headers.append((TRUNCATED_HEADER, b"1"))
         copy.failed = True  # tried again at the next commit
 
     def _reporter(self, copy: Copy) -> Any:

@@ -1,6 +1,11 @@
 """The threads a worker's topic consumers run on (trigger topics, bound topics): each serves
 until the worker stops, started again with backoff while Kafka or the store does not answer,
-and hands what it calls back to the worker's event loop."""
+and hands what it calls back to the worker's event loop.
+
+A consumer contains what one record does to it (the record is dead-lettered) and what one pass
+meets (an outage, tried again). A thread that ends otherwise while the worker serves (an error
+that is no lockgate error, a bug; or a return before the stop) fails its future with
+:class:`~lockgate.ConsumerDied`, and the worker stops at once with one error line."""
 
 from __future__ import annotations
 
@@ -8,10 +13,11 @@ import asyncio
 import contextlib
 import logging
 import threading
+import traceback
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from lockgate._errors import StoreUnavailable
+from lockgate._errors import ConsumerDied, LockgateError, StoreUnavailable, one_line
 from lockgate.worker._status import backoff
 
 log = logging.getLogger("lockgate.worker")
@@ -66,17 +72,44 @@ def on_thread(
             done.set_exception(error)
 
     def main() -> None:
+        outcome: BaseException | None = None
         try:
             serve_until(consumer, stop)
+            if not stop.is_set():
+                outcome = ConsumerDied(
+                    f"the {role} topic consumer of {consumer.topic!r} returned while the "
+                    f"worker serves",
+                    topic=consumer.topic,
+                    role=role,
+                )
+        except LockgateError as exc:  # says what went wrong (a topic that cannot work)
+            outcome = exc
         except BaseException as exc:  # handed to the loop: the worker's loop fails with it
-            with contextlib.suppress(RuntimeError):  # unless that loop is gone already
-                loop.call_soon_threadsafe(settle, exc)
-        else:
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(settle, None)
+            outcome = died(consumer.topic, role, exc)
+        with contextlib.suppress(RuntimeError):  # unless that loop is gone already
+            loop.call_soon_threadsafe(settle, outcome)
 
     threading.Thread(target=main, name=f"lockgate-{role}:{consumer.topic}", daemon=True).start()
     return done
+
+
+def died(topic: str, role: str, error: BaseException) -> ConsumerDied:
+    """The :class:`ConsumerDied` of a consumer that ``error`` ended: one line naming the
+    error and where it was raised (its traceback goes to the debug log)."""
+    where = ""
+    frames = traceback.extract_tb(error.__traceback__)
+    if frames:
+        last = frames[-1]
+        where = f" (at {last.filename.rsplit('/', 1)[-1]}:{last.lineno} in {last.name})"
+    log.debug("topic %s: the consumer's error", topic, exc_info=error)
+    dead = ConsumerDied(
+        f"the {role} topic consumer of {topic!r} died of {type(error).__name__}: "
+        f"{one_line(error)}{where}",
+        topic=topic,
+        role=role,
+    )
+    dead.__cause__ = error
+    return dead
 
 
 async def serve_consumers(

@@ -14,7 +14,12 @@ from typing import Any
 
 from lockgate import _failpoints as failpoints
 from lockgate._clock import Clock, as_clock
-from lockgate._errors import ConfigurationError, LockgateError, StoreUnavailable
+from lockgate._errors import (
+    ConfigurationError,
+    ConsumerDied,
+    LockgateError,
+    StoreUnavailable,
+)
 from lockgate._names import check_name
 from lockgate.client._client import WorkflowClient
 from lockgate.metrics._exposition import MetricsServer
@@ -452,7 +457,13 @@ class WorkflowWorker:
             error,
             exc_info=None if isinstance(error, LockgateError) else error,
         )
-        self.stop()
+        if isinstance(error, ConsumerDied):
+            # A worker serving on without it would look healthy while its topic is read by
+            # nobody here: stop at once, handing the runs back, so that a supervisor
+            # restarts it (or the group's other members take the partitions).
+            self.stop_now()
+        else:
+            self.stop()
 
     async def _shut_down(self, loops: list[asyncio.Task[None]], grace: float) -> None:
         deadline = self.clock() + grace

@@ -33,10 +33,12 @@ from typing import Any, TypeVar
 
 from lockgate._clock import Clock, as_clock
 from lockgate._errors import (
+    ConfigurationError,
     DuplicateRunError,
     InvalidParamsError,
     InvalidTextError,
     PayloadTooLarge,
+    StoreFileGone,
     StoreUnavailable,
     one_line,
 )
@@ -83,8 +85,13 @@ RETRY_AFTER = 0.5
 PARKED = frozenset(
     {RunStatus.SLEEPING, RunStatus.SIGNAL_WAITING, RunStatus.PAUSED, RunStatus.INTERRUPTED}
 )
-#: Why a record went to the dead-letter topic besides its value not decoding.
+#: Why a record went to the dead-letter topic besides its value not decoding: the store
+#: refused its run (its value does not fit the workflow); reading it failed otherwise than
+#: its value not decoding; its submit failed with an error that is no outage (a bug in a
+#: validator of ``value``, say), which trying again would meet again.
 UNSUBMITTABLE = "unsubmittable"
+UNREADABLE = "unreadable"
+SUBMIT_FAILED = "submit-failed"
 
 
 def bound_run_id(topic: str, partition: int, offset: int) -> str:
@@ -171,6 +178,8 @@ class BoundConsumer(GroupMember):
         #: The owned partitions whose reading is paused (see ``_pace``).
         self._paused: set[int] = set()
         self._crashed = False
+        #: Whether the last ask about open runs failed (its error is said once).
+        self._ask_failed = False
         #: Set once the consumer has been given its first assignment.
         self.assigned = threading.Event()
         #: Runs submitted, records read again whose run was there, and dead-lettered records.
@@ -211,11 +220,16 @@ class BoundConsumer(GroupMember):
         if self._where and self.clock() >= self._next_ask:
             self._ask_open()
         self._pace(consumer)
-        messages = consumer.consume(CONSUME_BATCH, timeout=0)
-        if not messages and not self._submittable():
-            first = consumer.poll(WAIT_OPEN if self._where else WAIT_IDLE)
-            if first is not None:
-                messages = [first, *consumer.consume(CONSUME_BATCH - 1, timeout=0)]
+        try:
+            messages = consumer.consume(CONSUME_BATCH, timeout=0)
+            if not messages and not self._submittable():
+                first = consumer.poll(WAIT_OPEN if self._where else WAIT_IDLE)
+                if first is not None:
+                    messages = [first, *consumer.consume(CONSUME_BATCH - 1, timeout=0)]
+        except KafkaException as exc:
+            # The consumer itself failed (not one record): the worker joins again, with
+            # backoff, reading from the commits.
+            raise StoreUnavailable(f"bound topic {self.topic}: the read failed: {exc}") from exc
         if messages:
             self._take(messages)
         self._submit_ready()
@@ -288,15 +302,21 @@ class BoundConsumer(GroupMember):
             flow.read(offset)
             try:
                 record = record_of(message, self._decode)
+                metadata = {RECORD_METADATA: record.to_metadata()}
             except Undecodable as refused:
                 self._dead_letter(message, refused.reason, refused.detail)
+                continue
+            except Exception as exc:  # what else a record's bytes lead reading it to
+                self._dead_letter(message, UNREADABLE, f"{type(exc).__name__}: {one_line(exc)}")
                 continue
             flow.waiting.append(
                 Pending(
                     offset,
                     bound_run_id(self.topic, partition, offset),
                     record.value,
-                    {RECORD_METADATA: record.to_metadata()},
+                    metadata,
+                    message.key(),
+                    message.value(),
                 )
             )
 
@@ -428,20 +448,49 @@ class BoundConsumer(GroupMember):
             log.debug("bound topic %s: submit deferred: %s", self.topic, exc)
             return None
         except (InvalidParamsError, InvalidTextError, PayloadTooLarge) as exc:
-            # A value its workflow refuses: submitting it again cannot help. Any other error
-            # (the store refusing this worker, a bug) ends the consumer, committing nothing
-            # past this record.
+            # A value its workflow refuses: submitting it again cannot help.
             self._unsubmittable(partition, pending, one_line(exc))
+            return "dropped"
+        except (ConfigurationError, StoreFileGone):
+            # The store refusing this worker (its credentials, its file gone) is no record's
+            # fault: every record would meet it. The consumer ends, committing nothing past
+            # this record, and the worker stops saying why.
+            raise
+        except Exception as exc:
+            # Not an outage (the store translates those to StoreUnavailable): an error this
+            # record's submit meets (a validator of ``value`` that raises, a value a store
+            # cannot encode), which it would meet again. The record is set aside, so the
+            # partition and every other record move on.
+            detail = f"{type(exc).__name__}: {one_line(exc)}"
+            log.error(
+                "bound topic %s: the submit of the record at offset %d of partition %d failed: %s",
+                self.topic,
+                pending.offset,
+                partition,
+                detail,
+            )
+            log.debug("bound topic %s: the failed submit", self.topic, exc_info=exc)
+            self._to_dlq(
+                partition,
+                pending.offset,
+                pending.raw_key,
+                pending.raw_value,
+                SUBMIT_FAILED,
+                detail,
+            )
             return "dropped"
         self.submitted += 1
         return "made"
 
     def _unsubmittable(self, partition: int, pending: Pending, detail: str) -> None:
-        """A record whose run the store refused: its decoded value goes as JSON."""
-        key = pending.metadata[RECORD_METADATA].get("key")
-        value = json.dumps(pending.value, separators=(",", ":"), default=str).encode()
-        encoded = None if key is None else str(key).encode()
-        self._to_dlq(partition, pending.offset, encoded, value, UNSUBMITTABLE, detail)
+        """A record whose run the store refused: its decoded value goes as JSON (the record's
+        own bytes when the value has no JSON form)."""
+        value: bytes | None
+        try:
+            value = json.dumps(pending.value, separators=(",", ":"), default=str).encode()
+        except (ValueError, TypeError, RecursionError):
+            value = pending.raw_value
+        self._to_dlq(partition, pending.offset, pending.raw_key, value, UNSUBMITTABLE, detail)
 
     # -- finished runs -------------------------------------------------------------------------
 
@@ -479,6 +528,20 @@ class BoundConsumer(GroupMember):
         except StoreUnavailable as exc:
             log.debug("bound topic %s: runs not asked about: %s", self.topic, exc)
             return
+        except Exception as exc:  # no outage, but a pass that failed: asked again later
+            if not self._ask_failed:
+                log.error(
+                    "bound topic %s: asking the store about %d open run(s) failed; asking "
+                    "again every %gs: %s: %s",
+                    self.topic,
+                    len(asked),
+                    ASK_AFTER,
+                    type(exc).__name__,
+                    one_line(exc),
+                )
+            self._ask_failed = True
+            return
+        self._ask_failed = False
         for run_id, info in zip(asked, infos, strict=True):
             if info is None or info.status.is_terminal:
                 self._finish(run_id)

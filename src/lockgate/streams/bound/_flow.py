@@ -21,6 +21,9 @@ class Pending:
     run_id: str
     value: Any
     metadata: dict[str, Any]
+    #: The record's key and value as read, for a dead-letter copy should its submit fail.
+    raw_key: bytes | None = None
+    raw_value: bytes | None = None
 
 
 @dataclass

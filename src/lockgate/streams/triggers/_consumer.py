@@ -41,7 +41,14 @@ from lockgate.streams._dead_letters import DeadLetters
 from lockgate.streams._member import GroupMember
 from lockgate.streams._topics import committed_offsets, dlq_topic, group_id, trigger_topic
 from lockgate.streams.triggers._produce import prepare_trigger_topics
-from lockgate.streams.triggers._records import NO_KEY, UNFIREABLE, Event, Refused, read_record
+from lockgate.streams.triggers._records import (
+    NO_KEY,
+    UNFIREABLE,
+    UNREADABLE,
+    Event,
+    Refused,
+    read_record,
+)
 from lockgate.streams.triggers._windows import Batch, PartitionWindows
 from lockgate.workflow._spec import WorkflowSpec, trigger_policy
 
@@ -180,11 +187,16 @@ class TriggerConsumer(GroupMember):
         # consume() waits until it has a whole batch or its time is up; a record must not wait
         # that long (its window starts when it is read): take what is there, else wait for
         # the first record alone and then take what came with it.
-        messages = consumer.consume(CONSUME_BATCH, timeout=0)
-        if not messages:
-            first = consumer.poll(self._wait() if timeout is None else timeout)
-            if first is not None:
-                messages = [first, *consumer.consume(CONSUME_BATCH - 1, timeout=0)]
+        try:
+            messages = consumer.consume(CONSUME_BATCH, timeout=0)
+            if not messages:
+                first = consumer.poll(self._wait() if timeout is None else timeout)
+                if first is not None:
+                    messages = [first, *consumer.consume(CONSUME_BATCH - 1, timeout=0)]
+        except KafkaException as exc:
+            # The consumer itself failed (not one record): the worker joins again, with
+            # backoff, reading from the commits.
+            raise StoreUnavailable(f"trigger topic {self.topic}: the read failed: {exc}") from exc
         if messages:
             self._take(consumer, messages)
         self._fire_due()
@@ -277,7 +289,12 @@ class TriggerConsumer(GroupMember):
                 # The marks could not be read: read these records again, after a pause (this
                 # thread is the consumer's own; Kafka's heartbeats go on without it).
                 log.debug("trigger topic %s: %s", self.topic, exc)
-                consumer.seek(TopicPartition(self.topic, partition, offset_of(records[0])))
+                try:
+                    consumer.seek(TopicPartition(self.topic, partition, offset_of(records[0])))
+                except KafkaException as failed:
+                    raise StoreUnavailable(
+                        f"trigger topic {self.topic}: no read again after an outage: {failed}"
+                    ) from failed
                 time.sleep(RETRY_AFTER)
 
     def _take_partition(self, windows: PartitionWindows, records: list[Message]) -> None:
@@ -285,12 +302,12 @@ class TriggerConsumer(GroupMember):
         keys = [r.key for _, r in read if isinstance(r, Event)]
         unknown = windows.unknown(keys)
         if unknown:
-            source = source_of(self.topic, windows.partition)
-            policies = {key: self._policy(key) for key in unknown}
-            marks = self._run(
-                call_store(self.store, self.store.fired_through, self.spec.name, source, policies)
-            )
-            windows.know(unknown, marks)
+            refused = self._learn_marks(windows, unknown)
+            if refused:
+                read = [
+                    (m, refused[r.key] if isinstance(r, Event) and r.key in refused else r)
+                    for m, r in read
+                ]
         now = self.clock()
         for message, record in read:
             offset = offset_of(message)
@@ -301,10 +318,44 @@ class TriggerConsumer(GroupMember):
             size = len(message.value() or b"")
             self._to_fire.extend(windows.add(offset, record.key, record.event, now, size))
 
+    def _learn_marks(self, windows: PartitionWindows, keys: list[str]) -> dict[str, Refused]:
+        """Learn the fired-through marks of ``keys`` from the store (StoreUnavailable when it
+        is away). A call that fails otherwise is made again key by key, and each key whose
+        own call fails has its records refused (returned), so no other key waits on it."""
+        source = source_of(self.topic, windows.partition)
+        policies = {key: self._policy(key) for key in keys}
+
+        def marks_of(asked: dict[str, TriggerPolicy]) -> dict[str, int]:
+            return self._run(
+                call_store(self.store, self.store.fired_through, self.spec.name, source, asked)
+            )
+
+        try:
+            windows.know(keys, marks_of(policies))
+            return {}
+        except StoreUnavailable:
+            raise
+        except Exception:  # told below, key by key
+            pass
+        refused: dict[str, Refused] = {}
+        for key in keys:
+            try:
+                windows.know([key], marks_of({key: policies[key]}))
+            except StoreUnavailable:
+                raise
+            except Exception as exc:
+                detail = f"the store could not read key {key!r}'s fired-through mark: "
+                refused[key] = Refused(UNFIREABLE, f"{detail}{type(exc).__name__}: {one_line(exc)}")
+        return refused
+
     def _read(self, message: Message) -> Event | Refused:
         """The record as an event, refused as well when the workflow's gates cannot be
-        resolved for its key (a gate key function that fails on it)."""
-        record = read_record(self.spec, message.value(), message.key())
+        resolved for its key (a gate key function that fails on it), or when reading it fails
+        in any other way."""
+        try:
+            record = read_record(self.spec, message.value(), message.key())
+        except Exception as exc:  # what else a record's bytes lead reading it to
+            return Refused(UNREADABLE, f"{type(exc).__name__}: {one_line(exc)}")
         if isinstance(record, Event):
             try:
                 self._policy(record.key)

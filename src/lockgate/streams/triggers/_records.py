@@ -10,6 +10,7 @@ from typing import Any
 
 from lockgate._errors import one_line
 from lockgate.journal._events import payload_size
+from lockgate.streams._values import carried_problem
 from lockgate.workflow._spec import WorkflowSpec
 
 #: The reasons a record goes to the dead-letter topic (its ``lockgate.dlq.reason`` header).
@@ -19,6 +20,9 @@ OVER_CAP = "over-cap"
 NO_KEY = "no-key"
 #: A batch the store refused to fire for good (not for being away): its events, as JSON.
 UNFIREABLE = "unfireable"
+#: Reading the record failed otherwise than for the reasons above (a bug, not the record's
+#: fault alone): it is set aside all the same.
+UNREADABLE = "unreadable"
 
 
 @dataclass(frozen=True)
@@ -60,17 +64,18 @@ GROWTH = 6
 
 def read_record(spec: WorkflowSpec, value: bytes | None, key: bytes | None) -> Event | Refused:
     """The event in a record's ``value`` (a UTF-8 JSON object, strict: no NaN, no infinities,
-    no lone surrogates) under its trigger key: the record's ``key`` when it has one, else what
-    the workflow's trigger resolves from the event, which must be there (a missing or null
-    field is no key)."""
+    no lone surrogates, no nesting past ``MAX_DEPTH``) under its trigger key: the record's
+    ``key`` when it has one, else what the workflow's trigger resolves from the event, which
+    must be there (a missing or null field is no key)."""
     assert spec.trigger is not None
     raw = value or b""
     try:
         event = _STRICT.decode(raw.decode())
-        if b"\\u" in raw:  # an escape may spell a lone surrogate, which UTF-8 cannot carry
-            json.dumps(event, ensure_ascii=False).encode()
     except (UnicodeError, ValueError, RecursionError) as exc:
         return Refused(NOT_JSON, f"the value is not strict UTF-8 JSON: {one_line(exc)}")
+    problem = carried_problem(raw, event)  # a lone surrogate, or nesting past MAX_DEPTH
+    if problem is not None:
+        return Refused(NOT_JSON, problem)
     if not isinstance(event, dict):
         return Refused(NOT_AN_OBJECT, f"the value is a JSON {type(event).__name__}, not an object")
     cap = spec.max_event_payload_bytes
