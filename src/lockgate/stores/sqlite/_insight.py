@@ -2,12 +2,14 @@
 gate bookkeeping's indexes: ``lg_runs_slots`` (the runs holding a Limit key's slots),
 ``lg_runs_buckets`` (the queue by fairness bucket), ``lg_tokens`` (Rate buckets) and the
 trigger buffers' due index; never a scan of ``lg_runs``. Live workers are rows of
-``lg_workers`` that lapse on the store's clock."""
+``lg_workers`` that lapse on the store's clock; the takeover of a lapsed worker's runs
+(``recover_lapsed_holders``) reads them and the workflow's locked runs (``lg_runs_locks``)."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Sequence
 from typing import Any
 
 from lockgate.stores._insight import (
@@ -18,10 +20,13 @@ from lockgate.stores._insight import (
     WorkerInfo,
     check_limit,
     check_worker,
+    lapsed_workers,
+    lease_worker,
     limit_usages,
     queued_gates,
     rate_usages,
 )
+from lockgate.stores._poison import PoisonPolicy
 from lockgate.stores.sqlite._rows import SQLiteRows
 from lockgate.stores.sqlite._translate import translated
 
@@ -105,7 +110,8 @@ class SQLiteInsight(SQLiteRows, InsightStore):
         seconds = check_worker(info, ttl)
         with self._write() as db:
             now = self._clock()
-            db.execute("DELETE FROM lg_workers WHERE expires_at <= ?", (now,))
+            # Lapsed records are kept a lock TTL more: recover_lapsed_holders reads them.
+            db.execute("DELETE FROM lg_workers WHERE expires_at <= ?", (now - self.lock_ttl,))
             db.execute(
                 "INSERT OR REPLACE INTO lg_workers (worker_id, info, expires_at) VALUES (?, ?, ?)",
                 (info.worker_id, info.to_json(), now + seconds),
@@ -123,4 +129,40 @@ class SQLiteInsight(SQLiteRows, InsightStore):
     @translated
     def drop_worker(self, worker_id: str) -> None:
         with self._write() as db:
-            db.execute("DELETE FROM lg_workers WHERE worker_id = ?", (worker_id,))
+            # Lapsed now rather than forgotten: a lease it left behind is taken over at once.
+            db.execute(
+                "UPDATE lg_workers SET expires_at = MIN(expires_at, ?) WHERE worker_id = ?",
+                (self._clock(), worker_id),
+            )
+
+    @translated
+    def recover_lapsed_holders(
+        self, name: str, *, keep: Sequence[str] = (), poison: PoisonPolicy | None = None
+    ) -> list[str]:
+        recovered: list[str] = []
+        with self._write() as db:
+            now = self._clock()
+            records = db.execute(
+                "SELECT worker_id, expires_at FROM lg_workers WHERE expires_at > ? "
+                "AND expires_at <= ?",
+                (now - self.lock_ttl, now),
+            ).fetchall()
+            lapsed = lapsed_workers(
+                ((str(r["worker_id"]), float(r["expires_at"])) for r in records),
+                now,
+                self.lock_ttl,
+                keep,
+            )
+            if not lapsed:
+                return recovered
+            # The locked runs of the workflow (index lg_runs_locks): those in flight.
+            rows = db.execute(
+                "SELECT * FROM lg_runs WHERE name = ? AND lock IS NOT NULL", (name,)
+            ).fetchall()
+            for row in rows:
+                if lease_worker(row["lock"]) not in lapsed:
+                    continue
+                if row["terminal"] is None:
+                    recovered.append(str(row["run_id"]))
+                self._lapsed(db, row, poison)
+        return recovered
