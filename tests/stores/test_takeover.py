@@ -45,7 +45,8 @@ def test_a_lapsed_holders_run_is_requeued_as_a_crash_before_its_lease_lapses(
     assert store.recover_lapsed_holders(NAME, poison=POLICY) == [mine]
     assert status(store, mine) == RunStatus.PENDING
     last = store.get_last_event(NAME, mine)
-    assert last is not None and last.kind == EventKind.RUN_REQUEUED
+    assert last is not None
+    assert last.kind == EventKind.RUN_REQUEUED
     assert last.payload["reason"] == "owner_gone"
     assert last.payload["crashes"] == 1  # a crash for the poison policy, as a lapse is
     assert store.lock_holder(NAME, mine) is None
