@@ -139,22 +139,14 @@ class SQLiteInsight(SQLiteRows, InsightStore):
     def recover_lapsed_holders(
         self, name: str, *, keep: Sequence[str] = (), poison: PoisonPolicy | None = None
     ) -> list[str]:
+        # A read first: the pass runs every second on every worker, and while no worker has
+        # lapsed (nearly always) it should not take the file's write lock.
+        with self._read() as db:
+            if not self._lapsed_workers(db, keep):
+                return []
         recovered: list[str] = []
         with self._write() as db:
-            now = self._clock()
-            records = db.execute(
-                "SELECT worker_id, expires_at FROM lg_workers WHERE expires_at > ? "
-                "AND expires_at <= ?",
-                (now - self.lock_ttl, now),
-            ).fetchall()
-            lapsed = lapsed_workers(
-                ((str(r["worker_id"]), float(r["expires_at"])) for r in records),
-                now,
-                self.lock_ttl,
-                keep,
-            )
-            if not lapsed:
-                return recovered
+            lapsed = self._lapsed_workers(db, keep)  # again, inside the one atomic step
             # The locked runs of the workflow (index lg_runs_locks): those in flight.
             rows = db.execute(
                 "SELECT * FROM lg_runs WHERE name = ? AND lock IS NOT NULL", (name,)
@@ -166,3 +158,16 @@ class SQLiteInsight(SQLiteRows, InsightStore):
                     recovered.append(str(row["run_id"]))
                 self._lapsed(db, row, poison)
         return recovered
+
+    def _lapsed_workers(self, db: sqlite3.Connection, keep: Sequence[str]) -> set[str]:
+        now = self._clock()
+        records = db.execute(
+            "SELECT worker_id, expires_at FROM lg_workers WHERE expires_at > ? AND expires_at <= ?",
+            (now - self.lock_ttl, now),
+        ).fetchall()
+        return lapsed_workers(
+            ((str(r["worker_id"]), float(r["expires_at"])) for r in records),
+            now,
+            self.lock_ttl,
+            keep,
+        )
