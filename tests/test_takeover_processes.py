@@ -187,9 +187,9 @@ def kafka_workers(tmp_path: Path, kafka_bootstrap: str) -> Iterator[Workers]:
     workers.close()
 
 
-def submit(store: Store, **params: Any) -> str:
+def submit(store: Store, name: str = "takeover_plain", **params: Any) -> str:
     async def go() -> str:
-        handle = await WorkflowClient(store).submit("takeover_plain", params)
+        handle = await WorkflowClient(store).submit(name, params)
         return handle.run_id
 
     return asyncio.run(go())
@@ -351,3 +351,21 @@ def test_a_worker_frozen_past_its_presence_loses_its_run_and_its_late_writes(
     assert done[0].payload["result"] == again.pid  # the woken worker's step:done was refused
     assert [e.kind for e in events if e.is_terminal] == [EventKind.RUN_COMPLETE]
     assert frozen.poll() is None, workers.tail()  # it lives on, serving
+
+
+def test_a_worker_whose_event_loop_is_blocked_past_its_presence_ttl_keeps_its_run(
+    sqlite_workers: Workers,
+) -> None:
+    # Presence is written from a thread: a blocked loop (a body that never awaits) is left
+    # to the lease and the loop watchdog, as before, not taken for a dead process.
+    workers = sqlite_workers
+    defaults = WorkerOptions()
+    blocked_s = defaults.presence_ttl + 2 * defaults.takeover_interval
+    workers.start("blocking")
+    workers.start("blocking")
+    store = workers.store()
+    run_id = submit(store, "takeover_blocking", seconds=blocked_s)
+    holder = workers.holder(run_id)
+    wait_complete(workers, store, "takeover_blocking", run_id)
+    assert [ln.pid for ln in workers.starts(run_id)] == [holder.pid], workers.tail()
+    assert requeue_reasons(store, "takeover_blocking", run_id) == []

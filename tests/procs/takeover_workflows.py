@@ -11,7 +11,9 @@ The first attempt at a run's step (the one that creates ``<run_id>.held`` beside
 file) waits until ``<run_id>.go`` exists there, unless the run was told not to hold; any
 later attempt returns at once. The step returns the pid that ran it, so the journal says which
 attempt's ``step:done`` was believed. The bound workflows read ``LOCKGATE_TEST_BOUND_TOPIC``;
-a record ``{"n": N, "hold": false}`` does not hold.
+a record ``{"n": N, "hold": false}`` does not hold. ``takeover_blocking``'s step blocks the
+worker's event loop (it never awaits) for ``seconds`` on its first attempt, recorded the same
+way.
 """
 
 from __future__ import annotations
@@ -61,6 +63,17 @@ async def hold(run_id: str, holds: bool) -> int:
     return os.getpid()
 
 
+@step(name="block")
+async def block(run_id: str, seconds: float) -> int:
+    note("start", run_id)
+    if _first_attempt(run_id):
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:  # never awaits: the worker's event loop is blocked
+            pass
+    note("end", run_id)
+    return os.getpid()
+
+
 @workflow(name="takeover_plain")
 async def takeover_plain(ctx: WorkflowContext, hold_it: bool = True) -> int:
     return int(await hold(ctx.run_id, hold_it))
@@ -76,6 +89,12 @@ async def takeover_ordered(ctx: WorkflowContext, value: dict[str, Any]) -> int:
     return int(await hold(ctx.run_id, bool(value.get("hold", True))))
 
 
+@workflow(name="takeover_blocking")
+async def takeover_blocking(ctx: WorkflowContext, seconds: float) -> int:
+    return int(await block(ctx.run_id, seconds))
+
+
 plain = [takeover_plain]
+blocking = [takeover_blocking]
 bound = [takeover_bound]
 ordered = [takeover_ordered]
