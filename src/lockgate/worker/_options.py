@@ -86,8 +86,9 @@ class WorkerOptions:
     ``metrics_interval`` the worker samples from the store how many runs wait behind each
     kind of gate and how many trigger buffers are open.
 
-    Poison runs: a run whose worker dies or freezes under it (its lease lapses) is requeued by
-    the next orphan scan or claim, and each such lapse is a crash of the run. The crash number
+    Poison runs: a run whose worker dies or freezes under it (its presence or its lease
+    lapses) is requeued by the next takeover pass, orphan scan or claim, and each such lapse is
+    a crash of the run. The crash number
     ``poison_max_retries + 1`` within ``poison_retry_ttl_s`` seconds (older ones are forgotten;
     progress forgets none) quarantines the run instead: it ends with status ``quarantined``
     and ``lockgate runs retry`` starts it again from its journal. A worker whose own event

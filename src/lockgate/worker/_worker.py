@@ -127,8 +127,10 @@ class WorkflowWorker:
 
     :meth:`run` serves until :meth:`stop` (or SIGTERM/SIGINT when it runs in the main thread):
     one claim loop per workflow, at most ``options.max_concurrent_runs`` attempts at once, a
-    timer loop that wakes due sleeps and times out due signal waits, an orphan scan that
-    requeues runs whose lease lapsed, and store maintenance. At start it records each
+    timer loop that wakes due sleeps and times out due signal waits, its presence record
+    (written from a thread, kept until its attempts are drained), a takeover pass that requeues
+    the runs of workers whose presence lapsed, an orphan scan that requeues runs whose lease
+    lapsed, and store maintenance. At start it records each
     workflow's version and flow-control policy in the store; while the store does not answer,
     it waits for it (trying again with backoff) rather than fail, and ``/readyz`` says it is
     not ready.
