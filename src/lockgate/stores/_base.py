@@ -235,12 +235,12 @@ class LifecycleStore(abc.ABC):
 
         A lease names its worker as the text before its first ``/`` (the worker's
         ``Runtime.new_lease``). That worker's presence has lapsed when it recorded a record
-        (``record_worker``) that was neither refreshed within its TTL nor is older than the
-        store's ``lock_ttl`` past its lapse, or dropped it (``drop_worker``) within that time.
-        A lease without ``/``, or whose worker never recorded a record here, or lapsed more
-        than ``lock_ttl`` ago, is left to :meth:`recover_pending_runs` (its lease lapses by
-        then). Workers named in ``keep`` (the caller) are never taken as lapsed. Each requeue
-        counts as :meth:`recover_pending_runs` counts a lapse, ``poison`` included; a run
+        (``record_worker``) that was not refreshed within its TTL and lapsed no more than the
+        store's ``lock_ttl`` ago. A lease without ``/``, or whose worker never recorded a
+        record here, dropped it (``drop_worker``, a clean stop) or lapsed more than
+        ``lock_ttl`` ago, is left to :meth:`recover_pending_runs` (its lease lapses by then).
+        Workers named in ``keep`` (the caller) are never taken as lapsed. Each requeue counts
+        as :meth:`recover_pending_runs` counts a lapse, ``poison`` included; a run
         whose journal ended is only released. Judged on the store's clock; atomic per shard.
         """
         raise CapabilityMissing(type(self).__name__, "takeover")

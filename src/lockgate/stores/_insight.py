@@ -16,9 +16,9 @@ with its tokens as last kept, and ``per_second`` None.
 
 Workers publish a :class:`WorkerInfo` every second or so with a short time to live
 (``record_worker``), so one that stops or dies drops out of :meth:`InsightStore.live_workers`
-once it lapses; a clean stop drops it at once (``drop_worker``). A lapsed or dropped record is
-remembered for the store's ``lock_ttl`` more (not listed as live): that is how
-``recover_lapsed_holders`` tells a worker that died from one that never published a record.
+once it lapses; a clean stop drops it at once (``drop_worker``). A lapsed record is remembered
+for the store's ``lock_ttl`` more (not listed as live): that is how ``recover_lapsed_holders``
+tells a worker that died from one that never published a record.
 """
 
 from __future__ import annotations

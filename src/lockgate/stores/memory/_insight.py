@@ -80,10 +80,7 @@ class MemoryInsight(MemoryState, InsightStore):
 
     @_locked
     def drop_worker(self, worker_id: str) -> None:
-        # Lapsed now rather than forgotten: a lease it left behind is taken over at once.
-        known = self._workers.get(worker_id)
-        if known is not None:
-            self._workers[worker_id] = (known[0], min(known[1], self._clock()))
+        self._workers.pop(worker_id, None)
 
     def _forget_workers(self, now: float) -> None:
         """Forget the records lapsed more than ``lock_ttl`` ago (see ``_insight.py``)."""

@@ -21,7 +21,6 @@ from lockgate.stores._insight import (
     check_limit,
     check_worker,
     lapsed_workers,
-    lease_worker,
     limit_usages,
     queued_gates,
     rate_usages,
@@ -129,11 +128,7 @@ class SQLiteInsight(SQLiteRows, InsightStore):
     @translated
     def drop_worker(self, worker_id: str) -> None:
         with self._write() as db:
-            # Lapsed now rather than forgotten: a lease it left behind is taken over at once.
-            db.execute(
-                "UPDATE lg_workers SET expires_at = MIN(expires_at, ?) WHERE worker_id = ?",
-                (self._clock(), worker_id),
-            )
+            db.execute("DELETE FROM lg_workers WHERE worker_id = ?", (worker_id,))
 
     @translated
     def recover_lapsed_holders(
@@ -147,13 +142,16 @@ class SQLiteInsight(SQLiteRows, InsightStore):
         recovered: list[str] = []
         with self._write() as db:
             lapsed = self._lapsed_workers(db, keep)  # again, inside the one atomic step
-            # The locked runs of the workflow (index lg_runs_locks): those in flight.
+            # The workflow's locked runs (index lg_runs_locks: those in flight) whose lease
+            # names a lapsed worker.
+            marks = ", ".join("?" * len(lapsed))
             rows = db.execute(
-                "SELECT * FROM lg_runs WHERE name = ? AND lock IS NOT NULL", (name,)
+                "SELECT * FROM lg_runs WHERE name = ? AND lock IS NOT NULL "
+                "AND instr(lock, '/') > 1 "
+                f"AND substr(lock, 1, instr(lock, '/') - 1) IN ({marks})",
+                (name, *sorted(lapsed)),
             ).fetchall()
             for row in rows:
-                if lease_worker(row["lock"]) not in lapsed:
-                    continue
                 if row["terminal"] is None:
                     recovered.append(str(row["run_id"]))
                 self._lapsed(db, row, poison)
