@@ -277,9 +277,11 @@ class MemoryStore(MemoryWaits, MemoryInsight, Store):
         self._forget_workers(now)
         records = ((w, until) for w, (_, until) in self._workers.items())
         lapsed = lapsed_workers(records, now, self.lock_ttl, keep)
-        recovered = []
+        recovered: list[str] = []
+        if not lapsed:
+            return recovered
         for (run_name, run_id), run in list(self._runs.items()):
-            if run_name == name and lapsed and lease_worker(run.lock) in lapsed:
+            if run_name == name and lease_worker(run.lock) in lapsed:
                 if not run.ended:
                     recovered.append(run_id)
                 self._lapsed(run, poison)
