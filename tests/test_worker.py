@@ -489,6 +489,10 @@ async def test_a_translated_store_blip_in_an_attempt_requeues_the_run() -> None:
         ("health_port", 70_000),
         ("health_port", "8080"),
         ("health_host", ""),
+        ("presence_ttl", 0),
+        ("presence_interval", float("nan")),
+        ("presence_interval", 5.0),  # not shorter than presence_ttl: a live worker would lapse
+        ("takeover_interval", -1),
     ],
 )
 def test_worker_options_refuse_bad_values(field: str, value: Any) -> None:

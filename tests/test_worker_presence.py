@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import time
 import uuid
@@ -120,3 +121,48 @@ async def test_a_worker_publishes_its_presence_while_serving_and_drops_it_on_sto
         async with asyncio.timeout(WAIT_S):
             await task
     assert record(store, "w-presence") is None
+
+
+#: Presence and takeover fast enough for a test: a record lives 1 s.
+QUICK_TAKEOVER = dataclasses.replace(
+    FAST, presence_ttl=1.0, presence_interval=0.2, takeover_interval=0.2, shutdown_grace=10.0
+)
+#: Longer than a lapsed record takes to be acted on (presence_ttl + takeover_interval).
+NAP_S = 2.5
+STARTED: dict[str, asyncio.Event] = {}
+
+
+@step
+async def nap_past_presence() -> str:
+    STARTED["nap"].set()
+    await asyncio.sleep(NAP_S)
+    return "napped"
+
+
+@workflow(name="presence_drained")
+async def presence_drained(ctx: WorkflowContext) -> str:
+    return await nap_past_presence()
+
+
+async def test_a_draining_worker_keeps_its_presence_so_no_one_takes_its_runs(
+    store: Store,
+) -> None:
+    STARTED["nap"] = asyncio.Event()
+    draining = WorkflowWorker(
+        workflows=[presence_drained], store=store, worker_id="w-drain", options=QUICK_TAKEOVER
+    )
+    other = WorkflowWorker(
+        workflows=[presence_drained], store=store, worker_id="w-other", options=QUICK_TAKEOVER
+    )
+    async with serving(draining) as task:
+        handle = await draining.client.submit("presence_drained")
+        async with asyncio.timeout(WAIT_S):
+            await STARTED["nap"].wait()
+        async with serving(other):
+            draining.stop()  # its step naps on, past presence_ttl, inside the grace
+            async with asyncio.timeout(WAIT_S):
+                await task
+            assert await handle.result(timeout=WAIT_S) == "napped"
+    events = store.load_run("presence_drained", handle.run_id)
+    assert [e for e in events if e.kind == "run:requeued"] == []
+    assert sum(e.kind == "step:pending" for e in events) == 1  # the step ran once

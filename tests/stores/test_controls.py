@@ -337,6 +337,7 @@ GROUP_CALLS: dict[str, Callable[[Any], object]] = {
     "trigger_marks": lambda s: s.forget_marks(NAME, "t/0", 0),
     "insight": lambda s: s.limit_usage(NAME),
     "workers": lambda s: s.live_workers(),
+    "takeover": lambda s: s.recover_lapsed_holders(NAME),
 }
 
 

@@ -228,6 +228,24 @@ class LifecycleStore(abc.ABC):
         time as ``crash_at`` in ``run:requeued`` (what a rebuild restores the count from), and
         a loop-blocked one says ``loop_blocked``. Without ``poison`` nothing is counted."""
 
+    def recover_lapsed_holders(
+        self, name: str, *, keep: Sequence[str] = (), poison: PoisonPolicy | None = None
+    ) -> list[str]:
+        """Requeue (as ``owner_gone``) every run of ``name`` locked under a lease whose
+        worker's presence lapsed, live lease or not; return them (group ``takeover``).
+
+        A lease names its worker as the text before its first ``/`` (the worker's
+        ``Runtime.new_lease``). That worker's presence has lapsed when it recorded a record
+        (``record_worker``) that was not refreshed within its TTL and lapsed no more than the
+        store's ``lock_ttl`` ago. A lease without ``/``, or whose worker never recorded a
+        record here, dropped it (``drop_worker``, a clean stop) or lapsed more than
+        ``lock_ttl`` ago, is left to :meth:`recover_pending_runs` (its lease lapses by then).
+        Workers named in ``keep`` (the caller) are never taken as lapsed. Each requeue counts
+        as :meth:`recover_pending_runs` counts a lapse, ``poison`` included; a run
+        whose journal ended is only released. Judged on the store's clock; atomic per shard.
+        """
+        raise CapabilityMissing(type(self).__name__, "takeover")
+
     def note_loop_blocked(self, name: str, run_id: str, lease: str) -> bool:
         """Note that the holder of ``lease`` saw its event loop blocked while holding the run:
         should the lease lapse before another heartbeat or claim of it, that lapse is
@@ -654,6 +672,7 @@ CAPABILITY_GROUPS: dict[str, tuple[type, tuple[str, ...]]] = {
     "triggers": (TriggerStore, ("trigger_event", "due_triggers", "fire_trigger")),
     "trigger_due": (TriggerStore, ("next_trigger_due",)),
     "trigger_marks": (TriggerStore, ("fire_batch", "fired_through", "forget_marks")),
+    "takeover": (LifecycleStore, ("recover_lapsed_holders",)),
     **INSIGHT_GROUPS,
 }
 

@@ -487,6 +487,17 @@ class CompositeStore(CompositeGroups):
             yield from self._copy_soon_op(name, run_id)
         return recovered
 
+    @composed
+    def recover_lapsed_holders(
+        self, name: str, *, keep: Sequence[str] = (), poison: PoisonPolicy | None = None
+    ) -> Op[list[str]]:
+        recovered: list[str] = yield Call(
+            self.lifecycle.recover_lapsed_holders, (name,), {"keep": keep, "poison": poison}
+        )
+        for run_id in recovered:
+            yield from self._copy_soon_op(name, run_id)
+        return recovered
+
     def note_loop_blocked(self, name: str, run_id: str, lease: str) -> bool:
         return self.lifecycle.note_loop_blocked(name, run_id, lease)
 

@@ -14,9 +14,11 @@ it; for a key with none queued, from the runs holding its slots (Limit) or from 
 workers recorded (``PolicyStore``). A Rate key whose rate no run nor policy tells is reported
 with its tokens as last kept, and ``per_second`` None.
 
-Workers publish a :class:`WorkerInfo` every heartbeat with a time to live (``record_worker``),
-so one that stops or dies drops out of :meth:`InsightStore.live_workers` once it lapses; a
-clean stop drops it at once (``drop_worker``).
+Workers publish a :class:`WorkerInfo` every second or so with a short time to live
+(``record_worker``), so one that stops or dies drops out of :meth:`InsightStore.live_workers`
+once it lapses; a clean stop drops it at once (``drop_worker``). A lapsed record is remembered
+for the store's ``lock_ttl`` more (not listed as live): that is how ``recover_lapsed_holders``
+tells a worker that died from one that never published a record.
 """
 
 from __future__ import annotations
@@ -138,6 +140,23 @@ INSIGHT_GROUPS: dict[str, tuple[type, tuple[str, ...]]] = {
     "insight": (InsightStore, ("limit_usage", "rate_usage", "open_buffers")),
     "workers": (InsightStore, ("record_worker", "live_workers", "drop_worker")),
 }
+
+
+def lease_worker(lease: str | None) -> str | None:
+    """The worker a lease names (the text before its first ``/``), or None for a lease that
+    names none: only such leases are judged by their worker's presence."""
+    if not lease or "/" not in lease:
+        return None
+    return lease.split("/", 1)[0] or None
+
+
+def lapsed_workers(
+    records: Iterable[tuple[str, float]], now: float, remembered: float, keep: Iterable[str]
+) -> set[str]:
+    """The workers of ``records`` (worker id, when its record lapses) whose record lapsed by
+    ``now`` but no more than ``remembered`` seconds before, less those in ``keep``."""
+    kept = set(keep)
+    return {w for w, until in records if now - remembered < until <= now and w not in kept}
 
 
 def _missing(store: object, capability: str) -> CapabilityMissing:

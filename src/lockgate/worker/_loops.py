@@ -1,5 +1,5 @@
 """The loops a worker runs beside its attempts: one claim loop per workflow, and periodic
-duties (timers, orphan scans, store maintenance).
+duties (timers, orphan scans, takeover of lapsed workers' runs, store maintenance).
 
 Each loop returns when the worker stops. A store that is unavailable is tried again later (the
 worker's store state tells the outage once, not each call it fails); any other exception ends
@@ -232,6 +232,36 @@ async def recover_orphans(rt: Runtime) -> bool:
             # One the store ended instead (quarantined, out of retries) tells its parent and
             # closes its children here: its own attempt never reached its end to do it.
             await after_store_ended(rt.io, rt.store, iso(rt.clock()), name, run_id)
+    return False
+
+
+def takes_over(rt: Runtime) -> bool:
+    """Whether the worker's store can take over the runs of a worker whose presence lapsed
+    (and keeps presence records at all)."""
+    return {"takeover", "workers"} <= rt.store.capabilities()
+
+
+async def take_over_lapsed(rt: Runtime) -> bool:
+    """Requeue the runs of this worker's workflows held by a worker whose presence record
+    lapsed (one killed or frozen whole), without waiting for their leases to lapse; this
+    worker is never taken as lapsed. Each counts as ``owner_gone`` and as a crash, as an
+    orphan scan's would (see :func:`recover_orphans`)."""
+    for name in rt.specs:
+        taken = await rt.io(
+            rt.store.recover_lapsed_holders,
+            name,
+            keep=(rt.worker_id,),
+            poison=rt.options.poison_policy,
+        )
+        if not taken:
+            continue
+        log.info(
+            "requeued %d run(s) of %s whose worker's presence lapsed (taken over)", len(taken), name
+        )
+        metrics.requeued(name, "owner_gone", len(taken))
+        for run_id in taken:
+            await after_store_ended(rt.io, rt.store, iso(rt.clock()), name, run_id)
+        rt.wakeup(f"claim:{name}").set()
     return False
 
 

@@ -58,7 +58,17 @@ class WorkerOptions:
     least every ``timer_poll_interval_s`` to see deadlines other processes set. (A store that
     cannot say when its next deadline is gets polled that often.) Every
     ``orphan_scan_interval`` the worker requeues runs whose holder's lease
-    lapsed; every ``maintenance_interval`` it asks the store to clean up; on a store with
+    lapsed.
+
+    Presence and takeover (see ``docs/workers.md``): every ``presence_interval`` the worker
+    writes a record of itself that lives ``presence_ttl`` (from a thread of its own, so a
+    blocked event loop does not stop it), and every ``takeover_interval`` it requeues the runs
+    held by any worker whose record lapsed, whatever their leases say: a worker killed or
+    frozen whole loses its runs about ``presence_ttl`` after its last write, where its leases
+    alone would hold them ``lock_ttl`` plus an orphan scan. A worker silent for less than
+    ``presence_ttl`` (a GC pause, a loaded machine) keeps them.
+
+    Every ``maintenance_interval`` it asks the store to clean up; on a store with
     shards, every ``shard_lease_interval`` it renews its lease on its share of them, which its
     claims try first. On stop, running attempts get ``shutdown_grace`` to reach a boundary and
     hand their run back; any still running then are cancelled and handed back.
@@ -76,8 +86,9 @@ class WorkerOptions:
     ``metrics_interval`` the worker samples from the store how many runs wait behind each
     kind of gate and how many trigger buffers are open.
 
-    Poison runs: a run whose worker dies or freezes under it (its lease lapses) is requeued by
-    the next orphan scan or claim, and each such lapse is a crash of the run. The crash number
+    Poison runs: a run whose worker dies or freezes under it (its presence or its lease
+    lapses) is requeued by the next takeover pass, orphan scan or claim, and each such lapse is
+    a crash of the run. The crash number
     ``poison_max_retries + 1`` within ``poison_retry_ttl_s`` seconds (older ones are forgotten;
     progress forgets none) quarantines the run instead: it ends with status ``quarantined``
     and ``lockgate runs retry`` starts it again from its journal. A worker whose own event
@@ -97,6 +108,9 @@ class WorkerOptions:
     timer_poll_interval_s: float = 0.25
     timer_max_batch: int = 100
     orphan_scan_interval: float = 60.0
+    presence_ttl: float = 5.0
+    presence_interval: float = 1.0
+    takeover_interval: float = 1.0
     shutdown_grace: float = 30.0
     maintenance_interval: float = 300.0
     shard_lease_interval: float = 10.0
@@ -138,11 +152,21 @@ class WorkerOptions:
             "claim_poll_interval",
             "timer_poll_interval_s",
             "orphan_scan_interval",
+            "presence_ttl",
+            "presence_interval",
+            "takeover_interval",
             "maintenance_interval",
             "shard_lease_interval",
         ):
             _check_seconds(interval, getattr(self, interval))
         _check_seconds("shutdown_grace", self.shutdown_grace, allow_zero=True)
+        if self.presence_interval >= self.presence_ttl:
+            # A record that lapses before the next write would make a live worker look dead.
+            raise _refuse(
+                "presence_interval",
+                f"shorter than presence_ttl ({self.presence_ttl:g}s)",
+                self.presence_interval,
+            )
         if not isinstance(self.step_boundary_durability, bool):
             raise _refuse(
                 "step_boundary_durability", "True or False", self.step_boundary_durability

@@ -1,19 +1,30 @@
-"""The worker's presence: a record of itself (``WorkerInfo``) published to the store on the
-heartbeat cadence, living ``lock_ttl`` seconds, so the store's :meth:`live_workers` shows the
-workers alive now. One that dies lapses within a lock TTL; one that stops cleanly drops its
-record at once (:func:`drop_presence`). Stores without the ``workers`` group are left alone.
+"""The worker's presence: a record of itself (``WorkerInfo``) published to the store every
+``presence_interval`` seconds, living ``presence_ttl`` seconds, so the store's
+:meth:`live_workers` shows the workers alive now, and so that any live worker can take over
+the runs of one whose record lapsed (:func:`take_over_lapsed` in ``_loops``) within seconds
+of its death instead of a lease and an orphan scan. One that stops cleanly drops its record at
+once (:func:`drop_presence`). Stores without the ``workers`` group are left alone.
+
+The record is written from a thread of its own, not from the event loop: presence says the
+*process* lives. A worker whose loop is blocked by a body that never awaits keeps its presence
+and so its runs until their leases lapse, as before (the loop watchdog notes those lapses,
+``_watchdog.py``); a process that is killed or frozen whole (SIGKILL, SIGSTOP, a machine that
+died) stops writing, and its runs move once its record is ``presence_ttl`` old. The loop only
+refreshes what the record says (slots in use, shards and partitions owned).
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import logging
 import os
 import socket
+import threading
 
 from lockgate._errors import StoreUnavailable
 from lockgate.stores._insight import WorkerInfo
 from lockgate.worker._attempts import AttemptPool
-from lockgate.worker._loops import Duty
 from lockgate.worker._runtime import Runtime
 
 log = logging.getLogger("lockgate.worker")
@@ -47,15 +58,60 @@ def worker_info(rt: Runtime, pool: AttemptPool, started_at: float) -> WorkerInfo
     )
 
 
-def presence(pool: AttemptPool, started_at: float) -> Duty:
-    """The duty a worker runs ``every`` heartbeat interval: publish its record."""
+class PresenceBeacon:
+    """Writes ``info`` (stamped with the time of each write) every ``interval`` seconds for
+    ``ttl`` seconds, from a daemon thread, until :meth:`stop`. A write the store refuses is
+    tried again at the next tick; the first failure of a run of them is logged once."""
 
-    async def publish_presence(rt: Runtime) -> bool:
-        info = worker_info(rt, pool, started_at)
-        await rt.io(rt.store.record_worker, info, rt.store.lock_ttl)
-        return False
+    def __init__(self, rt: Runtime, info: WorkerInfo, *, interval: float, ttl: float) -> None:
+        self._rt = rt
+        self.info = info
+        self._interval = interval
+        self._ttl = ttl
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._beat, name=f"lockgate-presence:{rt.worker_id}", daemon=True
+        )
 
-    return publish_presence
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _beat(self) -> None:
+        failing = False
+        while not self._stop.is_set():
+            try:
+                info = dataclasses.replace(self.info, heartbeat_at=self._rt.clock())
+                self._rt.store.record_worker(info, self._ttl)
+            except Exception as exc:  # a thread's death would pass unseen: tell it, go on
+                if not failing:
+                    log.warning(
+                        "worker %s: publishing its presence failed: %s", self._rt.worker_id, exc
+                    )
+                failing = True
+            else:
+                if failing:
+                    log.info("worker %s: publishing its presence again", self._rt.worker_id)
+                failing = False
+            if self._stop.wait(self._interval):
+                return
+
+
+async def presence_loop(rt: Runtime, pool: AttemptPool, started_at: float) -> None:
+    """Publish the worker's presence (see the module docstring) until cancelled."""
+    interval = rt.options.presence_interval
+    beacon = PresenceBeacon(
+        rt, worker_info(rt, pool, started_at), interval=interval, ttl=rt.options.presence_ttl
+    )
+    beacon.start()
+    try:
+        while True:
+            await asyncio.sleep(interval)
+            beacon.info = worker_info(rt, pool, started_at)
+    finally:
+        beacon.stop()
 
 
 async def drop_presence(rt: Runtime) -> None:

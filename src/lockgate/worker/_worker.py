@@ -40,11 +40,13 @@ from lockgate.worker._loops import (
     maintain,
     recover_orphans,
     sharded,
+    take_over_lapsed,
+    takes_over,
 )
 from lockgate.worker._marker import mark_store, watch_marker
 from lockgate.worker._options import StrandedPolicy, WorkerOptions
 from lockgate.worker._poison import fail_stranded, watch_loop
-from lockgate.worker._presence import drop_presence, presence, publishes_presence
+from lockgate.worker._presence import drop_presence, presence_loop, publishes_presence
 from lockgate.worker._registration import register_workflows
 from lockgate.worker._runtime import Runtime, wait_all
 from lockgate.worker._status import backoff, describe_store, runs, status_log
@@ -60,6 +62,8 @@ _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 #: retries).
 START_RETRY_FIRST = 0.25
 START_RETRY_MOST = 5.0
+
+_PRESENCE_LOOP = "lockgate-presence"
 
 
 def _served(workflows: Iterable[Callable[..., Any]]) -> dict[str, WorkflowSpec]:
@@ -129,8 +133,10 @@ class WorkflowWorker:
 
     :meth:`run` serves until :meth:`stop` (or SIGTERM/SIGINT when it runs in the main thread):
     one claim loop per workflow, at most ``options.max_concurrent_runs`` attempts at once, a
-    timer loop that wakes due sleeps and times out due signal waits, an orphan scan that
-    requeues runs whose lease lapsed, and store maintenance. At start it records each
+    timer loop that wakes due sleeps and times out due signal waits, its presence record
+    (written from a thread, kept until its attempts are drained), a takeover pass that requeues
+    the runs of workers whose presence lapsed, an orphan scan that requeues runs whose lease
+    lapsed, and store maintenance. At start it records each
     workflow's version and flow-control policy in the store; while the store does not answer,
     it waits for it (trying again with backoff) rather than fail, and ``/readyz`` says it is
     not ready.
@@ -262,6 +268,8 @@ class WorkflowWorker:
             await register_workflows(self._rt)
             await mark_store(self._rt)
             await recover_orphans(self._rt)
+            if takes_over(self._rt):
+                await take_over_lapsed(self._rt)
             await fail_stranded(self._rt)
             await self._drain_runnable()
         except asyncio.CancelledError:
@@ -414,12 +422,18 @@ class WorkflowWorker:
         loops.append(asyncio.create_task(watch_loop(rt, self._pool), name="lockgate-watchdog"))
         loops.append(asyncio.create_task(watch_marker(rt), name="lockgate-marker"))
         if publishes_presence(rt):
-            duty = presence(self._pool, self.clock())
             loops.append(
                 asyncio.create_task(
-                    every(rt, duty, self.store.heartbeat_interval), name="lockgate-presence"
+                    presence_loop(rt, self._pool, self.clock()), name=_PRESENCE_LOOP
                 )
             )
+            if takes_over(rt):
+                loops.append(
+                    asyncio.create_task(
+                        every(rt, take_over_lapsed, options.takeover_interval),
+                        name="lockgate-takeover",
+                    )
+                )
         if options.exports_metrics:
             loops.append(
                 asyncio.create_task(
@@ -468,8 +482,11 @@ class WorkflowWorker:
     async def _shut_down(self, loops: list[asyncio.Task[None]], grace: float) -> None:
         deadline = self.clock() + grace
         claimers = [t for t in loops if t.get_name().startswith("lockgate-claim:")]
+        # Presence goes on until the attempts are drained: a worker still finishing its runs
+        # is alive, and others would take them over once its record lapsed.
+        present = [t for t in loops if t.get_name() == _PRESENCE_LOOP]
         for task in loops:
-            if task not in claimers:
+            if task not in claimers and task not in present:
                 task.cancel()
         # A claim loop is left to return by itself: cancelled in the middle of a claim, it
         # would leave a run claimed by nobody until its lease lapsed (which a stop at once
@@ -477,7 +494,7 @@ class WorkflowWorker:
         await wait_all(claimers, self.clock, grace, until=self._rt.hurry)
         for task in claimers:
             task.cancel()
-        await asyncio.gather(*loops, return_exceptions=True)
+        await asyncio.gather(*(t for t in loops if t not in present), return_exceptions=True)
         if sharded(self.store):
             # Claims have stopped: let the other workers take these shards at once.
             try:
@@ -486,6 +503,9 @@ class WorkflowWorker:
                 log.warning("worker %s: releasing its shards failed: %s", self.worker_id, exc)
             self._rt.shards = []
         handed = await self._pool.drain(max(0.0, deadline - self.clock()))
+        for task in present:
+            task.cancel()
+        await asyncio.gather(*present, return_exceptions=True)
         if loops:
             await drop_presence(self._rt)
         if self._health is not None:

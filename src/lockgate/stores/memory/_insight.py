@@ -27,6 +27,7 @@ class MemoryInsight(MemoryState, InsightStore):
     _policies: dict[str, dict[str, Any]]
     #: Each worker's last record and when it lapses (store clock).
     _workers: dict[str, tuple[WorkerInfo, float]]
+    lock_ttl: float
 
     def _queued_buckets(self, name: str) -> list[tuple[str, int]]:
         return [(bucket, len(runs)) for bucket, runs in self._queues.get(name, {}).items()]
@@ -74,10 +75,16 @@ class MemoryInsight(MemoryState, InsightStore):
     @_locked
     def live_workers(self) -> list[WorkerInfo]:
         now = self._clock()
-        for worker_id in [w for w, (_, until) in self._workers.items() if until <= now]:
-            del self._workers[worker_id]
-        return [self._workers[w][0] for w in sorted(self._workers)]
+        self._forget_workers(now)
+        return [info for w, (info, until) in sorted(self._workers.items()) if until > now]
 
     @_locked
     def drop_worker(self, worker_id: str) -> None:
         self._workers.pop(worker_id, None)
+
+    def _forget_workers(self, now: float) -> None:
+        """Forget the records lapsed more than ``lock_ttl`` ago (see ``_insight.py``)."""
+        for worker_id in [
+            w for w, (_, until) in self._workers.items() if until <= now - self.lock_ttl
+        ]:
+            del self._workers[worker_id]

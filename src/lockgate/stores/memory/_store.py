@@ -23,7 +23,7 @@ from lockgate.journal._events import (
 from lockgate.stores._base import Store, loaded_claim
 from lockgate.stores._chains import ChainLink, advance_record
 from lockgate.stores._gates import WaitReason, refill, sooner, wait_reason
-from lockgate.stores._insight import WorkerInfo
+from lockgate.stores._insight import WorkerInfo, lapsed_workers, lease_worker
 from lockgate.stores._poison import PoisonPolicy, judge_lapse
 from lockgate.stores._records import (
     Submit,
@@ -270,6 +270,24 @@ class MemoryStore(MemoryWaits, MemoryInsight, Store):
         recovered = []
         for (run_name, run_id), run in list(self._runs.items()):
             if run_name == name and run.lock is not None and run.lock_expires <= now:
+                if not run.ended:
+                    recovered.append(run_id)
+                self._lapsed(run, poison)
+        return recovered
+
+    @_locked
+    def recover_lapsed_holders(
+        self, name: str, *, keep: Sequence[str] = (), poison: PoisonPolicy | None = None
+    ) -> list[str]:
+        now = self._clock()
+        self._forget_workers(now)
+        records = ((w, until) for w, (_, until) in self._workers.items())
+        lapsed = lapsed_workers(records, now, self.lock_ttl, keep)
+        recovered: list[str] = []
+        if not lapsed:
+            return recovered
+        for (run_name, run_id), run in list(self._runs.items()):
+            if run_name == name and lease_worker(run.lock) in lapsed:
                 if not run.ended:
                     recovered.append(run_id)
                 self._lapsed(run, poison)

@@ -2,12 +2,14 @@
 gate bookkeeping's indexes: ``lg_runs_slots`` (the runs holding a Limit key's slots),
 ``lg_runs_buckets`` (the queue by fairness bucket), ``lg_tokens`` (Rate buckets) and the
 trigger buffers' due index; never a scan of ``lg_runs``. Live workers are rows of
-``lg_workers`` that lapse on the store's clock."""
+``lg_workers`` that lapse on the store's clock; the takeover of a lapsed worker's runs
+(``recover_lapsed_holders``) reads them and the workflow's locked runs (``lg_runs_locks``)."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Sequence
 from typing import Any
 
 from lockgate.stores._insight import (
@@ -18,10 +20,12 @@ from lockgate.stores._insight import (
     WorkerInfo,
     check_limit,
     check_worker,
+    lapsed_workers,
     limit_usages,
     queued_gates,
     rate_usages,
 )
+from lockgate.stores._poison import PoisonPolicy
 from lockgate.stores.sqlite._rows import SQLiteRows
 from lockgate.stores.sqlite._translate import translated
 
@@ -105,7 +109,8 @@ class SQLiteInsight(SQLiteRows, InsightStore):
         seconds = check_worker(info, ttl)
         with self._write() as db:
             now = self._clock()
-            db.execute("DELETE FROM lg_workers WHERE expires_at <= ?", (now,))
+            # Lapsed records are kept a lock TTL more: recover_lapsed_holders reads them.
+            db.execute("DELETE FROM lg_workers WHERE expires_at <= ?", (now - self.lock_ttl,))
             db.execute(
                 "INSERT OR REPLACE INTO lg_workers (worker_id, info, expires_at) VALUES (?, ?, ?)",
                 (info.worker_id, info.to_json(), now + seconds),
@@ -124,3 +129,43 @@ class SQLiteInsight(SQLiteRows, InsightStore):
     def drop_worker(self, worker_id: str) -> None:
         with self._write() as db:
             db.execute("DELETE FROM lg_workers WHERE worker_id = ?", (worker_id,))
+
+    @translated
+    def recover_lapsed_holders(
+        self, name: str, *, keep: Sequence[str] = (), poison: PoisonPolicy | None = None
+    ) -> list[str]:
+        # A read first: the pass runs every second on every worker, and while no worker has
+        # lapsed (nearly always) it should not take the file's write lock.
+        with self._read() as db:
+            if not self._lapsed_workers(db, keep):
+                return []
+        recovered: list[str] = []
+        with self._write() as db:
+            lapsed = self._lapsed_workers(db, keep)  # again, inside the one atomic step
+            # The workflow's locked runs (index lg_runs_locks: those in flight) whose lease
+            # names a lapsed worker.
+            marks = ", ".join("?" * len(lapsed))
+            rows = db.execute(
+                "SELECT * FROM lg_runs WHERE name = ? AND lock IS NOT NULL "
+                "AND instr(lock, '/') > 1 "
+                f"AND substr(lock, 1, instr(lock, '/') - 1) IN ({marks})",
+                (name, *sorted(lapsed)),
+            ).fetchall()
+            for row in rows:
+                if row["terminal"] is None:
+                    recovered.append(str(row["run_id"]))
+                self._lapsed(db, row, poison)
+        return recovered
+
+    def _lapsed_workers(self, db: sqlite3.Connection, keep: Sequence[str]) -> set[str]:
+        now = self._clock()
+        records = db.execute(
+            "SELECT worker_id, expires_at FROM lg_workers WHERE expires_at > ? AND expires_at <= ?",
+            (now - self.lock_ttl, now),
+        ).fetchall()
+        return lapsed_workers(
+            ((str(r["worker_id"]), float(r["expires_at"])) for r in records),
+            now,
+            self.lock_ttl,
+            keep,
+        )

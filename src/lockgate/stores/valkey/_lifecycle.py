@@ -359,6 +359,24 @@ class ValkeyLifecycle(ValkeyCore):
             recovered.extend(_text(r) for r in answer)
         return recovered
 
+    def recover_lapsed_holders(
+        self, name: str, *, keep: Sequence[str] = (), poison: PoisonPolicy | None = None
+    ) -> list[str]:
+        # Two steps: the presence records are namespace-wide and each shard's runs live in
+        # their own hash slot, which no one script may span on a cluster. A worker read as
+        # lapsed here that writes its record again before a shard's script runs has been
+        # silent past its presence TTL already, which is what takeover judges.
+        kept = set(keep)
+        lapsed = [w for w in map(_text, self._script("i_lapsed_workers")) if w not in kept]
+        if not lapsed:
+            return []
+        policy = poison.script_args() if poison is not None else NO_POLICY_ARGS
+        recovered: list[str] = []
+        for shard in self._shards():
+            answer = self._script("takeover", name, *policy, *lapsed, shard=shard)
+            recovered.extend(_text(r) for r in answer)
+        return recovered
+
     def note_loop_blocked(self, name: str, run_id: str, lease: str) -> bool:
         try:
             return bool(self._on_run("note_blocked", name, run_id, lease))
