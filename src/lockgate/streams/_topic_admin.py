@@ -29,15 +29,15 @@ from lockgate._errors import ConfigurationError, StoreUnavailable
 from lockgate.streams._topics import TOPIC_NAME
 
 with contextlib.suppress(ImportError):  # the extra may be missing: no admin is made then
-    from confluent_kafka import KafkaError, KafkaException, TopicPartition
-    from confluent_kafka.admin import (
+    from confluent_kafka import KafkaException, TopicPartition
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]  # not re-exported
         AdminClient,
         ConfigResource,
         ConfigSource,
-        NewTopic,
         ResourceType,
     )
     from confluent_kafka.admin._listoffsets import OffsetSpec
+    from confluent_kafka.cimpl import NewTopic
 
 #: Seconds a request waits for Kafka when the journal URL names no ``read_timeout``.
 READ_TIMEOUT = 10.0
@@ -194,9 +194,8 @@ def parse_settings(items: Iterable[str]) -> dict[str, str]:
 
 
 def _code(exc: BaseException) -> str:
-    error = exc.args[0] if exc.args else None
-    name = error.name() if hasattr(error, "name") else ""
-    return str(name)
+    error: Any = exc.args[0] if exc.args else None
+    return str(error.name()) if hasattr(error, "name") else ""
 
 
 def _unavailable(admin: KafkaAdmin, what: str, exc: BaseException) -> StoreUnavailable:
