@@ -53,9 +53,11 @@ async def check_bound_topics(rt: Runtime, journal: KafkaEventLogStore | None) ->
         return
     if missing:
         workflow, topic = missing[0]
+        others = sorted({t for _, t in missing[1:]} - {topic})
+        more = f"; missing too: {', '.join(map(repr, others))}" if others else ""
         raise ConfigurationError(
             f"topic {topic!r} does not exist: create it with `{create_command(admin, topic)}` "
-            f"(workflow {workflow!r} is bound to it; N is how many workers can share it)"
+            f"(workflow {workflow!r} is bound to it; N is how many workers can share it){more}"
         )
 
 
