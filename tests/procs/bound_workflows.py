@@ -1,12 +1,14 @@
 """Workflows bound to a topic, served by the ``lockgate worker`` processes the bound-topic
-tests start (``bound_workflows:plain``, ``:ordered``, ``:noted`` or ``:broken``). The topic is
-``LOCKGATE_TEST_BOUND_TOPIC``; an ordered run's start and end, and each run of a noted run's
-step, are appended to ``LOCKGATE_TEST_RECORD`` as ``partition offset pid start|end|step``."""
+tests start (``bound_workflows:plain``, ``:ordered``, ``:noted``, ``:broken`` or ``:held``).
+The topic is ``LOCKGATE_TEST_BOUND_TOPIC``; an ordered run's start and end, and each run of a
+noted run's step, are appended to ``LOCKGATE_TEST_RECORD`` as
+``partition offset pid start|end|step``."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import time
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator
@@ -77,7 +79,30 @@ async def bound_broken(
     return int(value["n"])
 
 
+def wait_for_release(release: str) -> None:
+    while not os.path.exists(release):
+        time.sleep(0.02)
+
+
+async def held_until_released(partition: int, offset: int) -> int:
+    """Runs until the file ``LOCKGATE_TEST_RECORD.release`` exists: a run in flight."""
+    await asyncio.to_thread(wait_for_release, f"{os.environ['LOCKGATE_TEST_RECORD']}.release")
+    return offset
+
+
+@workflow(name="bound_held", topic=KafkaTopic(TOPIC, max_concurrency=8))
+async def bound_held(ctx: WorkflowContext, value: dict[str, Any]) -> int:
+    """``{"hold": true}`` runs until released; ``{"nap": S}`` sleeps S seconds (it waits,
+    holding no slot); anything else ends at once."""
+    if value.get("nap"):
+        await ctx.sleep(float(value["nap"]))
+    if value.get("hold"):
+        await ctx.step(held_until_released, ctx.record.partition, ctx.record.offset)
+    return ctx.record.offset
+
+
 plain = [bound_plain]
 ordered = [bound_ordered]
 noted = [bound_noted]
 broken = [bound_broken]
+held = [bound_held]

@@ -20,7 +20,7 @@ from typing import NoReturn
 
 from lockgate import __version__
 from lockgate._errors import LockgateError
-from lockgate.cli import _commands, _journal, _runs, _serve, _triggers
+from lockgate.cli import _bound, _commands, _journal, _runs, _serve, _topics, _triggers
 from lockgate.cli._exits import BROKEN_PIPE, INTERRUPTED, Failure, report
 from lockgate.cli._params import check_names
 from lockgate.stores._open import JOURNAL_URL_ENV, STORE_URL_ENV, open_store
@@ -53,9 +53,11 @@ def build_parser() -> argparse.ArgumentParser:
     _commands.add_run_parsers(group, [common])
     _serve.add_parser(group, [common])
     _triggers.add_parsers(group, [common])
+    _bound.add_parsers(group, [common])
     _runs.add_parsers(group, [common])
     _commands.add_admin_parsers(group, [common])
     _journal.add_parsers(group)
+    _topics.add_parsers(group)
     return parser
 
 

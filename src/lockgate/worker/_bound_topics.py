@@ -5,10 +5,11 @@ thread of its own, for as long as the worker serves."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Callable
 
-from lockgate._errors import ConfigurationError
+from lockgate._errors import ConfigurationError, StoreUnavailable
 from lockgate.stores.kafka import KafkaEventLogStore
 from lockgate.stores.valkey._core import shard_for
 from lockgate.streams.bound import BoundConsumer, partition_shard_key
@@ -25,6 +26,39 @@ def check_bindings(rt: Runtime, journal: KafkaEventLogStore | None) -> None:
                 f"workflow {name!r} is bound to Kafka topic {spec.topic.name!r}: serve it on a "
                 f"store with a Kafka journal (lockgate worker ... --journal kafka://HOST:PORT)"
             )
+
+
+async def check_bound_topics(rt: Runtime, journal: KafkaEventLogStore | None) -> None:
+    """Refuse to start serving a workflow bound to a topic the brokers do not have
+    (:class:`ConfigurationError`, naming the command that creates it): lockgate never creates a
+    user's topic, and a worker waiting for one that nobody is going to make would look as if it
+    served. A broker that does not answer now is no reason to stop: the consumers wait for it,
+    and say so, as they do whenever Kafka is away."""
+    from lockgate.streams._topic_admin import (
+        admin_for_journal,
+        create_command,
+        missing_bound_topics,
+    )
+
+    bound = {name: spec.topic.name for name, spec in rt.specs.items() if spec.topic is not None}
+    if journal is None or not bound:
+        return
+    admin = admin_for_journal(journal)
+    try:
+        missing = await asyncio.to_thread(missing_bound_topics, admin, bound)
+    except StoreUnavailable as exc:
+        logging.getLogger("lockgate.worker").warning(
+            "could not check the bound topics at start: %s", exc
+        )
+        return
+    if missing:
+        workflow, topic = missing[0]
+        others = sorted({t for _, t in missing[1:]} - {topic})
+        more = f"; missing too: {', '.join(map(repr, others))}" if others else ""
+        raise ConfigurationError(
+            f"topic {topic!r} does not exist: create it with `{create_command(admin, topic)}` "
+            f"(workflow {workflow!r} is bound to it; N is how many workers can share it){more}"
+        )
 
 
 async def serve_bound_topics(rt: Runtime, journal: KafkaEventLogStore) -> None:

@@ -53,8 +53,9 @@ def _trigger(trigger: Collect | Debounce | None) -> dict[str, Any] | None:
 
 
 def policy_record(spec: WorkflowSpec) -> dict[str, Any]:
-    """The JSON form of ``spec``'s ``Limit``, ``Rate`` and trigger, with the version declaring
-    them and its payload cap (which params, signals and updates sent by name are held to)."""
+    """The JSON form of ``spec``'s ``Limit``, ``Rate``, trigger and bound topic, with the
+    version declaring them and its payload cap (which params, signals and updates sent by
+    name are held to)."""
     return {
         "version": spec.version,
         "version_behavior": spec.version_behavior,
@@ -62,6 +63,8 @@ def policy_record(spec: WorkflowSpec) -> dict[str, Any]:
         "concurrency": _limit(spec.concurrency),
         "rate": _rate(spec.rate_limit),
         "trigger": _trigger(spec.trigger),
+        # The topic a bound workflow reads: `lockgate bound status NAME` finds it by name.
+        "topic": spec.topic.name if spec.topic is not None else None,
     }
 
 

@@ -26,7 +26,7 @@ from lockgate.metrics._exposition import MetricsServer
 from lockgate.stores._base import Store
 from lockgate.streams._topics import kafka_journal
 from lockgate.worker._attempts import AttemptPool
-from lockgate.worker._bound_topics import check_bindings, serve_bound_topics
+from lockgate.worker._bound_topics import check_bindings, check_bound_topics, serve_bound_topics
 from lockgate.worker._deadlines import timer_loop, trigger_loop
 from lockgate.worker._gauges import sample_gauges
 from lockgate.worker._health import HealthServer
@@ -230,7 +230,10 @@ class WorkflowWorker:
         While the store is unavailable at start, it waits for it: the health endpoint (when
         asked for) listens from the start and ``/readyz`` answers 503 until the workflows are
         recorded. Raises what a background loop failed with (after shutting down), and any
-        other error the store raised while the worker recorded its workflows at start."""
+        other error the store raised while the worker recorded its workflows at start. A
+        workflow bound to a topic the brokers do not have is a :class:`ConfigurationError`
+        before anything starts."""
+        await check_bound_topics(self._rt, kafka_journal(self.store))
         self._enter()
         failpoints.check()
         handled = self._install_signal_handlers()

@@ -269,9 +269,14 @@ class BoundConsumer(GroupMember):
             raise StoreUnavailable(f"Kafka did not list topic {self.topic!r}: {exc}") from exc
         found = listed.get(self.topic)
         if found is None or found.error is not None or not found.partitions:
+            # Checked at the worker's start (it exits 2 then); here the topic went away while
+            # the worker served, and the consumer waits for it to be made again.
+            from lockgate.streams._topic_admin import admin_for_journal, create_command
+
+            command = create_command(admin_for_journal(self.journal), self.topic)
             raise StoreUnavailable(
-                f"bound topic {self.topic!r} of workflow {self.spec.name!r} does not exist yet: "
-                f"create it (its partition count is how many workers can share it)"
+                f"bound topic {self.topic!r} of workflow {self.spec.name!r} does not exist: "
+                f"create it with `{command}` (N is how many workers can share it)"
             )
         prepare_topic(
             admin,
