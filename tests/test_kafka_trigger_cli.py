@@ -100,6 +100,21 @@ def test_a_bad_line_sends_nothing_and_exits_2_with_one_line(
     store.close()
 
 
+def test_a_key_less_event_is_named_by_its_line_in_the_file(
+    urls: tuple[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Blank lines hold no event: the second event of this file is on its line 4."""
+    events = tmp_path / "events.jsonl"
+    events.write_text('\n{"k": "a", "n": 1}\n\n{"n": 2}\n')
+    argv = ["trigger", "kt_collect", "--file", str(events), "--store", urls[0]]
+    assert main([*argv, "--journal", urls[1]]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert f"--file {events} line 4: " in line
+    assert "needs its key field 'k'" in line
+    assert "event 2" not in line
+    assert "nothing was sent" in line
+
+
 def test_trigger_key_overrides_the_resolved_key(
     urls: tuple[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
