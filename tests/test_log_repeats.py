@@ -1,7 +1,7 @@
 """Repeated log lines said once with a count (``RepeatCollapser``, the log set-up of
 ``lockgate worker`` and ``lockgate serve``): on a clock the tests move, then on real time with
 its timer, then in a real ``lockgate worker`` process whose workflow warns the same line many
-times, flushed when it stops."""
+times, flushed when it stops, and a `lockgate serve` process."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from http_support import SERVING_LINE, wait_ready
 from lockgate import RunStatus, WorkflowClient
 from lockgate._repeats import WINDOW, RepeatCollapser
 from lockgate.stores import SQLiteStore
@@ -242,6 +243,74 @@ def test_a_worker_writes_a_repeated_warning_once_and_its_count_when_it_stops(
     assert len(said) == 2, log.read_text()
     assert said[0].endswith(" WARNING shop.orders: price feed stale")
     assert " WARNING shop.orders: price feed stale (repeated " in said[1]
+    found = COUNT.search(said[1])
+    assert found is not None, said[1]
+    assert int(found.group(1)) == REPEATS - 1
+
+
+SERVED = textwrap.dedent(
+    f"""
+    import logging
+    import os
+    import threading
+    import time
+
+    from lockgate import workflow
+
+    @workflow(name="repeats_served")
+    async def served(ctx) -> int:
+        return 1
+
+    def warn() -> None:
+        while not os.path.exists(os.environ["REPEATS_GO"]):  # until the test says: serving
+            time.sleep(0.01)
+        for _ in range({REPEATS}):
+            logging.getLogger("shop.feed").warning("price feed stale")
+        open(os.environ["REPEATS_DONE"], "w").close()
+
+    threading.Thread(target=warn, daemon=True).start()
+    """
+)
+
+
+def test_lockgate_serve_collapses_repeats_as_a_worker_does(tmp_path: Path) -> None:
+    """A thread of the served module warns the same line many times once the server is up."""
+    (tmp_path / "repeats_served.py").write_text(SERVED)
+    SQLiteStore(tmp_path / "lockgate.db").close()
+    log, go, done = tmp_path / "serve.log", tmp_path / "go", tmp_path / "done"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOCKGATE_")}
+    command = ["serve", "repeats_served", "--store", "sqlite:///lockgate.db", "--port", "0"]
+    with log.open("wb") as sink:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "lockgate", *command],
+            cwd=tmp_path,
+            env={**env, "REPEATS_GO": str(go), "REPEATS_DONE": str(done)},
+            stdout=subprocess.DEVNULL,
+            stderr=sink,
+        )
+    try:
+        deadline = time.monotonic() + DEADLINE
+        while not (serving := SERVING_LINE.search(log.read_bytes())):
+            assert process.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        wait_ready(serving.group(1).decode())  # its signal handlers are in place
+        started = time.monotonic()
+        go.touch()
+        while not done.exists():
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        if time.monotonic() - started < WINDOW:
+            assert "repeated" not in log.read_text()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=DEADLINE) == 0, log.read_text()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=DEADLINE)
+    said = [line for line in log.read_text().splitlines() if "price feed stale" in line]
+    assert len(said) == 2, log.read_text()
+    assert said[0].endswith(" WARNING shop.feed: price feed stale")
     found = COUNT.search(said[1])
     assert found is not None, said[1]
     assert int(found.group(1)) == REPEATS - 1
