@@ -220,6 +220,51 @@ def test_valkey_url_problems_exit_2_with_one_line(
     assert time.monotonic() - started < 3, "told at once, not after a timeout"
 
 
+# -- the journal URL --------------------------------------------------------------------------
+
+#: ``--journal`` values that cannot be a journal, with a store of each kind, and what the one
+#: line says: it names the journal URL, never the store's.
+JOURNAL_PROBLEMS = {
+    "empty, with SQLite": ("sqlite:///cli.db", "", "the journal URL is empty"),
+    "empty, with Valkey": ("valkey://127.0.0.1:1/0", "", "the journal URL is empty"),
+    "blank, with Valkey": ("valkey://127.0.0.1:1/0", "  ", "the journal URL is empty"),
+    "no scheme": ("valkey://127.0.0.1:1/0", "127.0.0.1:9092", "journal URL '127.0.0.1:9092'"),
+}
+
+
+@pytest.mark.parametrize("case", JOURNAL_PROBLEMS)
+def test_a_journal_url_that_cannot_be_one_is_said_to_be_the_journal_url(
+    home: Path, capsys: pytest.CaptureFixture[str], case: str
+) -> None:
+    store, journal, match = JOURNAL_PROBLEMS[case]
+    assert main(["runs", "list", "x", "--store", store, "--journal", journal]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert match in line
+    assert "store URL" not in line
+
+
+def test_an_empty_journal_is_said_so_by_a_worker_and_by_journal_replay(home: Path) -> None:
+    """In processes, as a shell runs them: exit 2, one line naming the journal."""
+    env = {k: v for k, v in ENV.items() if k != "LOCKGATE_JOURNAL_URL"}
+    worker = [_module(), "--store", "valkey://127.0.0.1:1/0", "--journal", ""]
+    for argv, match in (
+        (["worker", *worker], "the journal URL is empty"),
+        (["journal", "replay", "--journal", ""], "--journal is empty"),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "lockgate", *argv],
+            cwd=home,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 2, done.stderr
+        line = _one_error_line(done.stderr)
+        assert match in line
+        assert "store URL" not in line
+
+
 # -- Ctrl-C -----------------------------------------------------------------------------------
 
 

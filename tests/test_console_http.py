@@ -12,6 +12,7 @@ import re
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, suppress
+from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -35,6 +36,7 @@ from lockgate.http import TokenTable, create_app
 from lockgate.journal import RunStatus
 from lockgate.journal._events import STEP_SECONDS_HEADER
 from lockgate.stores import SQLiteStore
+from lockgate.streams._values import RECORD_METADATA, KafkaRecord
 from lockgate.worker import WorkerOptions, WorkflowWorker
 
 
@@ -333,6 +335,40 @@ async def test_every_page_answers_200_with_its_hooks(
             assert (await http.get("/console/runs", params=bad)).status_code == 400, bad
         assert (await http.get("/console/runs/nope/x")).status_code == 404
         assert (await http.get(f"/console/runs/http_wait/{gated[0].run_id}")).status_code == 404
+
+
+async def test_a_bound_runs_page_shows_the_record_it_came_from(
+    base_url: str, client: WorkflowClient
+) -> None:
+    """The record's place and key, as a bound topic's consumer keeps them in the run's metadata
+    (``test_console_kafka`` has a run a real record started); a run no record started shows
+    none."""
+    stamp = datetime(2026, 3, 1, 12, 30, 5, tzinfo=UTC)
+    record = KafkaRecord("orders.v1", 3, 1041, {"n": 1}, key="<u&1>", timestamp=stamp)
+    keyed = await client.submit(
+        "http_wait", {"order": "a"}, metadata={RECORD_METADATA: record.to_metadata()}
+    )
+    keyless = KafkaRecord("orders.v1", 0, 7, None, key=None)
+    unkeyed = await client.submit(
+        "http_wait", {"order": "b"}, metadata={RECORD_METADATA: keyless.to_metadata()}
+    )
+    plain = await client.submit("http_wait", {"order": "c"})
+    async with signed_in(base_url, "read") as http:
+        page = (await http.get(f"/console/runs/http_wait/{keyed.run_id}")).text
+        [tag] = hooks(page, "run-record")
+        assert 'data-topic="orders.v1" data-partition="3" data-offset="1041"' in tag
+        shown = re.search(r'data-testid="run-record"[^>]*>(.*?)</dd>', page, re.S)
+        assert shown is not None
+        assert shown.group(1) == (
+            "topic <code>orders.v1</code>, partition 3, offset 1041, key "
+            "<code>&lt;u&amp;1&gt;</code>, written 2026-03-01 12:30:05 UTC"
+        )
+        page = (await http.get(f"/console/runs/http_wait/{unkeyed.run_id}")).text
+        shown = re.search(r'data-testid="run-record"[^>]*>(.*?)</dd>', page, re.S)
+        assert shown is not None
+        assert shown.group(1) == "topic <code>orders.v1</code>, partition 0, offset 7, no key"
+        page = (await http.get(f"/console/runs/http_wait/{plain.run_id}")).text
+        assert not hooks(page, "run-record")
 
 
 async def test_a_filter_that_matches_little_pages_on_with_a_cursor(

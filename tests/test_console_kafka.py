@@ -1,11 +1,13 @@
 """The console's windows page with a Kafka journal, over real HTTP (uvicorn on loopback, httpx
 signed in), against the real broker and Valkey: a worker consuming a Collect workflow's trigger
 topic, records sent to partitions the test knows, and the page's rows for each partition (its
-owner, committed offset and lag). A broker that does not answer is said so on the page."""
+owner, committed offset and lag). A broker that does not answer is said so on the page. A run
+a record of a bound topic started names that record on its page."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 import socket
@@ -13,16 +15,27 @@ import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote
 
 import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from http_support import DEADLINE, app_server
-from lockgate import Collect, WorkflowClient, WorkflowContext, open_store, workflow
+from lockgate import (
+    Collect,
+    RunStatus,
+    WorkflowClient,
+    WorkflowContext,
+    open_store,
+    workflow,
+)
 from lockgate.http import create_app
 from lockgate.stores import CompositeStore
 from lockgate.stores.kafka._partition import partition_for
 from lockgate.streams import trigger_topic
 from lockgate.streams._group_view import GroupViewer
+from lockgate.streams.bound import bound_run_id
 from lockgate.worker import WorkerOptions, WorkflowWorker
 from lockgate.workflow._spec import get_workflow
 from test_console_http import TABLE, hooks, signed_in
@@ -133,6 +146,57 @@ async def test_the_windows_page_shows_each_partitions_owner_commit_and_lag(
         worker.stop()
         await task
         store.close()
+
+
+#: A topic of this session's own: a broker kept between sessions keeps the last one's records.
+BOUND = f"ck-orders-{uuid.uuid4().hex[:8]}"
+
+
+@workflow(name="ck_bound", topic=BOUND)
+async def ck_bound(ctx: WorkflowContext, value: Any) -> Any:
+    return value
+
+
+async def test_a_bound_runs_page_shows_the_record_that_started_it(
+    urls: tuple[str, str], kafka_bootstrap: str
+) -> None:
+    """A real record on partition 1 of a bound topic, its run served by a worker here, and the
+    run's page naming the record's topic, partition, offset and key."""
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    admin.create_topics([NewTopic(BOUND, 2, 1)])[BOUND].result(timeout=30)
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer.produce(BOUND, key=b"cust-7", value=json.dumps({"n": 1}).encode(), partition=1)
+    assert producer.flush(30) == 0
+    run_id = bound_run_id(BOUND, 1, 0)
+    store = composite(urls)
+    worker = WorkflowWorker(
+        workflows=[ck_bound],
+        store=store,
+        worker_id=WORKER,
+        options=WorkerOptions(claim_poll_interval=0.01),
+    )
+    task = asyncio.create_task(worker.run())
+    try:
+        end = time.monotonic() + DEADLINE
+        while True:
+            info = await asyncio.to_thread(store.get_run, "ck_bound", run_id)
+            if info is not None and info.status == RunStatus.COMPLETE:
+                break
+            assert time.monotonic() < end, f"the record's run did not complete: {info}"
+            await asyncio.sleep(0.1)
+    finally:
+        worker.stop()
+        await task
+    try:
+        with app_server(create_app(store, workflows=[ck_bound], tokens=TABLE)) as url:
+            async with signed_in(url, "read") as http:
+                page = await http.get(f"/console/runs/ck_bound/{quote(run_id, safe='')}")
+    finally:
+        store.close()
+    assert page.status_code == 200, page.text
+    [tag] = hooks(page.text, "run-record")
+    assert f'data-topic="{BOUND}" data-partition="1" data-offset="0"' in tag
+    assert "key <code>cust-7</code>" in page.text
 
 
 def closed_port() -> int:

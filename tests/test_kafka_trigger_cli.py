@@ -100,6 +100,47 @@ def test_a_bad_line_sends_nothing_and_exits_2_with_one_line(
     store.close()
 
 
+def test_a_key_less_event_is_named_by_its_line_in_the_file(
+    urls: tuple[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Blank lines hold no event: the second event of this file is on its line 4."""
+    events = tmp_path / "events.jsonl"
+    events.write_text('\n{"k": "a", "n": 1}\n\n{"n": 2}\n')
+    argv = ["trigger", "kt_collect", "--file", str(events), "--store", urls[0]]
+    assert main([*argv, "--journal", urls[1]]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert f"--file {events} line 4: " in line
+    assert "needs its key field 'k'" in line
+    assert "event 2" not in line
+    assert "nothing was sent" in line
+
+
+def test_a_send_cut_short_says_from_which_line_to_send_the_rest(
+    urls: tuple[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str], kafka_bootstrap: str
+) -> None:
+    """The trigger topic takes records of 100 kB at most: the first batch (1,000 events) is
+    acknowledged, the next holds one too big, which the broker refuses. Blank lines hold no
+    event, so the first event not sent is on line 1003, not the 1001st line."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    prefix = urls[1].rsplit("=", 1)[1]
+    topic = f"{prefix}.trigger.kt_collect"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    small = NewTopic(topic, SHARDS, 1, config={"max.message.bytes": "100000"})
+    admin.create_topics([small])[topic].result(timeout=30)
+    lines = ["", *(json.dumps({"k": "a", "n": n}) for n in range(1000)), ""]
+    lines += [json.dumps({"k": "a", "big": "x" * 200_000}), json.dumps({"k": "a", "n": -1})]
+    events = tmp_path / "events.jsonl"
+    events.write_text("\n".join(lines) + "\n")
+    argv = ["trigger", "kt_collect", "--file", str(events), "--store", urls[0]]
+    assert main([*argv, "--journal", urls[1]]) == 1
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.endswith(
+        f"; 1000 of 1002 event(s) were sent before it: send the rest, from line 1003 of {events} on"
+    ), line
+    assert records_in(kafka_bootstrap, topic) >= 1000
+
+
 def test_trigger_key_overrides_the_resolved_key(
     urls: tuple[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -66,21 +66,29 @@ async def worker(args: argparse.Namespace) -> int:
     """Serve until SIGTERM or Ctrl-C. The store is opened here, not by the dispatcher: while
     it does not answer, the worker waits for it (``/readyz`` saying so) instead of failing.
     The start-up line, and each later change of state, come from the worker."""
+    from lockgate._repeats import log_to_stderr
+
     workflows = load_workflows(args.target)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    repeats = log_to_stderr(args.log_level)
     given = {field: value for field, value in _worker_options(args).items() if value is not None}
     options = WorkerOptions(**given)
     url = args.store if args.store is not None else os.environ.get(STORE_URL_ENV)
-    with _status_as_notes():
-        await serve(
-            # A worker creates a store that does not exist yet, and says so as it starts.
-            lambda: open_store(args.store, option_defaults={"create": True}, journal=args.journal),
-            store_name=redacted_url(url) if url else "(none)",
-            workflows=workflows,
-            options=options,
-        )
+    try:
+        with _status_as_notes():
+            await serve(
+                # A worker creates a store that does not exist yet, and says so as it starts.
+                lambda: open_store(
+                    args.store, option_defaults={"create": True}, journal=args.journal
+                ),
+                store_name=redacted_url(url) if url else "(none)",
+                workflows=workflows,
+                options=options,
+            )
+    finally:
+        # The last series' count, however the worker ends: logging's own flush at exit is
+        # skipped when the process leaves by os._exit (an interrupt).
+        if repeats is not None:
+            repeats.flush()
     return OK
 
 

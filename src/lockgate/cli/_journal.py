@@ -86,6 +86,8 @@ def add_parsers(group: Subparsers) -> None:
 
 def replay(args: argparse.Namespace) -> int:
     url = args.journal if args.journal is not None else os.environ.get(JOURNAL_URL_ENV)
+    if args.journal is not None and not args.journal.strip():
+        raise Failure(f"--journal is empty ({args.journal!r}): give kafka://host:port")
     if not url:
         raise Failure(
             f"no journal given: pass --journal kafka://host:port or set {JOURNAL_URL_ENV}"

@@ -22,6 +22,7 @@ async def serve(args: argparse.Namespace) -> int:
         from lockgate.http._serve import bind, is_loopback, serve_app, url_of
     except ImportError as exc:
         raise Failure(str(exc)) from exc
+    from lockgate._repeats import log_to_stderr
 
     workflows = load_workflows(args.target)
     tokens = TokenTable.load(args.tokens)
@@ -35,6 +36,8 @@ async def serve(args: argparse.Namespace) -> int:
     store = await asyncio.to_thread(
         open_store, args.store, option_defaults={"create": True}, journal=args.journal
     )
+    # lockgate's own lines (uvicorn keeps its loggers to itself), repeats collapsed.
+    repeats = log_to_stderr(args.log_level)
     try:
         app = create_app(store, workflows=workflows, tokens=tokens, console=args.console)
         auth = f"{len(tokens.entries)} token(s)" if tokens else "no authentication"
@@ -44,6 +47,8 @@ async def serve(args: argparse.Namespace) -> int:
     finally:
         sock.close()
         store.close()
+        if repeats is not None:
+            repeats.flush()
     return OK
 
 

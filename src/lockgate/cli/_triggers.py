@@ -72,12 +72,14 @@ async def trigger(args: argparse.Namespace, store: Store) -> int:
         handle = await client.trigger(args.name, event, key=args.key)
         out(handle.run_id if handle is not None else ("sent" if journal else "buffered"))
         return OK
-    events = _json_lines(args.file)
-    for number, event in enumerate(events, start=1):
+    where = _file_name(args.file)
+    numbered = _json_lines(args.file)
+    events = [event for _, event in numbered]
+    for line, event in numbered:
         try:  # each event as the send will check it, so a bad one is named by its line
             await client.trigger_many(args.name, [event], key=args.key, check_only=True)
         except (LockgateError, ValueError) as exc:
-            raise Failure(f"--file event {number}: {one_line(exc)}") from None
+            raise Failure(f"--file {where} line {line}: {one_line(exc)}") from None
     bar = _Bar(len(events)) if sys.stderr.isatty() else None
     sent = [0]
 
@@ -91,9 +93,14 @@ async def trigger(args: argparse.Namespace, store: Store) -> int:
     except LockgateError as exc:
         if bar is not None:
             print(file=sys.stderr)  # off the bar's line
+        # Blank lines hold no event, so the first unsent event is named by its line in the file.
+        rest = (
+            f"send the rest, from line {numbered[sent[0]][0]} of {where} on"
+            if sent[0] < len(numbered)
+            else "none is left to send"
+        )
         raise Failure(
-            f"{one_line(exc)}; {sent[0]} of {len(events)} event(s) were sent before it: send "
-            f"the rest, from event {sent[0] + 1} on",
+            f"{one_line(exc)}; {sent[0]} of {len(events)} event(s) were sent before it: {rest}",
             exit_code_for(exc),
         ) from None
     for handle in fired:
@@ -106,10 +113,16 @@ async def trigger(args: argparse.Namespace, store: Store) -> int:
     return OK
 
 
-def _json_lines(path: str) -> list[dict[str, Any]]:
-    """Every event of a JSON Lines file (``-``: standard input); a line that is not a JSON
-    object is a usage error naming it, and nothing is sent."""
-    where = "standard input" if path == "-" else path
+def _file_name(path: str) -> str:
+    """How messages name the ``--file`` ``path``."""
+    return "standard input" if path == "-" else path
+
+
+def _json_lines(path: str) -> list[tuple[int, dict[str, Any]]]:
+    """Every event of a JSON Lines file (``-``: standard input) with the number of its line
+    (blank lines hold none); a line that is not a JSON object is a usage error naming it, and
+    nothing is sent."""
+    where = _file_name(path)
     try:
         if path == "-":
             lines = sys.stdin.read().splitlines()
@@ -134,7 +147,7 @@ def _json_lines(path: str) -> list[dict[str, Any]]:
                 f"--file {where} line {number} must be a JSON object, not "
                 f"{type(event).__name__}; nothing was sent"
             )
-        events.append(event)
+        events.append((number, event))
     return events
 
 

@@ -41,6 +41,7 @@ from lockgate.console._web import (
 from lockgate.journal._events import EventKind, RunEvent, RunStatus
 from lockgate.stores._calls import call_store
 from lockgate.stores._types import RunInfo
+from lockgate.streams._values import RECORD_METADATA
 from lockgate.workflow._spec import WorkflowSpec
 
 #: Journal events a run page shows at most (the first ones; the run's end is always shown).
@@ -262,4 +263,21 @@ async def run_page(request: Request, session: Viewer, name: Segment, run_id: Seg
         live=not info.status.is_terminal,
         duration=(info.ended_at - info.submitted_at) if info.ended_at is not None else None,
         run_path=run_path(name, run_id),
+        record=record_of(info),
     )
+
+
+def record_of(info: RunInfo) -> dict[str, Any] | None:
+    """Where the record a bound run was started for was read (topic, partition, offset, key,
+    timestamp), as its consumer put it in the run's metadata; None for a run no record started."""
+    meta = info.metadata.get(RECORD_METADATA)
+    if not isinstance(meta, dict) or not {"topic", "partition", "offset"} <= meta.keys():
+        return None
+    stamp = meta.get("timestamp_ms")
+    return {
+        "topic": meta["topic"],
+        "partition": meta["partition"],
+        "offset": meta["offset"],
+        "key": meta.get("key"),
+        "timestamp": stamp / 1000 if isinstance(stamp, int | float) else None,
+    }

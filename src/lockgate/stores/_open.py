@@ -79,6 +79,13 @@ def open_store(
         )
     scheme, location, query = _split(chosen)
     journal_url = journal if journal is not None else os.environ.get(JOURNAL_URL_ENV) or None
+    if journal_url is not None and not journal_url.strip():
+        # Said before the store's scheme is looked at: whatever the store, what is wrong is
+        # the journal URL (an empty shell variable, `--journal ""`), not the store's.
+        raise ConfigurationError(
+            f"the journal URL is empty ({journal_url!r}): give "
+            "kafka://host:port[,host:port][?topic_prefix=...], or no journal at all"
+        )
     if journal_url is not None:
         if scheme not in _VALKEY_SCHEMES:
             raise ConfigurationError(
@@ -143,7 +150,7 @@ def _composite(
     from lockgate.stores.kafka._store import KafkaEventLogStore
     from lockgate.stores.valkey._lifecycle_store import ValkeyLifecycleStore
 
-    scheme, _location, journal_query = _split(journal)
+    scheme, _location, journal_query = _split(journal, "journal URL")
     bootstrap = urlsplit(journal).netloc
     if scheme != "kafka" or not bootstrap or urlsplit(journal).path.strip("/"):
         raise ConfigurationError(
@@ -164,22 +171,22 @@ def _composite(
         raise
 
 
-def _split(url: str) -> tuple[str, str, list[tuple[str, str]]]:
-    """``(scheme, location, query pairs)``; the location is host and path, undecoded."""
+def _split(url: str, what: str = "store URL") -> tuple[str, str, list[tuple[str, str]]]:
+    """``(scheme, location, query pairs)``; the location is host and path, undecoded. ``what``
+    names the URL in a refusal."""
     if not isinstance(url, str) or "://" not in url:
-        raise ConfigurationError(
-            f"store URL {url!r} has no scheme; supported: " + ", ".join(_SCHEMES)
-        )
+        supported = "kafka://" if what == "journal URL" else ", ".join(_SCHEMES)
+        raise ConfigurationError(f"{what} {url!r} has no scheme; supported: {supported}")
     try:
         parts = urlsplit(url)
     except ValueError as exc:
-        raise ConfigurationError(f"store URL {url!r} does not parse: {exc}") from exc
+        raise ConfigurationError(f"{what} {url!r} does not parse: {exc}") from exc
     if parts.fragment:
-        raise ConfigurationError(f"store URL {url!r} has a fragment ('#...'); remove it")
+        raise ConfigurationError(f"{what} {url!r} has a fragment ('#...'); remove it")
     try:
         query = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
     except ValueError as exc:
-        raise ConfigurationError(f"store URL {url!r} has a malformed query: {exc}") from exc
+        raise ConfigurationError(f"{what} {url!r} has a malformed query: {exc}") from exc
     return parts.scheme.lower(), parts.netloc + parts.path, query
 
 
