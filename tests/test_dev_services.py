@@ -37,8 +37,10 @@ class Started:
     """A command run in a session of its own, as from a terminal: :meth:`interrupt` is a
     Ctrl-C, which the terminal sends to the whole process group."""
 
-    def __init__(self, command: list[str], cwd: Path, env: dict[str, str] | None = None) -> None:
-        self.out = cwd / f"out-{time.monotonic_ns()}.txt"
+    def __init__(
+        self, command: list[str], cwd: Path, logs: Path, env: dict[str, str] | None = None
+    ) -> None:
+        self.out = logs / f"out-{time.monotonic_ns()}.txt"
         self.err = self.out.with_suffix(".err")
         with self.out.open("wb") as out, self.err.open("wb") as err:
             self.process = subprocess.Popen(
@@ -99,7 +101,7 @@ def test_lockgate_dev_valkey_only_keeps_its_data_across_a_restart(
 ) -> None:
     port = free_port()
     command = [*LOCKGATE, "dev", "--valkey-only", "--valkey-port", str(port)]
-    first = Started([*command, "--data-dir", "data"], tmp_path)
+    first = Started([*command, "--data-dir", "data"], tmp_path, tmp_path)
     started.append(first)
     url = first.exports({"LOCKGATE_STORE_URL"})["LOCKGATE_STORE_URL"]
     assert url == f"valkey://127.0.0.1:{port}/0"
@@ -113,7 +115,7 @@ def test_lockgate_dev_valkey_only_keeps_its_data_across_a_restart(
     assert "stopped valkey-server" in first.text()
     assert (tmp_path / "data" / "valkey" / "appendonlydir").is_dir()
 
-    second = Started([*command, "--data-dir", "data"], tmp_path)
+    second = Started([*command, "--data-dir", "data"], tmp_path, tmp_path)
     started.append(second)
     second.exports({"LOCKGATE_STORE_URL"})
     client = redis.Redis.from_url(url.replace("valkey://", "redis://"))
@@ -123,10 +125,12 @@ def test_lockgate_dev_valkey_only_keeps_its_data_across_a_restart(
     _wait_port_free(port)
 
 
-def test_make_valkey_serves_6379_with_the_persistence_settings(started: list[Started]) -> None:
+def test_make_valkey_serves_6379_with_the_persistence_settings(
+    tmp_path: Path, started: list[Started]
+) -> None:
     if port_in_use(6379):
-        pytest.fail("port 6379 is taken on this machine: `make valkey` needs it; stop what holds it")
-    make = Started(["make", "-s", "valkey"], ROOT)
+        pytest.fail("port 6379 is taken here: `make valkey` needs it; stop what holds it")
+    make = Started(["make", "-s", "valkey"], ROOT, tmp_path)
     started.append(make)
     url = make.exports({"LOCKGATE_STORE_URL"})["LOCKGATE_STORE_URL"]
     assert url == "valkey://127.0.0.1:6379/0"
@@ -149,6 +153,7 @@ def test_lockgate_dev_starts_valkey_and_a_broker_and_stops_both(
     valkey_port, kafka_port = free_port(), free_port()
     dev = Started(
         [*LOCKGATE, "dev", "--valkey-port", str(valkey_port), "--kafka-port", str(kafka_port)],
+        tmp_path,
         tmp_path,
     )
     started.append(dev)
