@@ -236,6 +236,7 @@ class KafkaBroker:
         exits or does not answer within ``timeout`` seconds."""
         libs = fetch_jars()
         classpath = f"{libs}/*"
+        self.dir.mkdir(parents=True, exist_ok=True)
         props = self.dir / "server.properties"
         props.write_text(self._properties())
         (self.dir / "log4j2.yaml").write_text(_LOG4J2.format(path=self.log_path))
