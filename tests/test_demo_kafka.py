@@ -89,3 +89,15 @@ def test_the_kafka_demo_interrupted_while_starting_stops_what_it_started(tmp_pat
         if demo.poll() is None:
             os.kill(demo.pid, signal.SIGKILL)
             demo.wait()
+
+
+def test_the_kafka_demo_without_java_says_what_to_install(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
+    env |= {"PATH": str(tmp_path / "bin"), "LOCKGATE_KAFKA_CACHE": str(tmp_path / "cache")}
+    done = subprocess.run(COMMAND, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == ""
+    assert done.stderr.strip().splitlines() == [
+        "lockgate: error: java not found: Kafka needs Java 17 or newer on PATH (or JAVA_HOME); "
+        "install Java 17 and Maven"
+    ]

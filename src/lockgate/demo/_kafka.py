@@ -423,6 +423,7 @@ def run_kafka_demo(*, live: bool | None = None) -> int:
     board = Board(stream, live=stream.isatty() if live is None else live, headers=HEADERS)
     tour = StreamTour(folder, board)
     # SIGTERM and SIGHUP end it as Ctrl-C does: what it started is stopped, not orphaned.
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, signal.default_int_handler)
     try:
@@ -443,5 +444,6 @@ def run_kafka_demo(*, live: bool | None = None) -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C would cut the stop short
         tour.stop()
         board.close()
-        signal.signal(signal.SIGINT, signal.default_int_handler)
         shutil.rmtree(folder, ignore_errors=True)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
