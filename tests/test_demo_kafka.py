@@ -101,3 +101,30 @@ def test_the_kafka_demo_without_java_says_what_to_install(tmp_path: Path) -> Non
         "lockgate: error: java not found: Kafka needs Java 17 or newer on PATH (or JAVA_HOME); "
         "install Java 17 and Maven"
     ]
+
+
+def test_the_kafka_demos_view_redraws_on_a_terminal_and_prints_changes_when_piped() -> None:
+    import io
+
+    from lockgate.demo._board import Board
+    from lockgate.demo._kafka import HEADERS
+
+    first = [("worker 1", "alive", "trigger partitions [0, 1]"), ("demo_basket", "0/0", "-")]
+    second = [("worker 1", "killed", "held [0, 1]"), ("demo_basket", "0/0", "-")]
+    live = Board(io.StringIO(), live=True, headers=HEADERS)
+    live.show(first)
+    live.show(second)
+    live.close()
+    drawn = live.stream.getvalue()
+    # Drawn, redrawn, and left on screen at the end.
+    assert len(re.findall(r"^WHAT +STATE +DETAIL", drawn, re.MULTILINE)) == 3
+    assert "\x1b[4F\x1b[J" in drawn  # back up over the four lines drawn, then clear
+    piped = Board(io.StringIO(), live=False, headers=HEADERS)
+    piped.show(first)
+    piped.show(second)
+    lines = [line.split("  ", 2)[-1] for line in piped.stream.getvalue().splitlines()]
+    assert lines == [
+        "worker 1  alive  trigger partitions [0, 1]",
+        "demo_basket  0/0  -",
+        "worker 1  killed  held [0, 1]",
+    ]

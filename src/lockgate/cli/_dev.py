@@ -104,7 +104,8 @@ def dev(args: argparse.Namespace) -> int:
         last = f" (last log line: {lines[-1].strip()})" if len(lines) > 1 else ""
         raise Failure(f"{lines[0].rstrip(':')}{last}; log in {started[-1].dir}", FAILED) from None
     finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C would cut the stop short
+        for signum in previous:  # a second Ctrl-C or SIGTERM would cut the stop short
+            signal.signal(signum, signal.SIG_IGN)
         for service in reversed(started):
             service.stop()
         if started:

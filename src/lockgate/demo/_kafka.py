@@ -441,7 +441,8 @@ def run_kafka_demo(*, live: bool | None = None) -> int:
             print(f"--- worker {worker.number}'s log:", *tail, sep="\n", file=sys.stderr)
         return 1
     finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C would cut the stop short
+        for signum in previous:  # a second Ctrl-C or SIGTERM would cut the stop short
+            signal.signal(signum, signal.SIG_IGN)
         tour.stop()
         board.close()
         shutil.rmtree(folder, ignore_errors=True)
