@@ -24,7 +24,14 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from http_support import ServeProcess
-from lockgate import RunEvent, RunStatus, ShardCountMismatch, open_store
+from lockgate import (
+    ConfigurationError,
+    JournalTopicMismatch,
+    RunEvent,
+    RunStatus,
+    ShardCountMismatch,
+    open_store,
+)
 from lockgate.stores import CompositeStore, KafkaEventLogStore, ValkeyLifecycleStore, ValkeyStore
 from lockgate.stores.valkey._core import shard_for
 from test_cli import ENV, lockgate
@@ -334,3 +341,36 @@ def test_a_journal_store_on_its_own_given_no_count_makes_its_topic_at_first_use(
         assert [e.kind for e in alone.load_run(NAME, "a1")] == ["run:init"]
     finally:
         alone.close()
+
+
+def test_a_namespace_made_through_a_journal_url_takes_the_topics_count(
+    namespace: str, kafka_bootstrap: str
+) -> None:
+    # A topic already there with four partitions and a namespace with nothing in it: Valkey
+    # lost everything, say, and `lockgate store rebuild` opens the pair from their URLs.
+    prefix = f"sc{uuid.uuid4().hex[:10]}"
+    KafkaEventLogStore(kafka_bootstrap, topic_prefix=prefix, shard_count=SHARDS).close()
+    journal = f"kafka://{kafka_bootstrap}?topic_prefix={prefix}"
+    opened = open_store(f"{shared_url()}?namespace={namespace}", journal=journal)
+    try:
+        assert opened.shard_count == SHARDS  # type: ignore[attr-defined]
+    finally:
+        opened.close()
+    later = ValkeyStore(shared_url(), namespace=namespace)
+    try:
+        assert later.shard_count == SHARDS  # the namespace recorded the topic's count
+    finally:
+        later.close()
+
+
+def test_a_topic_that_disagrees_with_the_namespace_is_the_topics_mismatch(
+    made: ValkeyStore, namespace: str, kafka_bootstrap: str
+) -> None:
+    prefix = f"sc{uuid.uuid4().hex[:10]}"
+    KafkaEventLogStore(kafka_bootstrap, topic_prefix=prefix, shard_count=3).close()
+    journal = f"kafka://{kafka_bootstrap}?topic_prefix={prefix}"
+    with pytest.raises(JournalTopicMismatch) as refused:
+        open_store(f"{shared_url()}?namespace={namespace}", journal=journal)
+    assert (refused.value.partitions, refused.value.expected) == (3, SHARDS)
+    with pytest.raises(ConfigurationError, match="give it in the store URL"):
+        open_store(f"{shared_url()}?namespace={namespace}", journal=f"{journal}&shard_count=4")

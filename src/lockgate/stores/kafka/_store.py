@@ -241,6 +241,12 @@ class KafkaEventLogStore(HeldReads, EventLogStore):
     def __repr__(self) -> str:
         return f"KafkaEventLogStore({self.bootstrap_servers!r}, topic={self.topic!r})"
 
+    @property
+    def topic_ready(self) -> bool:
+        """Whether the topic is there, made or checked, with :attr:`shard_count` partitions:
+        False only for a store asked no count that found no topic and has not made it yet."""
+        return self._topic_ready
+
     def _prepare_topic(self) -> None:
         """Make the topic with :attr:`shard_count` partitions, or check the one there."""
         prepare_topic(
