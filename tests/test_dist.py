@@ -72,6 +72,10 @@ def data_files() -> list[str]:
 @pytest.fixture(scope="session")
 def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The checkout built once: a folder with its wheel and sdist."""
+    # make's VENV is the suite's environment: its bin/python must be there, or make would set
+    # up a virtualenv in its place.
+    if not (Path(sys.prefix) / "bin" / "python").is_file():
+        pytest.fail(f"run the suite from a virtualenv (make test does): {sys.prefix}/bin/python")
     out = tmp_path_factory.mktemp("dist")
     done = subprocess.run(
         ["make", "-C", str(ROOT), "dist", f"VENV={sys.prefix}", f"DIST={out}"],
