@@ -69,7 +69,9 @@ def open_store(
     with ``?topic_prefix=...`` and other :class:`KafkaEventLogStore` options, keeps the
     journals in Kafka: the store is then a :class:`CompositeStore` whose lifecycle is a
     :class:`ValkeyLifecycleStore` on the Valkey ``url`` (with its options). A journal URL with
-    a SQLite or memory store is a :class:`ConfigurationError`.
+    a SQLite or memory store is a :class:`ConfigurationError`. The journal topic has one
+    partition per shard: a Valkey URL without ``shard_count`` takes the count its namespace
+    recorded, or, for a namespace that records none yet, the existing topic's (else 1).
     """
     chosen = url if url is not None else os.environ.get(STORE_URL_ENV) or default
     if not chosen:
