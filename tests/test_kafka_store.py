@@ -103,7 +103,7 @@ def test_a_topic_made_elsewhere_with_another_count_is_refused(kafka_bootstrap: s
 
 def test_the_topic_is_made_to_keep_every_record_and_never_compact(kafka_bootstrap: str) -> None:
     prefix = _prefix()
-    KafkaEventLogStore(kafka_bootstrap, topic_prefix=prefix).close()
+    KafkaEventLogStore(kafka_bootstrap, topic_prefix=prefix, shard_count=1).close()
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     resource = ConfigResource(ResourceType.TOPIC, f"{prefix}.journal")
     entries = admin.describe_configs([resource])[resource].result(timeout=30)

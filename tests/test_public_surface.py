@@ -92,6 +92,7 @@ EXPECTED = {
     "ValkeyLifecycleStore",
     "ValkeyStore",
     "SchemaVersionMismatch",
+    "ShardCountMismatch",
     "Source",
     "StepContext",
     "StepFailedError",

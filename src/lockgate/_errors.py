@@ -14,6 +14,7 @@ parsing messages::
     │   ├── JournalPositionError        a replay position the journal topic does not have
     │   ├── JournalTopicMismatch        a journal topic with another partition count
     │   ├── JournalTopicUnsafe          a journal topic that would delete records runs need
+    │   ├── ShardCountMismatch          a shard_count other than the one its namespace recorded
     │   └── TriggerTopicMismatch        a trigger topic with another partition count
     ├── InvalidParamsError              submit params that do not fit the workflow body
     ├── InvalidTextError                a string holding a lone surrogate (no UTF-8 form)
@@ -510,6 +511,24 @@ class JournalTopicMismatch(ConfigurationError):
         self.topic = topic
         self.partitions = partitions
         self.expected = expected
+
+
+class ShardCountMismatch(ConfigurationError):
+    """A store was opened with a ``shard_count`` other than the one its namespace recorded
+    when it was made. Runs live in the shard their key hashes to among that many shards, so a
+    store counting otherwise would look for them in the wrong places: it refuses to start
+    instead; nothing was written. ``namespace`` is the namespace, ``recorded`` its shard
+    count, ``given`` the one asked for. Leaving ``shard_count`` out takes the recorded one."""
+
+    def __init__(self, namespace: str, recorded: int, given: int) -> None:
+        super().__init__(
+            f"namespace {namespace!r} was made with shard_count={recorded}, not {given}: "
+            f"leave shard_count out to use the recorded {recorded}, or use another namespace "
+            f"for {given} shards (a namespace is never re-sharded)"
+        )
+        self.namespace = namespace
+        self.recorded = recorded
+        self.given = given
 
 
 class TriggerTopicMismatch(ConfigurationError):

@@ -91,10 +91,9 @@ def on_kafka(clock: ManualClock) -> CompositeStore:
     import kafka_broker
 
     lifecycle = on_valkey(ValkeyLifecycleStore, clock, "k")
+    # No shard_count: the topic is made when the composite binds the lifecycle, with its count.
     events = KafkaEventLogStore(
-        kafka_broker.shared_bootstrap(),
-        topic_prefix=f"lgt{uuid.uuid4().hex[:12]}",
-        shard_count=lifecycle.shard_count,
+        kafka_broker.shared_bootstrap(), topic_prefix=f"lgt{uuid.uuid4().hex[:12]}"
     )
     return CompositeStore(lifecycle=lifecycle, events=events)
 

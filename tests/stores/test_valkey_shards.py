@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from lockgate import ConfigurationError, EventKind, ManualClock, RunStatus
+from lockgate import EventKind, ManualClock, RunStatus, ShardCountMismatch
 from lockgate.stores import Gates, ValkeyStore
 from lockgate.stores._triggers import TriggerPolicy
 from lockgate.stores._types import WaitOutcome
@@ -115,8 +115,22 @@ def test_shard_of_is_stable_and_shared_by_every_store(
 def test_every_store_of_a_namespace_needs_the_same_shard_count(
     store: ValkeyStore, clock: ManualClock, namespace: str
 ) -> None:
-    with pytest.raises(ConfigurationError, match="shard"):
+    with pytest.raises(ShardCountMismatch, match="shard_count=4, not 2"):
         make(clock, namespace, shards=2)
+
+
+def test_a_store_given_no_shard_count_takes_the_namespaces(
+    store: ValkeyStore, clock: ManualClock, namespace: str
+) -> None:
+    run_id = ids_in(3, 1)[0]
+    store.submit_run(NAME, run_id, {})
+    other = ValkeyStore(shared_url(), namespace=namespace, clock=clock, retry_attempts=0)
+    try:
+        assert other.shard_count == SHARDS
+        assert other.shard_of(NAME, run_id) == 3
+        assert other.claim_next_run(NAME, "lease-a") == run_id
+    finally:
+        other.close()
 
 
 # -- claims across shards ------------------------------------------------------------------

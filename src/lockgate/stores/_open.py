@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal, TypeVar
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
-from lockgate._errors import ConfigurationError
+from lockgate._errors import ConfigurationError, JournalTopicMismatch, ShardCountMismatch
 from lockgate.stores._base import Store
 from lockgate.stores.memory._store import MemoryStore
 from lockgate.stores.sqlite._store import SQLiteStore
@@ -69,7 +69,9 @@ def open_store(
     with ``?topic_prefix=...`` and other :class:`KafkaEventLogStore` options, keeps the
     journals in Kafka: the store is then a :class:`CompositeStore` whose lifecycle is a
     :class:`ValkeyLifecycleStore` on the Valkey ``url`` (with its options). A journal URL with
-    a SQLite or memory store is a :class:`ConfigurationError`.
+    a SQLite or memory store is a :class:`ConfigurationError`. The journal topic has one
+    partition per shard: a Valkey URL without ``shard_count`` takes the count its namespace
+    recorded, or, for a namespace that records none yet, the existing topic's (else 1).
     """
     chosen = url if url is not None else os.environ.get(STORE_URL_ENV) or default
     if not chosen:
@@ -156,18 +158,39 @@ def _composite(
         raise ConfigurationError(
             f"journal URL {journal!r} is not kafka://host:port[,host:port][?topic_prefix=...]"
         )
-    lifecycle = _valkey(ValkeyLifecycleStore, url, query, options, option_defaults)
-    try:
-        events = _construct(
-            "kafka",
-            KafkaEventLogStore,
-            (bootstrap,),
-            journal_query,
-            {"shard_count": getattr(lifecycle, "shard_count", 1)},
+    if any(key == "shard_count" for key, _ in journal_query):
+        raise ConfigurationError(
+            f"journal URL {journal!r} names a shard_count: the journal topic has one partition "
+            f"per shard of the store, so give it in the store URL (or leave it out to use the "
+            f"one the namespace recorded)"
         )
+    # The journal first: a topic already there tells the shard count a namespace made now
+    # must get (a rebuild after Valkey lost everything), and one that disagrees with the
+    # namespace's recorded count is said as the topic's mismatch.
+    events = _construct("kafka", KafkaEventLogStore, (bootstrap,), journal_query, {})
+    try:
+        given = "shard_count" in options or any(key == "shard_count" for key, _ in query)
+        if given or not events.topic_ready:
+            lifecycle = _valkey(ValkeyLifecycleStore, url, query, options, option_defaults)
+        else:
+            try:
+                lifecycle = _valkey(
+                    ValkeyLifecycleStore,
+                    url,
+                    query,
+                    {**options, "shard_count": events.shard_count},
+                    option_defaults,
+                )
+            except ShardCountMismatch as exc:
+                raise JournalTopicMismatch(events.topic, events.shard_count, exc.recorded) from None
+    except BaseException:
+        events.close()
+        raise
+    try:
         return CompositeStore(lifecycle=lifecycle, events=events)
     except BaseException:
         lifecycle.close()
+        events.close()
         raise
 
 

@@ -92,7 +92,12 @@ from lockgate.stores.kafka._journal import (
 )
 from lockgate.stores.kafka._partition import gate_key, is_init, partition_for
 from lockgate.stores.kafka._producer import release_producer, shared_producer
-from lockgate.stores.kafka._topic import JOURNAL_TOPIC_CONFIG, prepare_topic, watermarks
+from lockgate.stores.kafka._topic import (
+    JOURNAL_TOPIC_CONFIG,
+    existing_partitions,
+    prepare_topic,
+    watermarks,
+)
 from lockgate.stores.kafka._trust import Doubts
 
 if TYPE_CHECKING:
@@ -118,7 +123,9 @@ _NATIVE = {
 class KafkaEventLogStore(HeldReads, EventLogStore):
     """Run journals in the Kafka topic ``{topic_prefix}.journal`` (see the module docstring).
 
-    ``shard_count`` is the lifecycle store's: the topic's partition count. ``locate`` names a
+    ``shard_count`` is the lifecycle store's: the topic's partition count. Left out (None),
+    it is the topic's when the topic exists, else the lifecycle's a :class:`CompositeStore`
+    binds (the topic is then made with that many partitions), else 1. ``locate`` names a
     run's shard (a :class:`CompositeStore` binds its lifecycle's ``shard_of``); without it a
     run's partition is its gate key's. ``config`` adds librdkafka settings to every client.
     ``delivery_timeout`` and ``read_timeout`` bound, in seconds, how long an append waits for
@@ -133,7 +140,7 @@ class KafkaEventLogStore(HeldReads, EventLogStore):
         bootstrap_servers: str,
         *,
         topic_prefix: str = "lockgate",
-        shard_count: int = 1,
+        shard_count: int | None = None,
         locate: Callable[[str, str], int] | None = None,
         replication_factor: int = -1,
         delivery_timeout: float = 30.0,
@@ -151,13 +158,16 @@ class KafkaEventLogStore(HeldReads, EventLogStore):
             raise ConfigurationError(
                 f"topic_prefix must be 1-200 of A-Z a-z 0-9 . _ -: {topic_prefix!r}"
             )
-        if shard_count < 1:
+        if shard_count is not None and shard_count < 1:
             raise ConfigurationError(f"shard_count must be at least 1, not {shard_count}")
         self.bootstrap_servers = bootstrap_servers
         self.topic_prefix = topic_prefix
         self.topic = f"{topic_prefix}.journal"
         self.replication_factor = replication_factor
-        self.shard_count = shard_count
+        #: The partition count: the one asked for, else the topic's, else the lifecycle's
+        #: (``bind_lifecycle``), else 1 for a store used on its own.
+        self.shard_count = 1 if shard_count is None else shard_count
+        self._asked_shards = shard_count
         self.locate = locate
         self.delivery_timeout = delivery_timeout
         self.read_timeout = read_timeout
@@ -173,15 +183,22 @@ class KafkaEventLogStore(HeldReads, EventLogStore):
         }
         #: The librdkafka settings every client of the store starts from (a replay's too).
         self.client_config: Mapping[str, Any] = dict(common)
-        prepare_topic(
-            AdminClient(dict(common)),
-            self.topic,
-            bootstrap=bootstrap_servers,
-            partitions=shard_count,
-            replication_factor=replication_factor,
-            config={**JOURNAL_TOPIC_CONFIG, **(topic_config or {})},
-            timeout=read_timeout,
-        )
+        self._topic_config = {**JOURNAL_TOPIC_CONFIG, **(topic_config or {})}
+        #: Whether the topic was made or checked: not yet when no count was asked for and
+        #: there is no topic, so that a lifecycle bound next makes it with its shard count.
+        self._topic_ready = False
+        if shard_count is None:
+            found = existing_partitions(
+                AdminClient(dict(common)),
+                self.topic,
+                bootstrap=bootstrap_servers,
+                timeout=read_timeout,
+            )
+            if found is not None:
+                self.shard_count = found
+                self._prepare_topic()
+        else:
+            self._prepare_topic()
         self._producer = shared_producer(common, delivery_timeout)
         try:
             self._consumer = Consumer(
@@ -224,10 +241,39 @@ class KafkaEventLogStore(HeldReads, EventLogStore):
     def __repr__(self) -> str:
         return f"KafkaEventLogStore({self.bootstrap_servers!r}, topic={self.topic!r})"
 
+    @property
+    def topic_ready(self) -> bool:
+        """Whether the topic is there, made or checked, with :attr:`shard_count` partitions:
+        False only for a store asked no count that found no topic and has not made it yet."""
+        return self._topic_ready
+
+    def _prepare_topic(self) -> None:
+        """Make the topic with :attr:`shard_count` partitions, or check the one there."""
+        prepare_topic(
+            AdminClient(dict(self.client_config)),
+            self.topic,
+            bootstrap=self.bootstrap_servers,
+            partitions=self.shard_count,
+            replication_factor=self.replication_factor,
+            config=self._topic_config,
+            timeout=self.read_timeout,
+        )
+        self._topic_ready = True
+
+    def _ensure_topic(self) -> None:
+        """A store used on its own, asked no count, where there was no topic: make it now,
+        with one partition, before the first record goes to it or is looked for."""
+        if not self._topic_ready:
+            self._prepare_topic()
+
     def bind_lifecycle(self, lifecycle: object) -> None:
-        """Take a lifecycle store's shards: its count must be the topic's partition count, and
-        its ``shard_of`` (when it has one) locates runs. A :class:`CompositeStore` calls it."""
+        """Take a lifecycle store's shards: its count must be the topic's partition count (a
+        store asked no count, and finding no topic, makes it with that many now), and its
+        ``shard_of`` (when it has one) locates runs. A :class:`CompositeStore` calls it."""
         shards = getattr(lifecycle, "shard_count", 1)
+        if not self._topic_ready and self._asked_shards is None:
+            self.shard_count = shards
+            self._prepare_topic()
         if shards != self.shard_count:
             raise JournalTopicMismatch(self.topic, self.shard_count, shards)
         shard_of = getattr(lifecycle, "shard_of", None)
@@ -419,6 +465,7 @@ class KafkaEventLogStore(HeldReads, EventLogStore):
     ) -> int:
         """Hand ``events`` from ``start`` on to the producer, a record each, until its local
         queue is full: how many of ``events`` it then holds."""
+        self._ensure_topic()
         produce, topic, report, record_key = (
             self._producer.produce,
             self.topic,
@@ -596,6 +643,7 @@ class KafkaEventLogStore(HeldReads, EventLogStore):
         return low
 
     def _watermarks(self, partition: int) -> tuple[int, int]:
+        self._ensure_topic()
         self.topic_reads += 1
         return watermarks(self._consumer, self.topic, partition, self.read_timeout)
 

@@ -77,6 +77,19 @@ def prepare_topic(
         _check_config(admin, topic, bootstrap, timeout)
 
 
+def existing_partitions(
+    admin: AdminClient, topic: str, *, bootstrap: str, timeout: float
+) -> int | None:
+    """The partition count of ``topic``, or None when Kafka (at ``bootstrap``) has no such
+    topic; :class:`StoreUnavailable` when it does not answer in ``timeout``."""
+    try:
+        return _partition_count(admin, topic, timeout)
+    except KafkaException as exc:
+        raise StoreUnavailable(
+            f"Kafka at {bootstrap} could not list topics to find the journal topic {topic!r}: {exc}"
+        ) from exc
+
+
 def _listed_after_creation(admin: AdminClient, topic: str, timeout: float) -> int | None:
     """The partition count of a topic just created, once the broker lists it: a new topic's
     metadata reaches the broker answering a moment after the creation is acknowledged."""

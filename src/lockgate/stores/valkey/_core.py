@@ -45,6 +45,7 @@ from lockgate._errors import (
     RunGatedError,
     RunNotFoundError,
     RunOwnedError,
+    ShardCountMismatch,
     StoreUnavailable,
 )
 from lockgate.journal._events import RunEvent, RunStatus
@@ -101,6 +102,9 @@ log = logging.getLogger("lockgate.valkey")
 T = TypeVar("T")
 
 NAMESPACE_ENV = "LOCKGATE_VALKEY_NAMESPACE"
+#: Shards of a namespace made by a store that does not say: one, the layout of an unsharded
+#: store. A store that does not say in a namespace made already takes the count it recorded.
+SHARD_COUNT_DEFAULT = 1
 #: Runs whose shard one process remembers; past it the memory starts over.
 LOCATED_CACHE = 100_000
 
@@ -197,7 +201,10 @@ class ValkeyCore:
     max_store_requeues: int
     retry_attempts: int
     retry_base: float
+    #: The namespace's shard count: the one asked for, else the one it recorded.
     shard_count: int
+    #: The shard count the store was built with; None: whatever the namespace recorded.
+    asked_shards: int | None
     _clock: Callable[[], float] | None
     #: A ``redis.Redis``, or a ``redis.cluster.RedisCluster`` on a cluster.
     _redis: Any
@@ -229,11 +236,8 @@ class ValkeyCore:
         self.namespace = chosen
         #: The namespace-wide prefix; with one shard, also shard 0's.
         self.prefix = f"lg:{{{chosen}}}:"
-        self._prefixes = (
-            [self.prefix]
-            if self.shard_count == 1
-            else [f"lg:{{{chosen}:{i}}}:" for i in range(self.shard_count)]
-        )
+        # The shards' prefixes wait for the namespace's shard count (``_check_namespace``).
+        self._prefixes = [self.prefix]
         self._located_runs: dict[str, int] = {}
         self._buffers: dict[str, dict[str, int]] = {}
         self._claim_turn = itertools.count()
@@ -255,6 +259,8 @@ class ValkeyCore:
             self._check_eviction_policy()
         self._sources: dict[str, tuple[str, str]] = {}
         self._check_namespace()
+        if self.shard_count > 1:
+            self._prefixes = [f"lg:{{{chosen}:{i}}}:" for i in range(self.shard_count)]
 
     def _client(self, url: str, cluster: bool | None) -> tuple[Any, bool]:
         """The client for ``url`` and whether it is a cluster client, the server reached."""
@@ -355,19 +361,28 @@ class ValkeyCore:
         """Record the namespace's key layout and shard count on first use, or refuse a store
         that would read it wrongly: a namespace of another key layout (an older lockgate's,
         whose keys this one would not find, see ``valkey._keys``), or another shard count (its
-        runs would be looked for in the wrong shards)."""
-        layout, shards = self._script("g_namespace", KEY_LAYOUT, str(self.shard_count), "")
+        runs would be looked for in the wrong shards: :class:`ShardCountMismatch`). A store
+        given no shard count (``asked_shards`` None) takes the recorded one, and records
+        :data:`SHARD_COUNT_DEFAULT` in a namespace that has none yet."""
+        asked = self.asked_shards
+        offered = str(SHARD_COUNT_DEFAULT if asked is None else asked)
+        layout, shards = self._script("g_namespace", KEY_LAYOUT, offered, "")
         if _text(layout) == "1" and keyspace.written_now(keyspace.under(self._cmd, self.prefix)):
             # Keys of this layout, written after the namespace lost its data: record it again.
-            layout, shards = self._script("g_namespace", KEY_LAYOUT, str(self.shard_count), "1")
+            layout, shards = self._script("g_namespace", KEY_LAYOUT, offered, "1")
         layout, recorded = _text(layout), _text(shards)
         if layout != KEY_LAYOUT:
             raise ConfigurationError(layout_refusal(self.namespace, layout, NAMESPACE_ENV))
-        if recorded != str(self.shard_count):
+        if not recorded.isdigit() or int(recorded) < 1:
             raise ConfigurationError(
-                f"Valkey namespace {self.namespace!r} has {recorded} shard(s), not "
-                f"{self.shard_count}: every store of a namespace needs the same shard_count"
+                f"Valkey namespace {self.namespace!r} records a shard count of {recorded!r}, "
+                f"which is no whole number of at least 1: its 'shards' key was written by "
+                f"something other than lockgate"
             )
+        if asked is None:
+            self.shard_count = int(recorded)
+        elif int(recorded) != asked:
+            raise ShardCountMismatch(self.namespace, int(recorded), asked)
 
     # -- calling scripts ---------------------------------------------------------------------
 

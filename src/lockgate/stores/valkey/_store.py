@@ -10,14 +10,12 @@ from lockgate._errors import ConfigurationError, LockgateError
 from lockgate.stores._base import Store
 from lockgate.stores._types import StoreMarker
 from lockgate.stores.valkey._chains import ValkeyChains
-from lockgate.stores.valkey._core import _decode_hash, _text
+from lockgate.stores.valkey._core import SHARD_COUNT_DEFAULT, _decode_hash, _text
 from lockgate.stores.valkey._insight import ValkeyInsight
 from lockgate.stores.valkey._keys import KEY_LAYOUT, SEP, parts_of
 from lockgate.stores.valkey._triggers import ValkeyTriggers, glob_escaped
 from lockgate.stores.valkey._waits import ValkeyWaits
 
-#: Shards of a store that does not say: one, the layout of an unsharded store.
-SHARD_COUNT_DEFAULT = 1
 #: The most shards a namespace may have. Every shard is a hash tag of its own, read in turn by
 #: each page of runs, claim sweep and rebalance, and a partition of the Kafka journal and of
 #: each trigger topic: past a few thousand, each of those passes costs more than another shard
@@ -51,8 +49,10 @@ class ValkeyStore(ValkeyWaits, ValkeyTriggers, ValkeyChains, ValkeyInsight, Stor
 
     ``shard_count`` splits the namespace's runs over that many shards, each under a hash tag of
     its own, so a Valkey cluster spreads them over its nodes (see ``valkey._core`` for the
-    layout and :meth:`shard_of` for where a run lives). Every store of a namespace must be
-    built with the same count (another raises :class:`ConfigurationError`). Workers lease
+    layout and :meth:`shard_of` for where a run lives). The namespace records its count when
+    it is made: a store given none (``None``) takes the recorded one, or makes the namespace
+    with :data:`SHARD_COUNT_DEFAULT` (1) shard; one given another count than the recorded
+    raises :class:`ShardCountMismatch`. Workers lease
     shards (:meth:`rebalance_shards`, leases living ``shard_lease_ttl`` seconds on the store's
     clock) and claim from theirs first (``claim_next_run(..., prefer=...)``); a claim still
     reaches every shard.
@@ -81,7 +81,7 @@ class ValkeyStore(ValkeyWaits, ValkeyTriggers, ValkeyChains, ValkeyInsight, Stor
         socket_connect_timeout: float = 2.0,
         cluster: bool | None = None,
         eviction_policy_check: bool = True,
-        shard_count: int = SHARD_COUNT_DEFAULT,
+        shard_count: int | None = None,
         shard_lease_ttl: float = 30.0,
         clock: Callable[[], float] | None = None,
     ) -> None:
@@ -91,7 +91,7 @@ class ValkeyStore(ValkeyWaits, ValkeyTriggers, ValkeyChains, ValkeyInsight, Stor
             raise ConfigurationError(
                 "ValkeyStore retry_attempts and retry_base must be >= 0, socket_timeout > 0"
             )
-        if (
+        if shard_count is not None and (
             isinstance(shard_count, bool)
             or not isinstance(shard_count, int)
             or not 1 <= shard_count <= SHARD_COUNT_MAX
@@ -104,7 +104,9 @@ class ValkeyStore(ValkeyWaits, ValkeyTriggers, ValkeyChains, ValkeyInsight, Stor
             raise ConfigurationError("ValkeyStore socket_connect_timeout must be > 0")
         if shard_lease_ttl <= 0:
             raise ConfigurationError("ValkeyStore shard_lease_ttl must be > 0")
-        self.shard_count = shard_count
+        self.asked_shards = shard_count
+        # Until the namespace answers (``_connect``): then its recorded count when not asked.
+        self.shard_count = SHARD_COUNT_DEFAULT if shard_count is None else shard_count
         self.shard_lease_ttl = shard_lease_ttl
         self.lock_ttl = lock_ttl
         self.heartbeat_interval = heartbeat_interval or lock_ttl / 3

@@ -4,7 +4,9 @@
 -- '1', which recorded its shard count (shards) and counted its queue (qseq) but no layout;
 -- unless A(3) says the caller found its keys are of this layout (a namespace that lost its
 -- data, layout key and all, then written again by stores connected before the loss).
--- A(1) the store's key layout generation  A(2) its shard count  A(3) '1': record the layout
+-- A(1) the store's key layout generation  A(2) the shard count to record in a namespace that
+-- has none (the store's, or the default when the store was given none: it then takes the
+-- count answered)  A(3) '1': record the layout
 -- Returns {layout, shard count recorded}.
 local layout = redis.call('GET', K('layout'))
 if not layout then
