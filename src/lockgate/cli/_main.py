@@ -4,32 +4,75 @@ Every command is a thin layer over the public client and the store: it opens the
 ``--store`` URL (or ``LOCKGATE_STORE_URL``) names, does one thing, and exits 0 when it did it,
 1 when the run or the operation failed, 2 when the command cannot work as given. A failure is
 one line on stderr; set ``LOCKGATE_DEBUG=1`` to get the traceback as well.
+
+Starting at once. ``lockgate --version`` and ``--help`` import nothing of lockgate but this
+module, and a command imports only what it needs, when it runs. The pattern, for a new command:
+
+- Add one line to :data:`COMMANDS`: the command's name, the module (under ``lockgate.cli``)
+  whose ``add_parsers(group, common)`` adds it, and the line ``lockgate --help`` shows for it.
+  ``--help`` lists the commands from this table alone; a command line naming a command imports
+  its module and builds that module's parsers only (``test_cli_imports`` checks the table
+  against the parsers).
+- In that module, ``add_parsers`` adds the subparser (``group.add_parser(NAME, parents=common,
+  help=...)`` with the same help line) and ``set_defaults(run=handler)``: ``run(args, store)``
+  gets the store opened from ``--store``/``--journal``; with ``opens_store=True`` it is a
+  coroutine ``run(args)`` that opens its own, with ``opens_no_store=True`` a plain
+  ``run(args)``. A handler may be a coroutine or a plain function.
+- Keep that module's top-level imports light (argparse, ``cli._params``, ``cli._output``,
+  ``cli._exits``, ``stores._open``, enums and option dataclasses): import the client, the
+  worker, a store backend, ``streams``, ``http``, confluent_kafka, redis or fastapi inside the
+  handler that uses them (types for annotations under ``if TYPE_CHECKING:``).
+  ``tests/test_cli_imports.py`` fails when ``--help`` or ``runs list`` on SQLite imports one
+  of the heavy modules it names.
+
+The package ``__init__``s help: they import their names when first used (``lockgate._lazy``),
+so ``from lockgate.stores._open import open_store`` imports no backend.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
-import inspect
+import importlib
 import os
 import signal
 import sys
-from collections.abc import Sequence
-from typing import NoReturn
 
 from lockgate import __version__
-from lockgate._errors import LockgateError
-from lockgate.cli import _commands, _journal, _runs, _serve, _triggers
-from lockgate.cli._exits import BROKEN_PIPE, INTERRUPTED, Failure, report
-from lockgate.cli._params import check_names
-from lockgate.stores._open import JOURNAL_URL_ENV, STORE_URL_ENV, open_store
+
+TYPE_CHECKING = False  # typing itself is not imported for ``--version``
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import NoReturn
 
 DEBUG_ENV = "LOCKGATE_DEBUG"
 INTERRUPTED_LINE = "lockgate: interrupted"
+#: The exit code of an interrupted command (as :data:`lockgate.cli._exits.INTERRUPTED`).
+INTERRUPTED = 130
+
+#: Every command: the module whose ``add_parsers(group, common)`` adds it, and its line in
+#: ``lockgate --help``, in the order ``--help`` lists them.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "worker": ("_commands", "run a worker until interrupted"),
+    "submit": ("_commands", "start a run; prints its id"),
+    "serve": ("_serve", "serve the HTTP API until interrupted"),
+    "trigger": (
+        "_triggers",
+        "send events to a Collect or Debounce workflow; prints the run a Collect batch "
+        "fired, else 'buffered' (with a Kafka journal: 'sent', the fires happen in the workers)",
+    ),
+    "triggers": ("_triggers", "look at the trigger topics of a Kafka journal"),
+    "runs": ("_runs", "look at runs and talk to them"),
+    "store": ("_commands", "the store itself"),
+    "demo": ("_commands", "a durable workflow on SQLite with a worker, live"),
+    "journal": ("_journal", "the Kafka journal topic itself"),
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _common() -> argparse.ArgumentParser:
+    """The options every command that opens a store takes."""
+    from lockgate.stores._open import JOURNAL_URL_ENV, STORE_URL_ENV
+
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--store",
@@ -42,6 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep a valkey:// store's journals in Kafka, e.g. kafka://host:9092"
         f"?topic_prefix=orders (default: ${JOURNAL_URL_ENV})",
     )
+    return common
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser for a command line naming ``command``: that command's module's parsers, or,
+    with ``None`` (or a name that is no command), a line per command, which is all that
+    ``lockgate --help`` shows and all that an error naming no command needs."""
     parser = argparse.ArgumentParser(
         prog="lockgate",
         description="Run workers, start runs and look after them on a lockgate store.",
@@ -50,16 +100,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"lockgate {__version__}")
     group = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    _commands.add_run_parsers(group, [common])
-    _serve.add_parser(group, [common])
-    _triggers.add_parsers(group, [common])
-    _runs.add_parsers(group, [common])
-    _commands.add_admin_parsers(group, [common])
-    _journal.add_parsers(group)
+    if command in COMMANDS:
+        module = importlib.import_module(f"lockgate.cli.{COMMANDS[command][0]}")
+        module.add_parsers(group, [_common()])
+    else:
+        for name, (_, line) in COMMANDS.items():
+            group.add_parser(name, help=line)
     return parser
 
 
+def _command(argv: Sequence[str]) -> str | None:
+    """The command a command line names: its first word that is no option (``lockgate`` itself
+    takes only ``--help`` and ``--version``)."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
 def _dispatch(args: argparse.Namespace) -> int:
+    from collections.abc import Coroutine
+
+    from lockgate.cli._params import check_names
+    from lockgate.stores._open import open_store
+
     check_names(args)
     if args.run is None:
         code: int = args.demo(args)
@@ -67,6 +128,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     if getattr(args, "opens_no_store", False):  # `journal replay` reads Kafka alone
         return int(args.run(args))
     if getattr(args, "opens_store", False):  # `worker` waits for a store that does not answer
+        import asyncio
+
         loop_factory = getattr(args, "loop_factory", None)
         with asyncio.Runner(loop_factory=loop_factory() if loop_factory else None) as runner:
             return int(runner.run(args.run(args)))
@@ -80,7 +143,12 @@ def _dispatch(args: argparse.Namespace) -> int:
     )
     try:
         outcome = args.run(args, store)
-        code = asyncio.run(outcome) if inspect.iscoroutine(outcome) else outcome
+        if isinstance(outcome, Coroutine):
+            import asyncio  # a command that needs no event loop starts none
+
+            code = asyncio.run(outcome)
+        else:
+            code = outcome
     except KeyboardInterrupt:
         # Left open: a store call may still be running on a store thread, and closing under
         # it would wait for it (an SQLite busy wait, a socket timeout) or break it. The process
@@ -117,11 +185,15 @@ def main(argv: Sequence[str] | None = None, *, exiting: bool = False) -> int:
     """Run the ``lockgate`` command line with ``argv`` (default ``sys.argv[1:]``) and return
     its exit code. ``exiting`` says the process ends with it (:func:`run`): then an interrupt
     also makes the process ignore further ones."""
-    parser = build_parser()
+    words = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(_command(words))
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(words)
     except SystemExit as exit_:
         return exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 2)
+    from lockgate._errors import LockgateError
+    from lockgate.cli._exits import BROKEN_PIPE, Failure, report
+
     try:
         return _dispatch(args)
     except KeyboardInterrupt:

@@ -1,5 +1,21 @@
 """The demo: orders on an SQLite file, served by worker processes, one of which dies mid-run."""
 
-from lockgate.demo._demo import main, run_demo
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from lockgate._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from lockgate.demo._demo import main, run_demo
 
 __all__ = ["main", "run_demo"]
+
+
+if not TYPE_CHECKING:  # a type checker sees the imports above, not a __getattr__
+    __getattr__, __dir__ = lazy_exports(
+        __name__,
+        {
+            "lockgate.demo._demo": ("main", "run_demo"),
+        },
+    )
