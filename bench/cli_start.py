@@ -6,7 +6,9 @@ and ``python -c pass`` with the same interpreter, each run ROUNDS times. The com
 turns within each round, so a machine whose load changes during the run slows them all alike.
 The commands run with their bytecode cached, as an installed package has it (the first,
 unmeasured run of each writes it).
-Prints each one's median wall time and its ratio to the bare interpreter's. Not a test; record
+Prints each one's median wall time and CPU time (user and system: what the command itself
+costs, which the other processes on a shared machine move less) and their ratios to the bare
+interpreter's. Not a test; record
 the output in docs/performance.md with the command:
 
     .venv/bin/python bench/cli_start.py
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -48,10 +51,14 @@ async def _submit(store: Store) -> None:
         await client.submit(NAME, {"n": n})
 
 
-def _seconds(argv: list[str], env: dict[str, str]) -> float:
+def _seconds(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """The wall time of ``argv``, and the CPU time (user and system) it used."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - started
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def main() -> None:
@@ -83,17 +90,22 @@ def main() -> None:
                 f"{server}?namespace=bench-cli-start",
             ],
         }
-        times: dict[str, list[float]] = {label: [] for label in commands}
+        times: dict[str, list[tuple[float, float]]] = {label: [] for label in commands}
         for argv in commands.values():  # one unmeasured run each: caches, bytecode
             _seconds(argv, env)
         for _ in range(ROUNDS):
             for label, argv in commands.items():
                 times[label].append(_seconds(argv, env))
-    bare = statistics.median(times["python -c pass"])
-    print(f"median of {ROUNDS} runs each, taking turns; {RUNS} runs in each store")
-    for label, seconds in times.items():
-        median = statistics.median(seconds)
-        print(f"{label:30} {median * 1000:7.1f} ms  {median / bare:4.1f}x")
+    bare = [statistics.median(t[i] for t in times["python -c pass"]) for i in (0, 1)]
+    print(f"median of {ROUNDS} runs each, taking turns; {RUNS} runs in each store; load average")
+    print(f"{os.getloadavg()[0]:.1f} at the end, on {os.cpu_count()} CPUs")
+    print(f"{'':30} {'wall':>9}  {'ratio':>5}  {'CPU':>9}  {'ratio':>5}")
+    for label, measured in times.items():
+        wall, cpu = (statistics.median(t[i] for t in measured) for i in (0, 1))
+        print(
+            f"{label:30} {wall * 1000:6.1f} ms  {wall / bare[0]:4.1f}x"
+            f"  {cpu * 1000:6.1f} ms  {cpu / bare[1]:4.1f}x"
+        )
 
 
 if __name__ == "__main__":

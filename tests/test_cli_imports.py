@@ -38,8 +38,9 @@ HEAVY = (
 )
 #: Besides those, what neither --version nor --help needs.
 NOT_FOR_HELP = (*HEAVY, "redis", "pydantic", "asyncio", "sqlite3", "typing")
-#: All of lockgate that --version and --help import.
+#: All of lockgate that --version imports (not even argparse), and --help.
 ENTRY = {"lockgate", "lockgate._lazy", "lockgate.cli", "lockgate.cli._main"}
+HELP_ENTRY = {*ENTRY, "lockgate.cli._parser"}
 
 # Runs `lockgate ARGV` as the console script does (`from lockgate.cli import run`), then
 # writes the names in sys.modules to the file named by the first argument.
@@ -86,11 +87,12 @@ async def _submit(store: Store, count: int) -> None:
         await client.submit(NAME, {"n": n})
 
 
-@pytest.mark.parametrize("flag", ["--version", "--help"])
-def test_version_and_help_import_only_the_entry(tmp_path: Path, flag: str) -> None:
+@pytest.mark.parametrize(("flag", "entry"), [("--version", ENTRY), ("--help", HELP_ENTRY)])
+def test_version_and_help_import_only_the_entry(tmp_path: Path, flag: str, entry: set[str]) -> None:
     modules = imported(tmp_path, flag)
     assert loaded(modules, NOT_FOR_HELP) == []
-    assert {m for m in modules if m.split(".")[0] == "lockgate"} == ENTRY
+    assert {m for m in modules if m.split(".")[0] == "lockgate"} == entry
+    assert ("argparse" in modules) == (flag == "--help")
 
 
 def test_runs_list_on_sqlite_imports_the_sqlite_store_alone(tmp_path: Path) -> None:

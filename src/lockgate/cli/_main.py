@@ -5,19 +5,23 @@ Every command is a thin layer over the public client and the store: it opens the
 1 when the run or the operation failed, 2 when the command cannot work as given. A failure is
 one line on stderr; set ``LOCKGATE_DEBUG=1`` to get the traceback as well.
 
-Starting at once. ``lockgate --version`` and ``--help`` import nothing of lockgate but this
-module, and a command imports only what it needs, when it runs. The pattern, for a new command:
+Starting at once. ``lockgate --version`` imports nothing of lockgate but this module (nor
+argparse), ``--help`` this module and ``cli/_parser``, and a command imports only what it
+needs, when it runs. The pattern, for a new command:
 
 - Add one line to :data:`COMMANDS`: the command's name, the module (under ``lockgate.cli``)
   whose ``add_parsers(group, common)`` adds it, and the line ``lockgate --help`` shows for it.
   ``--help`` lists the commands from this table alone; a command line naming a command imports
-  its module and builds that module's parsers only (``test_cli_imports`` checks the table
-  against the parsers).
+  its module and builds that module's parsers only (``cli/_parser.build_parser``;
+  ``tests/test_cli_imports.py`` checks the table against the parsers).
 - In that module, ``add_parsers`` adds the subparser (``group.add_parser(NAME, parents=common,
   help=...)`` with the same help line) and ``set_defaults(run=handler)``: ``run(args, store)``
   gets the store opened from ``--store``/``--journal``; with ``opens_store=True`` it is a
   coroutine ``run(args)`` that opens its own, with ``opens_no_store=True`` a plain
-  ``run(args)``. A handler may be a coroutine or a plain function.
+  ``run(args)``. A handler may be a coroutine or a plain function; one that awaits nothing is
+  better plain, since running a coroutine imports asyncio (``runs list`` is plain).
+- A new command group gets a module of its own (``lockgate topics`` in ``cli/_topics.py``), so
+  that branches adding commands meet only in their one line each of :data:`COMMANDS`.
 - Keep that module's top-level imports light (argparse, ``cli._params``, ``cli._output``,
   ``cli._exits``, ``stores._open``, enums and option dataclasses): import the client, the
   worker, a store backend, ``streams``, ``http``, confluent_kafka, redis or fastapi inside the
@@ -31,17 +35,15 @@ so ``from lockgate.stores._open import open_store`` imports no backend.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import importlib
 import os
-import signal
 import sys
 
 from lockgate import __version__
 
 TYPE_CHECKING = False  # typing itself is not imported for ``--version``
 if TYPE_CHECKING:
+    import argparse
     from collections.abc import Sequence
     from typing import NoReturn
 
@@ -67,46 +69,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("_commands", "a durable workflow on SQLite with a worker, live"),
     "journal": ("_journal", "the Kafka journal topic itself"),
 }
-
-
-def _common() -> argparse.ArgumentParser:
-    """The options every command that opens a store takes."""
-    from lockgate.stores._open import JOURNAL_URL_ENV, STORE_URL_ENV
-
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--store",
-        metavar="URL",
-        help=f"store URL, e.g. sqlite:///lockgate.db (default: ${STORE_URL_ENV})",
-    )
-    common.add_argument(
-        "--journal",
-        metavar="URL",
-        help="keep a valkey:// store's journals in Kafka, e.g. kafka://host:9092"
-        f"?topic_prefix=orders (default: ${JOURNAL_URL_ENV})",
-    )
-    return common
-
-
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The parser for a command line naming ``command``: that command's module's parsers, or,
-    with ``None`` (or a name that is no command), a line per command, which is all that
-    ``lockgate --help`` shows and all that an error naming no command needs."""
-    parser = argparse.ArgumentParser(
-        prog="lockgate",
-        description="Run workers, start runs and look after them on a lockgate store.",
-        epilog="exit codes: 0 done, 1 the run or operation failed, 2 usage or configuration "
-        "error, 70 a worker's topic consumer died of a bug, 130 interrupted. Docs: docs/cli.md",
-    )
-    parser.add_argument("--version", action="version", version=f"lockgate {__version__}")
-    group = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    if command in COMMANDS:
-        module = importlib.import_module(f"lockgate.cli.{COMMANDS[command][0]}")
-        module.add_parsers(group, [_common()])
-    else:
-        for name, (_, line) in COMMANDS.items():
-            group.add_parser(name, help=line)
-    return parser
 
 
 def _command(argv: Sequence[str]) -> str | None:
@@ -167,6 +129,8 @@ def run() -> NoReturn:
     An interrupted command exits at once: from the first Ctrl-C on, further ones are ignored,
     and the interpreter's shutdown is skipped, since that shutdown waits for store threads
     still inside a call, and a second Ctrl-C landing in it printed a traceback."""
+    import signal
+
     try:
         code = main(exiting=True)
     except KeyboardInterrupt:  # a second Ctrl-C before the first was reported
@@ -186,6 +150,11 @@ def main(argv: Sequence[str] | None = None, *, exiting: bool = False) -> int:
     its exit code. ``exiting`` says the process ends with it (:func:`run`): then an interrupt
     also makes the process ignore further ones."""
     words = sys.argv[1:] if argv is None else list(argv)
+    if words == ["--version"]:  # what argparse would print, without importing it
+        print(f"lockgate {__version__}")
+        return 0
+    from lockgate.cli._parser import build_parser
+
     parser = build_parser(_command(words))
     try:
         args = parser.parse_args(words)
@@ -198,6 +167,8 @@ def main(argv: Sequence[str] | None = None, *, exiting: bool = False) -> int:
         return _dispatch(args)
     except KeyboardInterrupt:
         if exiting:  # before the line, so that a second Ctrl-C cannot land after it
+            import signal
+
             signal.signal(signal.SIGINT, signal.SIG_IGN)
         print(INTERRUPTED_LINE, file=sys.stderr, flush=True)
         return INTERRUPTED
