@@ -161,3 +161,14 @@ def test_every_package_resolves_every_name_it_exports() -> None:
     from lockgate import workflow as again
 
     assert again is workflow
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--help", "runs"], ["-h", "runs", "list"]])
+def test_help_before_a_command_lists_every_command(
+    capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    assert _main.main(argv) == 0
+    listed = capsys.readouterr().out
+    for name, (_, line) in _main.COMMANDS.items():
+        assert f"    {name} " in listed, name
+        assert line.split()[0] in listed

@@ -72,9 +72,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 def _command(argv: Sequence[str]) -> str | None:
-    """The command a command line names: its first word that is no option (``lockgate`` itself
-    takes only ``--help`` and ``--version``)."""
-    return next((word for word in argv if not word.startswith("-")), None)
+    """The command a command line names: its first word. When that is an option, it is one of
+    ``lockgate``'s own (``--help``, ``--version``, or a mistake), which the parser answers with
+    the line of every command: ``lockgate --help runs`` shows them all, as it did."""
+    return argv[0] if argv and not argv[0].startswith("-") else None
 
 
 def _dispatch(args: argparse.Namespace) -> int:
