@@ -1,126 +1,144 @@
-"""lockgate: durable workflows for Python, with per-key flow control declared on the workflow."""
+"""lockgate: durable workflows for Python, with per-key flow control declared on the workflow.
 
-from lockgate._clock import Clock, ManualClock, SystemClock
-from lockgate._errors import (
-    CapabilityMissing,
-    ChildWorkflowError,
-    ConfigurationError,
-    ConsumerDied,
-    ContinuationChainError,
-    DuplicateRunError,
-    DurableInterrupt,
-    DurableInvocationCancelled,
-    DurableInvocationError,
-    DurableInvocationTimeout,
-    ErrorCode,
-    EventAfterTerminal,
-    Fatal,
-    IdempotencyConflict,
-    InterruptHandlerFailed,
-    InvalidCursorError,
-    InvalidNameError,
-    InvalidParamsError,
-    InvalidTextError,
-    JournalNeedsNewerRuntime,
-    JournalPositionError,
-    JournalRecordUndecodable,
-    JournalTopicMismatch,
-    JournalTopicUnsafe,
-    LockgateError,
-    LockLost,
-    NestedDurableOperationError,
-    NonDeterminismError,
-    PayloadTooLarge,
-    Poison,
-    QueryError,
-    RetryRefused,
-    RunFinishedError,
-    RunGatedError,
-    RunNotFoundError,
-    RunNotStartedError,
-    RunNotWaitingError,
-    RunOwnedError,
-    SchemaVersionMismatch,
-    ShardCountMismatch,
-    StepFailedError,
-    StepResultTypeError,
-    StoreAuthenticationError,
-    StoreFileError,
-    StoreFileGone,
-    StoreProtocolError,
-    StoreUnavailable,
-    Transient,
-    TriggerTopicMismatch,
-    UnboundContextError,
-    UpdateError,
-    UpdateRejected,
-    UpdateTimeout,
-    UserFailure,
-    WaitTimeout,
-)
-from lockgate.client import (
-    CloseResult,
-    ExistingRetry,
-    InlineWorkflowRunner,
-    RetryPlan,
-    RunHandle,
-    TerminateResult,
-    WorkflowClient,
-    resolve_continuation,
-    run_and_await,
-)
-from lockgate.flow import Collect, Debounce, Limit, Rate
-from lockgate.journal import (
-    EVENT_SCHEMA_VERSION,
-    EventKind,
-    ReplayState,
-    RunEvent,
-    RunStatus,
-    StepKind,
-    reconstruct_state,
-)
-from lockgate.stores import (
-    CAPABILITY_GROUPS,
-    ChainLink,
-    ChainStore,
-    CompositeStore,
-    EventLogStore,
-    JournalRecord,
-    JournalReplay,
-    KafkaEventLogStore,
-    LifecycleStore,
-    MemoryStore,
-    ReplaySummary,
-    RunInfo,
-    SQLiteStore,
-    Store,
-    TerminateOutcome,
-    ValkeyLifecycleStore,
-    ValkeyStore,
-    WaitOutcome,
-    chain_link,
-    open_store,
-    replay_journal,
-)
-from lockgate.streams._values import KafkaRecord
-from lockgate.streams.sources import Batch, InMemorySource, KafkaSource, Source
-from lockgate.worker import StrandedPolicy, WorkerOptions, WorkflowWorker
-from lockgate.workflow import (
-    DuplicateWorkflowWarning,
-    InterruptAction,
-    InterruptResponse,
-    KafkaTopic,
-    RetryPolicy,
-    StepContext,
-    StreamProgress,
-    WorkflowContext,
-    WorkflowSpec,
-    check_replay,
-    step,
-    workflow,
-)
+Every name below is imported when first used (``lockgate._lazy``): ``import lockgate`` and the
+``lockgate`` command stay cheap, while ``from lockgate import X`` and ``lockgate.X`` give what
+they always gave."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+from lockgate._lazy import lazy_exports
+
+# Not typing's: `lockgate --version` imports this module and has no use for typing (type
+# checkers take any TYPE_CHECKING as true).
+TYPE_CHECKING = False
 
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from typing import Any
+
+    from lockgate._clock import Clock, ManualClock, SystemClock
+    from lockgate._errors import (
+        CapabilityMissing,
+        ChildWorkflowError,
+        ConfigurationError,
+        ConsumerDied,
+        ContinuationChainError,
+        DuplicateRunError,
+        DurableInterrupt,
+        DurableInvocationCancelled,
+        DurableInvocationError,
+        DurableInvocationTimeout,
+        ErrorCode,
+        EventAfterTerminal,
+        Fatal,
+        IdempotencyConflict,
+        InterruptHandlerFailed,
+        InvalidCursorError,
+        InvalidNameError,
+        InvalidParamsError,
+        InvalidTextError,
+        JournalNeedsNewerRuntime,
+        JournalPositionError,
+        JournalRecordUndecodable,
+        JournalTopicMismatch,
+        JournalTopicUnsafe,
+        LockgateError,
+        LockLost,
+        NestedDurableOperationError,
+        NonDeterminismError,
+        PayloadTooLarge,
+        Poison,
+        QueryError,
+        RetryRefused,
+        RunFinishedError,
+        RunGatedError,
+        RunNotFoundError,
+        RunNotStartedError,
+        RunNotWaitingError,
+        RunOwnedError,
+        SchemaVersionMismatch,
+        ShardCountMismatch,
+        StepFailedError,
+        StepResultTypeError,
+        StoreAuthenticationError,
+        StoreFileError,
+        StoreFileGone,
+        StoreProtocolError,
+        StoreUnavailable,
+        Transient,
+        TriggerTopicMismatch,
+        UnboundContextError,
+        UpdateError,
+        UpdateRejected,
+        UpdateTimeout,
+        UserFailure,
+        WaitTimeout,
+    )
+    from lockgate.client import (
+        CloseResult,
+        ExistingRetry,
+        InlineWorkflowRunner,
+        RetryPlan,
+        RunHandle,
+        TerminateResult,
+        WorkflowClient,
+        resolve_continuation,
+        run_and_await,
+    )
+    from lockgate.flow import Collect, Debounce, Limit, Rate
+    from lockgate.journal import (
+        EVENT_SCHEMA_VERSION,
+        EventKind,
+        ReplayState,
+        RunEvent,
+        RunStatus,
+        StepKind,
+        reconstruct_state,
+    )
+    from lockgate.stores import (
+        CAPABILITY_GROUPS,
+        ChainLink,
+        ChainStore,
+        CompositeStore,
+        EventLogStore,
+        JournalRecord,
+        JournalReplay,
+        KafkaEventLogStore,
+        LifecycleStore,
+        MemoryStore,
+        ReplaySummary,
+        RunInfo,
+        SQLiteStore,
+        Store,
+        TerminateOutcome,
+        ValkeyLifecycleStore,
+        ValkeyStore,
+        WaitOutcome,
+        chain_link,
+        open_store,
+        replay_journal,
+    )
+    from lockgate.streams._values import KafkaRecord
+    from lockgate.streams.sources import Batch, InMemorySource, KafkaSource, Source
+    from lockgate.worker import StrandedPolicy, WorkerOptions, WorkflowWorker
+    from lockgate.workflow import (
+        DuplicateWorkflowWarning,
+        InterruptAction,
+        InterruptResponse,
+        KafkaTopic,
+        RetryPolicy,
+        StepContext,
+        StreamProgress,
+        WorkflowContext,
+        WorkflowSpec,
+        check_replay,
+        step,
+        workflow,
+    )
 
 __all__ = [
     "CAPABILITY_GROUPS",
@@ -244,3 +262,152 @@ __all__ = [
     "step",
     "workflow",
 ]
+
+
+if not TYPE_CHECKING:  # a type checker sees the imports above, not a __getattr__
+    __getattr__, __dir__ = lazy_exports(
+        __name__,
+        {
+            "lockgate._clock": ("Clock", "ManualClock", "SystemClock"),
+            "lockgate._errors": (
+                "CapabilityMissing",
+                "ChildWorkflowError",
+                "ConfigurationError",
+                "ConsumerDied",
+                "ContinuationChainError",
+                "DuplicateRunError",
+                "DurableInterrupt",
+                "DurableInvocationCancelled",
+                "DurableInvocationError",
+                "DurableInvocationTimeout",
+                "ErrorCode",
+                "EventAfterTerminal",
+                "Fatal",
+                "IdempotencyConflict",
+                "InterruptHandlerFailed",
+                "InvalidCursorError",
+                "InvalidNameError",
+                "InvalidParamsError",
+                "InvalidTextError",
+                "JournalNeedsNewerRuntime",
+                "JournalPositionError",
+                "JournalRecordUndecodable",
+                "JournalTopicMismatch",
+                "JournalTopicUnsafe",
+                "LockgateError",
+                "LockLost",
+                "NestedDurableOperationError",
+                "NonDeterminismError",
+                "PayloadTooLarge",
+                "Poison",
+                "QueryError",
+                "RetryRefused",
+                "RunFinishedError",
+                "RunGatedError",
+                "RunNotFoundError",
+                "RunNotStartedError",
+                "RunNotWaitingError",
+                "RunOwnedError",
+                "SchemaVersionMismatch",
+                "ShardCountMismatch",
+                "StepFailedError",
+                "StepResultTypeError",
+                "StoreAuthenticationError",
+                "StoreFileError",
+                "StoreFileGone",
+                "StoreProtocolError",
+                "StoreUnavailable",
+                "Transient",
+                "TriggerTopicMismatch",
+                "UnboundContextError",
+                "UpdateError",
+                "UpdateRejected",
+                "UpdateTimeout",
+                "UserFailure",
+                "WaitTimeout",
+            ),
+            "lockgate.client": (
+                "CloseResult",
+                "ExistingRetry",
+                "InlineWorkflowRunner",
+                "RetryPlan",
+                "RunHandle",
+                "TerminateResult",
+                "WorkflowClient",
+                "resolve_continuation",
+                "run_and_await",
+            ),
+            "lockgate.flow": ("Collect", "Debounce", "Limit", "Rate"),
+            "lockgate.journal": (
+                "EVENT_SCHEMA_VERSION",
+                "EventKind",
+                "ReplayState",
+                "RunEvent",
+                "RunStatus",
+                "StepKind",
+                "reconstruct_state",
+            ),
+            "lockgate.stores": (
+                "CAPABILITY_GROUPS",
+                "ChainLink",
+                "ChainStore",
+                "CompositeStore",
+                "EventLogStore",
+                "JournalRecord",
+                "JournalReplay",
+                "KafkaEventLogStore",
+                "LifecycleStore",
+                "MemoryStore",
+                "ReplaySummary",
+                "RunInfo",
+                "SQLiteStore",
+                "Store",
+                "TerminateOutcome",
+                "ValkeyLifecycleStore",
+                "ValkeyStore",
+                "WaitOutcome",
+                "chain_link",
+                "open_store",
+                "replay_journal",
+            ),
+            "lockgate.streams._values": ("KafkaRecord",),
+            "lockgate.streams.sources": ("Batch", "InMemorySource", "KafkaSource", "Source"),
+            "lockgate.worker": ("StrandedPolicy", "WorkerOptions", "WorkflowWorker"),
+            "lockgate.workflow": (
+                "DuplicateWorkflowWarning",
+                "InterruptAction",
+                "InterruptResponse",
+                "KafkaTopic",
+                "RetryPolicy",
+                "StepContext",
+                "StreamProgress",
+                "WorkflowContext",
+                "WorkflowSpec",
+                "check_replay",
+                "step",
+                "workflow",
+            ),
+        },
+    )
+
+
+class _Package(types.ModuleType):
+    """``lockgate.workflow`` is the decorator, though a subpackage has that name too: importing
+    the subpackage (any ``lockgate.workflow._x``) sets it on this package, which once the
+    eager ``from lockgate.workflow import workflow`` here overwrote. Now nothing here runs
+    after that import, so the decorator is a property that ignores the import system's
+    setting of the subpackage."""
+
+    @property
+    def workflow(self) -> Any:
+        from lockgate.workflow._spec import workflow
+
+        return workflow
+
+    @workflow.setter
+    def workflow(self, value: Any) -> None:
+        if not isinstance(value, types.ModuleType):
+            raise AttributeError("lockgate.workflow is the @workflow decorator; it cannot be set")
+
+
+sys.modules[__name__].__class__ = _Package

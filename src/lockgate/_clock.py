@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 import heapq
 import itertools
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    # Imported where a clock waits, always on a running loop: a process that only reads a
+    # store (`lockgate runs list`) imports this module for `iso` and runs no event loop.
+    import asyncio
 
 
 @runtime_checkable
@@ -27,6 +31,8 @@ class SystemClock:
         return time.time()
 
     async def sleep(self, seconds: float) -> None:
+        import asyncio
+
         await asyncio.sleep(max(0.0, seconds))
 
 
@@ -46,6 +52,8 @@ class ManualClock:
         return self._now
 
     async def sleep(self, seconds: float) -> None:
+        import asyncio
+
         if seconds <= 0:
             await asyncio.sleep(0)
             return
@@ -99,6 +107,8 @@ async def sleep_precisely(clock: Clock, seconds: float) -> None:
     """``clock.sleep(seconds)``, ending within some microseconds of the deadline on the system
     clock: for a wait that costs something for every millisecond it overshoots (a claim
     waiting for a Rate token). Any other clock just sleeps."""
+    import asyncio
+
     if not isinstance(clock, SystemClock) or seconds <= 0:
         await clock.sleep(seconds)
         return

@@ -1,4 +1,8 @@
-"""``lockgate worker``, ``submit``, ``store`` and ``demo``."""
+"""``lockgate worker``, ``submit``, ``store`` and ``demo``.
+
+The parsers are built for every command line, so what this module imports at its top stays
+light (see ``cli/_main``); each command imports the client, the worker or a store's parts
+where it runs."""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ import json
 import logging
 import os
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lockgate._errors import CapabilityMissing
 from lockgate.cli._exits import OK, USAGE, Failure
@@ -25,14 +29,11 @@ from lockgate.cli._params import (
     seconds,
 )
 from lockgate.cli._rebuild import add_rebuild_parser
-from lockgate.client._client import WorkflowClient
-from lockgate.stores._base import Store
 from lockgate.stores._open import STORE_URL_ENV, open_store
-from lockgate.stores.valkey._connect import redacted_url
-from lockgate.worker import WorkerOptions
-from lockgate.worker._serve import serve
-from lockgate.worker._status import describe_store, status_log
-from lockgate.workflow._spec import get_workflow
+from lockgate.worker._options import WorkerOptions
+
+if TYPE_CHECKING:
+    from lockgate.stores._base import Store
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -49,6 +50,8 @@ class _StatusNotes(logging.Handler):
 def _status_as_notes() -> Iterator[None]:
     """Print the worker's changes of state whatever ``--log-level`` is, once each (not also
     through the log)."""
+    from lockgate.worker._status import status_log
+
     handler = _StatusNotes()
     level, propagate = status_log.level, status_log.propagate
     status_log.addHandler(handler)
@@ -67,6 +70,8 @@ async def worker(args: argparse.Namespace) -> int:
     it does not answer, the worker waits for it (``/readyz`` saying so) instead of failing.
     The start-up line, and each later change of state, come from the worker."""
     from lockgate._repeats import log_to_stderr
+    from lockgate.stores.valkey._connect import redacted_url
+    from lockgate.worker._serve import serve
 
     workflows = load_workflows(args.target)
     repeats = log_to_stderr(args.log_level)
@@ -154,6 +159,8 @@ def _known_here_or_there(store: Store, name: str) -> bool:
 
 
 def check_workflow(store: Store, name: str, app: str | None) -> None:
+    from lockgate.workflow._spec import get_workflow
+
     if app is not None:
         import_module(app)
         if get_workflow(name) is None:
@@ -167,6 +174,8 @@ def check_workflow(store: Store, name: str, app: str | None) -> None:
 
 
 async def submit(args: argparse.Namespace, store: Store) -> int:
+    from lockgate.client._client import WorkflowClient
+
     params = json_object(args.params, "--params")
     check_workflow(store, args.name, args.app)
     client = WorkflowClient(store)
@@ -191,6 +200,8 @@ def store_init(args: argparse.Namespace, store: Store) -> int:
     """The store is open, so it exists now: mark it (``Store.ensure_marker``), and say whether
     this call made it or marked it. A store without its marker is a new one, or one that lost
     its data: marked, the workers waiting on it go on with it as it is."""
+    from lockgate.worker._status import describe_store
+
     marked = store.ensure_marker()
     name = describe_store(store)
     if getattr(store, "created", False):
@@ -215,6 +226,8 @@ def store_info(args: argparse.Namespace, store: Store) -> int:
 
 
 def store_backup(args: argparse.Namespace, store: Store) -> int:
+    from lockgate.worker._status import describe_store
+
     written = _store_method(store, "backup")(args.dest)
     target = os.fspath(written) if isinstance(written, str | os.PathLike) else args.dest
     out(f"backed up {describe_store(store)} to {target} ({os.path.getsize(target)} bytes)")
@@ -232,6 +245,12 @@ def demo(args: argparse.Namespace) -> int:
     from lockgate.demo import run_demo
 
     return run_demo(args.store, live=live)
+
+
+def add_parsers(group: Subparsers, common: list[argparse.ArgumentParser]) -> None:
+    """``worker``, ``submit``, ``store`` and ``demo`` (see ``cli/_main``)."""
+    add_run_parsers(group, common)
+    add_admin_parsers(group, common)
 
 
 def add_run_parsers(group: Subparsers, common: list[argparse.ArgumentParser]) -> None:

@@ -23,7 +23,8 @@ from lockgate.stores._open import JOURNAL_URL_ENV, STORE_URL_ENV
 DEFAULT_DATA_DIR = ".lockgate-dev"
 
 
-def add_parser(group: Subparsers) -> None:
+def add_parsers(group: Subparsers, common: list[argparse.ArgumentParser]) -> None:
+    """``dev``, which opens no store, so ``common`` goes unused."""
     p = group.add_parser(
         "dev",
         help="start a Valkey server and a Kafka broker on this machine, until Ctrl-C",

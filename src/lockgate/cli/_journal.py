@@ -18,15 +18,17 @@ import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from lockgate.cli._exits import FAILED, OK, Failure
 from lockgate.cli._params import Subparsers
-from lockgate.stores._composite import CompositeStore
 from lockgate.stores._open import _VALKEY_SCHEMES, JOURNAL_URL_ENV, open_store
-from lockgate.stores.kafka._fold import Folded, ReplaySummary
-from lockgate.stores.kafka._replay import JournalReplay, replay_journal
+
+if TYPE_CHECKING:  # imported where used: the parser below is built for every command line
+    from lockgate.stores._composite import CompositeStore
+    from lockgate.stores.kafka._fold import Folded, ReplaySummary
+    from lockgate.stores.kafka._replay import JournalReplay
 
 #: Seconds between two progress lines on a terminal.
 PROGRESS_EVERY = 0.25
@@ -36,8 +38,9 @@ SKIPPED_SHOWN = 20
 PAYLOAD_WIDTH = 96
 
 
-def add_parsers(group: Subparsers) -> None:
-    """``journal replay``."""
+def add_parsers(group: Subparsers, common: list[argparse.ArgumentParser]) -> None:
+    """``journal replay``, which opens no store: its own ``--journal`` (the topic read) and
+    ``--store`` (asked for epochs only) rather than ``common``'s."""
     journal = group.add_parser("journal", help="the Kafka journal topic itself")
     sub = journal.add_subparsers(dest="journal_command", metavar="COMMAND", required=True)
     p = sub.add_parser(
@@ -85,6 +88,8 @@ def add_parsers(group: Subparsers) -> None:
 
 
 def replay(args: argparse.Namespace) -> int:
+    from lockgate.stores.kafka._replay import replay_journal
+
     url = args.journal if args.journal is not None else os.environ.get(JOURNAL_URL_ENV)
     if args.journal is not None and not args.journal.strip():
         raise Failure(f"--journal is empty ({args.journal!r}): give kafka://host:port")
@@ -151,6 +156,8 @@ def replay(args: argparse.Namespace) -> int:
 def _lifecycle(store_url: str, journal_url: str) -> CompositeStore:
     """The store ``--store`` names, with the journal: its lifecycle is asked each run's
     highest issued epoch."""
+    from lockgate.stores._composite import CompositeStore
+
     store = open_store(store_url, journal=journal_url)
     if not isinstance(store, CompositeStore) or not callable(
         getattr(store.lifecycle, "journal_bounds", None)

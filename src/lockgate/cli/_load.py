@@ -8,13 +8,17 @@ import os
 import sys
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lockgate.cli._exits import Failure
-from lockgate.workflow._spec import WorkflowSpec
+
+if TYPE_CHECKING:
+    from lockgate.workflow._spec import WorkflowSpec
 
 
 def _spec(obj: object) -> WorkflowSpec | None:
+    from lockgate.workflow._spec import WorkflowSpec
+
     spec = getattr(obj, "__lockgate_workflow__", None)
     return spec if isinstance(spec, WorkflowSpec) else None
 

@@ -4,65 +4,89 @@ Every command is a thin layer over the public client and the store: it opens the
 ``--store`` URL (or ``LOCKGATE_STORE_URL``) names, does one thing, and exits 0 when it did it,
 1 when the run or the operation failed, 2 when the command cannot work as given. A failure is
 one line on stderr; set ``LOCKGATE_DEBUG=1`` to get the traceback as well.
+
+Starting at once. ``lockgate --version`` imports nothing of lockgate but this module (nor
+argparse), ``--help`` this module and ``cli/_parser``, and a command imports only what it
+needs, when it runs. The pattern, for a new command:
+
+- Add one line to :data:`COMMANDS`: the command's name, the module (under ``lockgate.cli``)
+  whose ``add_parsers(group, common)`` adds it, and the line ``lockgate --help`` shows for it.
+  ``--help`` lists the commands from this table alone; a command line naming a command imports
+  its module and builds that module's parsers only (``cli/_parser.build_parser``;
+  ``tests/test_cli_imports.py`` checks the table against the parsers).
+- In that module, ``add_parsers`` adds the subparser (``group.add_parser(NAME, parents=common,
+  help=...)`` with the same help line) and ``set_defaults(run=handler)``: ``run(args, store)``
+  gets the store opened from ``--store``/``--journal``; with ``opens_store=True`` it is a
+  coroutine ``run(args)`` that opens its own, with ``opens_no_store=True`` a plain
+  ``run(args)``. A handler may be a coroutine or a plain function; one that awaits nothing is
+  better plain, since running a coroutine imports asyncio (``runs list`` is plain).
+- A new command group gets a module of its own (``lockgate topics`` in ``cli/_topics.py``), so
+  that branches adding commands meet only in their one line each of :data:`COMMANDS`.
+- Keep that module's top-level imports light (argparse, ``cli._params``, ``cli._output``,
+  ``cli._exits``, ``stores._open``, enums and option dataclasses): import the client, the
+  worker, a store backend, ``streams``, ``http``, confluent_kafka, redis or fastapi inside the
+  handler that uses them (types for annotations under ``if TYPE_CHECKING:``).
+  ``tests/test_cli_imports.py`` fails when ``--help`` or ``runs list`` on SQLite imports one
+  of the heavy modules it names.
+
+The package ``__init__``s help: they import their names when first used (``lockgate._lazy``),
+so ``from lockgate.stores._open import open_store`` imports no backend.
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import contextlib
-import inspect
 import os
-import signal
 import sys
-from collections.abc import Sequence
-from typing import NoReturn
 
 from lockgate import __version__
-from lockgate._errors import LockgateError
-from lockgate.cli import _bound, _commands, _dev, _journal, _runs, _serve, _topics, _triggers
-from lockgate.cli._exits import BROKEN_PIPE, INTERRUPTED, Failure, report
-from lockgate.cli._params import check_names
-from lockgate.stores._open import JOURNAL_URL_ENV, STORE_URL_ENV, open_store
+
+TYPE_CHECKING = False  # typing itself is not imported for ``--version``
+if TYPE_CHECKING:
+    import argparse
+    from collections.abc import Sequence
+    from typing import NoReturn
 
 DEBUG_ENV = "LOCKGATE_DEBUG"
 INTERRUPTED_LINE = "lockgate: interrupted"
+#: The exit code of an interrupted command (as :data:`lockgate.cli._exits.INTERRUPTED`).
+INTERRUPTED = 130
+
+#: Every command: the module whose ``add_parsers(group, common)`` adds it, and its line in
+#: ``lockgate --help``, in the order ``--help`` lists them.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "worker": ("_commands", "run a worker until interrupted"),
+    "submit": ("_commands", "start a run; prints its id"),
+    "serve": ("_serve", "serve the HTTP API until interrupted"),
+    "trigger": (
+        "_triggers",
+        "send events to a Collect or Debounce workflow; prints the run a Collect batch "
+        "fired, else 'buffered' (with a Kafka journal: 'sent', the fires happen in the workers)",
+    ),
+    "triggers": ("_triggers", "look at the trigger topics of a Kafka journal"),
+    "bound": ("_bound", "look at the topics of workflows bound to Kafka topics"),
+    "runs": ("_runs", "look at runs and talk to them"),
+    "store": ("_commands", "the store itself"),
+    "demo": ("_commands", "a durable workflow on SQLite with a worker, live (--kafka: streaming)"),
+    "journal": ("_journal", "the Kafka journal topic itself"),
+    "topics": ("_topics", "create and look at Kafka topics (a bound workflow's)"),
+    "dev": ("_dev", "start a Valkey server and a Kafka broker on this machine, until Ctrl-C"),
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--store",
-        metavar="URL",
-        help=f"store URL, e.g. sqlite:///lockgate.db (default: ${STORE_URL_ENV})",
-    )
-    common.add_argument(
-        "--journal",
-        metavar="URL",
-        help="keep a valkey:// store's journals in Kafka, e.g. kafka://host:9092"
-        f"?topic_prefix=orders (default: ${JOURNAL_URL_ENV})",
-    )
-    parser = argparse.ArgumentParser(
-        prog="lockgate",
-        description="Run workers, start runs and look after them on a lockgate store.",
-        epilog="exit codes: 0 done, 1 the run or operation failed, 2 usage or configuration "
-        "error, 70 a worker's topic consumer died of a bug, 130 interrupted. Docs: docs/cli.md",
-    )
-    parser.add_argument("--version", action="version", version=f"lockgate {__version__}")
-    group = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    _commands.add_run_parsers(group, [common])
-    _serve.add_parser(group, [common])
-    _triggers.add_parsers(group, [common])
-    _bound.add_parsers(group, [common])
-    _runs.add_parsers(group, [common])
-    _commands.add_admin_parsers(group, [common])
-    _journal.add_parsers(group)
-    _topics.add_parsers(group)
-    _dev.add_parser(group)
-    return parser
+def _command(argv: Sequence[str]) -> str | None:
+    """The command a command line names: its first word. When that is an option, it is one of
+    ``lockgate``'s own (``--help``, ``--version``, or a mistake), which the parser answers with
+    the line of every command: ``lockgate --help runs`` shows them all, as it did."""
+    return argv[0] if argv and not argv[0].startswith("-") else None
 
 
 def _dispatch(args: argparse.Namespace) -> int:
+    from collections.abc import Coroutine
+
+    from lockgate.cli._params import check_names
+    from lockgate.stores._open import open_store
+
     check_names(args)
     if args.run is None:
         code: int = args.demo(args)
@@ -70,6 +94,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     if getattr(args, "opens_no_store", False):  # `journal replay` reads Kafka alone
         return int(args.run(args))
     if getattr(args, "opens_store", False):  # `worker` waits for a store that does not answer
+        import asyncio
+
         loop_factory = getattr(args, "loop_factory", None)
         with asyncio.Runner(loop_factory=loop_factory() if loop_factory else None) as runner:
             return int(runner.run(args.run(args)))
@@ -83,7 +109,12 @@ def _dispatch(args: argparse.Namespace) -> int:
     )
     try:
         outcome = args.run(args, store)
-        code = asyncio.run(outcome) if inspect.iscoroutine(outcome) else outcome
+        if isinstance(outcome, Coroutine):
+            import asyncio  # a command that needs no event loop starts none
+
+            code = asyncio.run(outcome)
+        else:
+            code = outcome
     except KeyboardInterrupt:
         # Left open: a store call may still be running on a store thread, and closing under
         # it would wait for it (an SQLite busy wait, a socket timeout) or break it. The process
@@ -102,6 +133,8 @@ def run() -> NoReturn:
     An interrupted command exits at once: from the first Ctrl-C on, further ones are ignored,
     and the interpreter's shutdown is skipped, since that shutdown waits for store threads
     still inside a call, and a second Ctrl-C landing in it printed a traceback."""
+    import signal
+
     try:
         code = main(exiting=True)
     except KeyboardInterrupt:  # a second Ctrl-C before the first was reported
@@ -120,15 +153,26 @@ def main(argv: Sequence[str] | None = None, *, exiting: bool = False) -> int:
     """Run the ``lockgate`` command line with ``argv`` (default ``sys.argv[1:]``) and return
     its exit code. ``exiting`` says the process ends with it (:func:`run`): then an interrupt
     also makes the process ignore further ones."""
-    parser = build_parser()
+    words = sys.argv[1:] if argv is None else list(argv)
+    if words == ["--version"]:  # what argparse would print, without importing it
+        print(f"lockgate {__version__}")
+        return 0
+    from lockgate.cli._parser import build_parser
+
+    parser = build_parser(_command(words))
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(words)
     except SystemExit as exit_:
         return exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 2)
+    from lockgate._errors import LockgateError
+    from lockgate.cli._exits import BROKEN_PIPE, Failure, report
+
     try:
         return _dispatch(args)
     except KeyboardInterrupt:
         if exiting:  # before the line, so that a second Ctrl-C cannot land after it
+            import signal
+
             signal.signal(signal.SIGINT, signal.SIG_IGN)
         print(INTERRUPTED_LINE, file=sys.stderr, flush=True)
         return INTERRUPTED

@@ -6,11 +6,13 @@ import json
 import sys
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from lockgate.journal._events import RunEvent
-from lockgate.stores._types import RunInfo, WaitSpec
-from lockgate.workflow._spec import readable_text
+from lockgate._text import readable_text
+
+if TYPE_CHECKING:
+    from lockgate.journal._events import RunEvent
+    from lockgate.stores._types import RunInfo, WaitSpec
 
 DETAIL_WIDTH = 96
 

@@ -7,14 +7,16 @@ import argparse
 import os
 import sys
 import time
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from lockgate.cli._exits import FAILED, OK, Failure
 from lockgate.cli._output import out
 from lockgate.cli._params import Subparsers
-from lockgate.stores._composite import CompositeStore
 from lockgate.stores._open import _VALKEY_SCHEMES, JOURNAL_URL_ENV, STORE_URL_ENV, open_store
-from lockgate.stores.kafka._rebuild import Progress, rebuild_lifecycle
+
+if TYPE_CHECKING:
+    from lockgate.stores.kafka._rebuild import Progress
 
 NEEDS = (
     "store rebuild needs --journal kafka://HOST:PORT (or $LOCKGATE_JOURNAL_URL) and a "
@@ -53,6 +55,9 @@ def _progress() -> Progress | None:
 async def store_rebuild(args: argparse.Namespace) -> int:
     """Open the composite store, rebuild it, print the report. (A coroutine only because the
     dispatcher runs commands that open their own store that way; the rebuild blocks.)"""
+    from lockgate.stores._composite import CompositeStore
+    from lockgate.stores.kafka._rebuild import rebuild_lifecycle
+
     url = args.store if args.store is not None else os.environ.get(STORE_URL_ENV)
     journal = args.journal if args.journal is not None else os.environ.get(JOURNAL_URL_ENV)
     if not journal or not url or urlsplit(url).scheme not in _VALKEY_SCHEMES:

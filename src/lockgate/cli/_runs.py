@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import time
+from typing import TYPE_CHECKING
 
 from lockgate._errors import DurableInvocationCancelled, RunNotFoundError
 from lockgate.cli._exits import FAILED, OK, Failure
@@ -28,12 +29,17 @@ from lockgate.cli._params import (
     positive_int,
     seconds,
 )
-from lockgate.client._client import WorkflowClient
-from lockgate.client._interrupts import resume as answer_interrupt
 from lockgate.journal._events import RunStatus
-from lockgate.stores._base import Store
-from lockgate.stores._types import RunInfo, TerminateOutcome
-from lockgate.workflow._interrupt import InterruptAction
+from lockgate.stores._types import TerminateOutcome
+
+if TYPE_CHECKING:
+    from lockgate.client._client import WorkflowClient
+    from lockgate.stores._base import Store
+    from lockgate.stores._types import RunInfo
+
+#: What ``runs resume`` takes: the values of ``InterruptAction``, whose module (with the
+#: workflow machinery behind it) the parsers do not import; a test checks the two agree.
+INTERRUPT_ACTIONS = ("approve", "reject", "respond", "edit")
 
 PAGE = 200
 
@@ -43,6 +49,13 @@ def _requested_by() -> str:
         return f"cli:{getpass.getuser()}"
     except (OSError, KeyError):
         return "cli"
+
+
+def _client(store: Store) -> WorkflowClient:
+    """The client, imported when a command talks to runs (see ``cli/_main``)."""
+    from lockgate.client._client import WorkflowClient
+
+    return WorkflowClient(store)
 
 
 def _info(store: Store, name: str, run_id: str) -> RunInfo:
@@ -59,7 +72,9 @@ def _gate_keys(store: Store, info: RunInfo) -> set[str]:
     return {str(g["key"]) for g in gates.values() if isinstance(g, dict) and "key" in g}
 
 
-async def list_runs(args: argparse.Namespace, store: Store) -> int:
+def list_runs(args: argparse.Namespace, store: Store) -> int:
+    # Not a coroutine: it awaits nothing, and a plain one starts no event loop (nor imports
+    # asyncio), which is most of what `runs list` would otherwise take.
     wanted = RunStatus(args.status) if args.status else None
     runs: list[RunInfo] = []
     cursor: str | None = None
@@ -88,7 +103,7 @@ async def list_runs(args: argparse.Namespace, store: Store) -> int:
 
 
 async def show(args: argparse.Namespace, store: Store) -> int:
-    client = WorkflowClient(store)
+    client = _client(store)
     info = _info(store, args.name, args.run_id)
     events = await client.events(args.name, args.run_id)
     if args.json:
@@ -104,7 +119,7 @@ async def show(args: argparse.Namespace, store: Store) -> int:
 
 
 async def events(args: argparse.Namespace, store: Store) -> int:
-    journal = await WorkflowClient(store).events(args.name, args.run_id)
+    journal = await _client(store).events(args.name, args.run_id)
     if args.json:
         for event in journal:
             json_line(event.to_dict())
@@ -118,7 +133,7 @@ async def cancel(args: argparse.Namespace, store: Store) -> int:
     it ended cancelled, and with ``--wait``, which asked for it to end cancelled, a failure (1)
     when it ended otherwise."""
     _info(store, args.name, args.run_id)
-    client = WorkflowClient(store)
+    client = _client(store)
     status = await client.status(args.name, args.run_id)  # a handed-on run's successor's
     if status == RunStatus.CANCELLED:
         note(f"run {args.run_id} had already been cancelled; nothing to do")
@@ -143,7 +158,7 @@ async def cancel(args: argparse.Namespace, store: Store) -> int:
 
 
 async def terminate(args: argparse.Namespace, store: Store) -> int:
-    client = WorkflowClient(store)
+    client = _client(store)
     result = await client.terminate(
         args.name, args.run_id, reason=args.reason, requested_by=_requested_by()
     )
@@ -164,7 +179,7 @@ async def terminate(args: argparse.Namespace, store: Store) -> int:
 async def retry(args: argparse.Namespace, store: Store) -> int:
     """Start a run that ended without completing again, and print the new run's id; with
     ``--plan``, print what the retry would carry over and run again, starting nothing."""
-    client = WorkflowClient(store)
+    client = _client(store)
     plan = await client.plan_retry(args.name, args.run_id)
     if args.plan:
         out(f"retry run      {plan.retry_run_id}")
@@ -185,7 +200,7 @@ async def retry(args: argparse.Namespace, store: Store) -> int:
 
 async def signal(args: argparse.Namespace, store: Store) -> int:
     payload = json_object(args.payload, "--payload")
-    answer = await WorkflowClient(store).signal(
+    answer = await _client(store).signal(
         args.name, args.run_id, args.signal, payload, signal_id=args.signal_id
     )
     if answer == "duplicate":
@@ -201,7 +216,9 @@ async def signal(args: argparse.Namespace, store: Store) -> int:
 async def resume(args: argparse.Namespace, store: Store) -> int:
     """Answer the interrupt the run waits on (or the one ``--wait-id`` names)."""
     value = json_value(args.value, "--value") if args.value is not None else None
-    client = WorkflowClient(store)
+    from lockgate.client._interrupts import resume as answer_interrupt
+
+    client = _client(store)
     question = await answer_interrupt(
         client, args.name, args.run_id, args.action, value, args.wait_id
     )
@@ -281,7 +298,7 @@ def add_parsers(group: Subparsers, common: list[argparse.ArgumentParser]) -> Non
     p.add_argument("--signal-id", metavar="ID", help="a retry with the same id applies once")
     p.set_defaults(run=signal)
 
-    actions = ", ".join(a.value for a in InterruptAction)
+    actions = ", ".join(INTERRUPT_ACTIONS)
     p = sub.add_parser(
         "resume", parents=common, help="answer the question a run waits on (ctx.interrupt)"
     )

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from lockgate.cli._exits import OK, Failure
 from lockgate.cli._load import load_workflows
@@ -13,10 +13,15 @@ from lockgate.cli._output import note
 from lockgate.cli._params import Subparsers, port
 from lockgate.stores._open import open_store
 
+if TYPE_CHECKING:
+    import asyncio
+
 
 async def serve(args: argparse.Namespace) -> int:
     """Import the module for its declarations, open the store and serve until interrupted.
     Refuses (exit 2) a non-loopback host when no token is configured, unless ``--insecure``."""
+    import asyncio
+
     try:
         from lockgate.http import TokenTable, create_app
         from lockgate.http._serve import bind, is_loopback, serve_app, url_of
@@ -52,7 +57,7 @@ async def serve(args: argparse.Namespace) -> int:
     return OK
 
 
-def add_parser(group: Subparsers, common: list[argparse.ArgumentParser]) -> None:
+def add_parsers(group: Subparsers, common: list[argparse.ArgumentParser]) -> None:
     p = group.add_parser("serve", parents=common, help="serve the HTTP API until interrupted")
     p.add_argument(
         "target",

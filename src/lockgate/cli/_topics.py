@@ -20,8 +20,9 @@ if TYPE_CHECKING:
 JOURNAL_URL_ENV = "LOCKGATE_JOURNAL_URL"
 
 
-def add_parsers(group: Subparsers) -> None:
-    """``topics create``, ``topics list`` and ``topics describe``."""
+def add_parsers(group: Subparsers, common: list[argparse.ArgumentParser]) -> None:
+    """``topics create``, ``topics list`` and ``topics describe``, which open no store (their
+    own ``--journal`` names the brokers), so ``common`` goes unused."""
     topics = group.add_parser("topics", help="create and look at Kafka topics (a bound workflow's)")
     sub = topics.add_subparsers(dest="topics_command", metavar="COMMAND", required=True)
     journal = argparse.ArgumentParser(add_help=False)

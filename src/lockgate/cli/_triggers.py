@@ -5,21 +5,19 @@ see them."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lockgate._errors import LockgateError, one_line
 from lockgate.cli._commands import check_workflow
 from lockgate.cli._exits import OK, Failure, exit_code_for
 from lockgate.cli._output import json_line, out
 from lockgate.cli._params import FROM_FILE, Subparsers, json_object
-from lockgate.client._client import WorkflowClient
-from lockgate.stores._base import Store
-from lockgate.streams import trigger_status
-from lockgate.streams._topics import kafka_journal, trigger_topic
+
+if TYPE_CHECKING:  # imported where used: the parsers below are built for every command line
+    from lockgate.stores._base import Store
 
 #: Width of the progress bar, in characters.
 BAR = 30
@@ -64,6 +62,9 @@ def add_parsers(group: Subparsers, common: list[argparse.ArgumentParser]) -> Non
 
 
 async def trigger(args: argparse.Namespace, store: Store) -> int:
+    from lockgate.client._client import WorkflowClient
+    from lockgate.streams._topics import kafka_journal, trigger_topic
+
     check_workflow(store, args.name, args.app)
     client = WorkflowClient(store)
     journal = kafka_journal(store)
@@ -179,6 +180,12 @@ class _Bar:
 
 
 async def triggers_status(args: argparse.Namespace, store: Store) -> int:
+    import asyncio
+
+    from lockgate.client._client import WorkflowClient
+    from lockgate.streams._topics import kafka_journal
+    from lockgate.streams.triggers._status import trigger_status
+
     check_workflow(store, args.name, args.app)
     if kafka_journal(store) is None:
         raise Failure(

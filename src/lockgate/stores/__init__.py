@@ -1,48 +1,55 @@
 """Store backends and the interface they implement."""
 
-from lockgate._errors import StoreFileError, StoreFileGone
-from lockgate.stores._base import (
-    CAPABILITY_GROUPS,
-    ControlStore,
-    EventLogStore,
-    IdempotencyStore,
-    LifecycleStore,
-    PolicyStore,
-    SignalStore,
-    Store,
-    TimerStore,
-    UpdateStore,
-    VersionStore,
-)
-from lockgate.stores._chains import ChainLink, ChainStore, chain_link
-from lockgate.stores._composite import CompositeStore
-from lockgate.stores._gates import Gates, WaitReason
-from lockgate.stores._insight import BufferInfo, InsightStore, LimitUsage, RateUsage, WorkerInfo
-from lockgate.stores._open import JOURNAL_URL_ENV, STORE_URL_ENV, open_store
-from lockgate.stores._poison import PoisonPolicy
-from lockgate.stores._records import Continuation
-from lockgate.stores._triggers import FiredBatch, TriggerPolicy, TriggerStore
-from lockgate.stores._types import (
-    ClaimedRun,
-    Claims,
-    RunControls,
-    RunInfo,
-    StoreMarker,
-    TerminateOutcome,
-    WaitOutcome,
-    WaitSpec,
-)
-from lockgate.stores.kafka import (
-    JournalRecord,
-    JournalReplay,
-    KafkaEventLogStore,
-    ReplaySummary,
-    replay_journal,
-)
-from lockgate.stores.kafka._rebuild import RebuildReport, rebuild_lifecycle
-from lockgate.stores.memory import MemoryStore
-from lockgate.stores.sqlite import SQLiteStore
-from lockgate.stores.valkey import ValkeyLifecycleStore, ValkeyStore
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from lockgate._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from lockgate._errors import StoreFileError, StoreFileGone
+    from lockgate.stores._base import (
+        CAPABILITY_GROUPS,
+        ControlStore,
+        EventLogStore,
+        IdempotencyStore,
+        LifecycleStore,
+        PolicyStore,
+        SignalStore,
+        Store,
+        TimerStore,
+        UpdateStore,
+        VersionStore,
+    )
+    from lockgate.stores._chains import ChainLink, ChainStore, chain_link
+    from lockgate.stores._composite import CompositeStore
+    from lockgate.stores._gates import Gates, WaitReason
+    from lockgate.stores._insight import BufferInfo, InsightStore, LimitUsage, RateUsage, WorkerInfo
+    from lockgate.stores._open import JOURNAL_URL_ENV, STORE_URL_ENV, open_store
+    from lockgate.stores._poison import PoisonPolicy
+    from lockgate.stores._records import Continuation
+    from lockgate.stores._triggers import FiredBatch, TriggerPolicy, TriggerStore
+    from lockgate.stores._types import (
+        ClaimedRun,
+        Claims,
+        RunControls,
+        RunInfo,
+        StoreMarker,
+        TerminateOutcome,
+        WaitOutcome,
+        WaitSpec,
+    )
+    from lockgate.stores.kafka import (
+        JournalRecord,
+        JournalReplay,
+        KafkaEventLogStore,
+        ReplaySummary,
+        replay_journal,
+    )
+    from lockgate.stores.kafka._rebuild import RebuildReport, rebuild_lifecycle
+    from lockgate.stores.memory import MemoryStore
+    from lockgate.stores.sqlite import SQLiteStore
+    from lockgate.stores.valkey import ValkeyLifecycleStore, ValkeyStore
 
 __all__ = [
     "CAPABILITY_GROUPS",
@@ -97,3 +104,60 @@ __all__ = [
     "rebuild_lifecycle",
     "replay_journal",
 ]
+
+
+if not TYPE_CHECKING:  # a type checker sees the imports above, not a __getattr__
+    __getattr__, __dir__ = lazy_exports(
+        __name__,
+        {
+            "lockgate._errors": ("StoreFileError", "StoreFileGone"),
+            "lockgate.stores._base": (
+                "CAPABILITY_GROUPS",
+                "ControlStore",
+                "EventLogStore",
+                "IdempotencyStore",
+                "LifecycleStore",
+                "PolicyStore",
+                "SignalStore",
+                "Store",
+                "TimerStore",
+                "UpdateStore",
+                "VersionStore",
+            ),
+            "lockgate.stores._chains": ("ChainLink", "ChainStore", "chain_link"),
+            "lockgate.stores._composite": ("CompositeStore",),
+            "lockgate.stores._gates": ("Gates", "WaitReason"),
+            "lockgate.stores._insight": (
+                "BufferInfo",
+                "InsightStore",
+                "LimitUsage",
+                "RateUsage",
+                "WorkerInfo",
+            ),
+            "lockgate.stores._open": ("JOURNAL_URL_ENV", "STORE_URL_ENV", "open_store"),
+            "lockgate.stores._poison": ("PoisonPolicy",),
+            "lockgate.stores._records": ("Continuation",),
+            "lockgate.stores._triggers": ("FiredBatch", "TriggerPolicy", "TriggerStore"),
+            "lockgate.stores._types": (
+                "ClaimedRun",
+                "Claims",
+                "RunControls",
+                "RunInfo",
+                "StoreMarker",
+                "TerminateOutcome",
+                "WaitOutcome",
+                "WaitSpec",
+            ),
+            "lockgate.stores.kafka": (
+                "JournalRecord",
+                "JournalReplay",
+                "KafkaEventLogStore",
+                "ReplaySummary",
+                "replay_journal",
+            ),
+            "lockgate.stores.kafka._rebuild": ("RebuildReport", "rebuild_lifecycle"),
+            "lockgate.stores.memory": ("MemoryStore",),
+            "lockgate.stores.sqlite": ("SQLiteStore",),
+            "lockgate.stores.valkey": ("ValkeyLifecycleStore", "ValkeyStore"),
+        },
+    )

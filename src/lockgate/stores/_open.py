@@ -14,13 +14,13 @@ import os
 import types
 import typing
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 from lockgate._errors import ConfigurationError, JournalTopicMismatch, ShardCountMismatch
-from lockgate.stores._base import Store
-from lockgate.stores.memory._store import MemoryStore
-from lockgate.stores.sqlite._store import SQLiteStore
+
+if TYPE_CHECKING:
+    from lockgate.stores._base import Store
 
 T = TypeVar("T")
 
@@ -104,8 +104,14 @@ def open_store(
             )
         if location.strip("/"):
             raise ConfigurationError(f"memory:// takes no location, got {chosen!r}")
+        from lockgate.stores.memory._store import MemoryStore
+
         return _construct("memory", MemoryStore, (), query, options, option_defaults)
     if scheme == "sqlite":
+        # Each backend is imported when its URL is opened: the CLI's `--help` imports this
+        # module, and a `runs list` on SQLite needs no other backend.
+        from lockgate.stores.sqlite._store import SQLiteStore
+
         path = _sqlite_path(chosen, location)
         return _construct("sqlite", SQLiteStore, (path,), query, options, option_defaults)
     if scheme in _VALKEY_SCHEMES:

@@ -16,10 +16,15 @@ with their decoding (``_values``). See docs/kafka.md.
 
 from __future__ import annotations
 
-from lockgate.streams._topics import dlq_topic, group_id, trigger_topic
-from lockgate.streams.triggers._consumer import TriggerConsumer
-from lockgate.streams.triggers._produce import TriggerProducer
-from lockgate.streams.triggers._status import PartitionStatus, trigger_status
+from typing import TYPE_CHECKING
+
+from lockgate._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from lockgate.streams._topics import dlq_topic, group_id, trigger_topic
+    from lockgate.streams.triggers._consumer import TriggerConsumer
+    from lockgate.streams.triggers._produce import TriggerProducer
+    from lockgate.streams.triggers._status import PartitionStatus, trigger_status
 
 __all__ = [
     "PartitionStatus",
@@ -30,3 +35,15 @@ __all__ = [
     "trigger_status",
     "trigger_topic",
 ]
+
+
+if not TYPE_CHECKING:  # a type checker sees the imports above, not a __getattr__
+    __getattr__, __dir__ = lazy_exports(
+        __name__,
+        {
+            "lockgate.streams._topics": ("dlq_topic", "group_id", "trigger_topic"),
+            "lockgate.streams.triggers._consumer": ("TriggerConsumer",),
+            "lockgate.streams.triggers._produce": ("TriggerProducer",),
+            "lockgate.streams.triggers._status": ("PartitionStatus", "trigger_status"),
+        },
+    )

@@ -7,7 +7,6 @@ import math
 from dataclasses import dataclass
 
 from lockgate._errors import ConfigurationError
-from lockgate.metrics import _hooks as metrics
 from lockgate.stores._poison import PoisonPolicy
 
 
@@ -130,6 +129,8 @@ class WorkerOptions:
     @property
     def exports_metrics(self) -> bool:
         """Whether a worker with these options serves metrics (and samples its gauges)."""
+        from lockgate.metrics import _hooks as metrics
+
         return metrics.enabled() and (self.health_port is not None or self.metrics_port is not None)
 
     @property
@@ -177,6 +178,10 @@ class WorkerOptions:
                 isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65_535
             ):
                 raise _refuse(field_name, "None or a port number from 0 to 65535", port)
+        # Imported here: `lockgate worker --help` reads these options' defaults, and the
+        # hooks import prometheus-client when it is installed.
+        from lockgate.metrics import _hooks as metrics
+
         if self.metrics_port is not None and not metrics.enabled():
             raise ConfigurationError(
                 "WorkerOptions(metrics_port=...) needs prometheus-client: "

@@ -1,18 +1,25 @@
 """Declaring durable workflows and steps, and the context their bodies see."""
 
-from lockgate.workflow._binding import KafkaTopic
-from lockgate.workflow._context import StepContext, WorkflowContext
-from lockgate.workflow._executor import check_replay
-from lockgate.workflow._interrupt import InterruptAction, InterruptResponse
-from lockgate.workflow._retry import RetryPolicy
-from lockgate.workflow._spec import (
-    DuplicateWorkflowWarning,
-    WorkflowSpec,
-    get_workflow,
-    workflow,
-)
-from lockgate.workflow._step import step
-from lockgate.workflow._stream import StreamProgress
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from lockgate._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from lockgate.workflow._binding import KafkaTopic
+    from lockgate.workflow._context import StepContext, WorkflowContext
+    from lockgate.workflow._executor import check_replay
+    from lockgate.workflow._interrupt import InterruptAction, InterruptResponse
+    from lockgate.workflow._retry import RetryPolicy
+    from lockgate.workflow._spec import (
+        DuplicateWorkflowWarning,
+        WorkflowSpec,
+        get_workflow,
+        workflow,
+    )
+    from lockgate.workflow._step import step
+    from lockgate.workflow._stream import StreamProgress
 
 __all__ = [
     "DuplicateWorkflowWarning",
@@ -29,3 +36,24 @@ __all__ = [
     "step",
     "workflow",
 ]
+
+
+if not TYPE_CHECKING:  # a type checker sees the imports above, not a __getattr__
+    __getattr__, __dir__ = lazy_exports(
+        __name__,
+        {
+            "lockgate.workflow._binding": ("KafkaTopic",),
+            "lockgate.workflow._context": ("StepContext", "WorkflowContext"),
+            "lockgate.workflow._executor": ("check_replay",),
+            "lockgate.workflow._interrupt": ("InterruptAction", "InterruptResponse"),
+            "lockgate.workflow._retry": ("RetryPolicy",),
+            "lockgate.workflow._spec": (
+                "DuplicateWorkflowWarning",
+                "WorkflowSpec",
+                "get_workflow",
+                "workflow",
+            ),
+            "lockgate.workflow._step": ("step",),
+            "lockgate.workflow._stream": ("StreamProgress",),
+        },
+    )

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -194,6 +193,8 @@ def create_if_missing(path: Path) -> bool:
     linked first, its file wins and ours is dropped."""
     if path.exists() and path.stat().st_size > 0:
         return False
+    import uuid  # here: uuid imports platform, a cost for every reader of the store
+
     scratch = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.new")
     try:
         conn = sqlite3.connect(scratch, isolation_level=None)

@@ -12,7 +12,6 @@ import os
 import sqlite3
 import threading
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal, ParamSpec, TypeVar
@@ -533,6 +532,8 @@ class SQLiteStore(SQLiteClaims, SQLiteWaits, SQLiteTriggers, SQLiteChains, SQLit
                 "SELECT value FROM lg_meta WHERE key = 'format_generation'"
             ).fetchone()
             layout = f"sqlite-{generation['value'] if generation is not None else ''}"
+            import uuid  # here: uuid imports platform, a cost for every reader of the store
+
             marker = StoreMarker(uuid.uuid4().hex, self._clock(), layout)
             db.execute(
                 "INSERT INTO lg_meta (key, value) VALUES ('marker', ?)",

@@ -4,7 +4,6 @@ controls, each one ``BEGIN IMMEDIATE`` transaction."""
 from __future__ import annotations
 
 import json
-import uuid
 from typing import Any
 
 from lockgate._clock import iso
@@ -153,6 +152,8 @@ class SQLiteWaits(SQLiteRows):
                     return "duplicate"
             if row["terminal"] is not None or row["cancel_at"] is not None:
                 return "rejected"
+            import uuid  # here: uuid imports platform, a cost for every reader of the store
+
             db.execute(
                 "INSERT INTO lg_signals (name, run_id, signal, signal_id, payload, sent_at) "
                 "VALUES (?, ?, ?, ?, ?, ?)",

@@ -49,7 +49,6 @@ from lockgate._errors import (
     StoreUnavailable,
 )
 from lockgate.journal._events import RunEvent, RunStatus
-from lockgate.metrics import _hooks as metrics
 from lockgate.stores._records import derive_status
 from lockgate.stores._types import RunInfo, WaitSpec
 from lockgate.stores.valkey import _keys as keyspace
@@ -479,7 +478,10 @@ class ValkeyCore:
                     f"Valkey at {self.url} is unreachable ({what}): {self._scrub(exc)}"
                 ) from exc
             # Each retry of each call: debug. What gives up raises, and a worker tells the
-            # outage once (its store state), not once per call.
+            # outage once (its store state), not once per call. The hooks imported here: they
+            # import prometheus-client, which a process reading the store (the CLI) never uses.
+            from lockgate.metrics import _hooks as metrics
+
             metrics.store_retried("valkey")
             log.debug(
                 "Valkey at %s is unreachable (%s); retrying in %.2fs",

@@ -4,11 +4,30 @@ See docs/kafka.md, "Bound workflows"."""
 
 from __future__ import annotations
 
-from lockgate.streams.bound._consumer import (
-    BoundConsumer,
-    bound_group,
-    bound_run_id,
-    partition_shard_key,
-)
+from typing import TYPE_CHECKING
+
+from lockgate._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from lockgate.streams.bound._consumer import (
+        BoundConsumer,
+        bound_group,
+        bound_run_id,
+        partition_shard_key,
+    )
 
 __all__ = ["BoundConsumer", "bound_group", "bound_run_id", "partition_shard_key"]
+
+
+if not TYPE_CHECKING:  # a type checker sees the imports above, not a __getattr__
+    __getattr__, __dir__ = lazy_exports(
+        __name__,
+        {
+            "lockgate.streams.bound._consumer": (
+                "BoundConsumer",
+                "bound_group",
+                "bound_run_id",
+                "partition_shard_key",
+            ),
+        },
+    )

@@ -8,8 +8,24 @@ stands. See docs/kafka.md, "Streaming inside a workflow: sources".
 
 from __future__ import annotations
 
-from lockgate.streams.sources._kafka import KafkaSource
-from lockgate.streams.sources._memory import InMemorySource
-from lockgate.streams.sources._source import Batch, Source
+from typing import TYPE_CHECKING
+
+from lockgate._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from lockgate.streams.sources._kafka import KafkaSource
+    from lockgate.streams.sources._memory import InMemorySource
+    from lockgate.streams.sources._source import Batch, Source
 
 __all__ = ["Batch", "InMemorySource", "KafkaSource", "Source"]
+
+
+if not TYPE_CHECKING:  # a type checker sees the imports above, not a __getattr__
+    __getattr__, __dir__ = lazy_exports(
+        __name__,
+        {
+            "lockgate.streams.sources._kafka": ("KafkaSource",),
+            "lockgate.streams.sources._memory": ("InMemorySource",),
+            "lockgate.streams.sources._source": ("Batch", "Source"),
+        },
+    )

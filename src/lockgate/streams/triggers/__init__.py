@@ -8,9 +8,14 @@ docs/kafka.md, "Trigger topics".
 
 from __future__ import annotations
 
-from lockgate.streams.triggers._consumer import TriggerConsumer
-from lockgate.streams.triggers._produce import TriggerProducer, prepare_trigger_topics
-from lockgate.streams.triggers._status import PartitionStatus, trigger_status
+from typing import TYPE_CHECKING
+
+from lockgate._lazy import lazy_exports
+
+if TYPE_CHECKING:
+    from lockgate.streams.triggers._consumer import TriggerConsumer
+    from lockgate.streams.triggers._produce import TriggerProducer, prepare_trigger_topics
+    from lockgate.streams.triggers._status import PartitionStatus, trigger_status
 
 __all__ = [
     "PartitionStatus",
@@ -19,3 +24,14 @@ __all__ = [
     "prepare_trigger_topics",
     "trigger_status",
 ]
+
+
+if not TYPE_CHECKING:  # a type checker sees the imports above, not a __getattr__
+    __getattr__, __dir__ = lazy_exports(
+        __name__,
+        {
+            "lockgate.streams.triggers._consumer": ("TriggerConsumer",),
+            "lockgate.streams.triggers._produce": ("TriggerProducer", "prepare_trigger_topics"),
+            "lockgate.streams.triggers._status": ("PartitionStatus", "trigger_status"),
+        },
+    )

@@ -1,0 +1,174 @@
+"""What ``lockgate`` imports to start: ``--version`` and ``--help`` nothing of lockgate beyond
+the command line's entry, ``runs list`` only the store its URL names. Each command line runs in
+a fresh interpreter, which reports the modules it ended with (``sys.modules``). No timing is
+asserted: ``bench/cli_start.py`` measures it (docs/performance.md)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import json
+import os
+import pkgutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import lockgate
+from lockgate import SQLiteStore, ValkeyStore, WorkflowClient, WorkflowContext, workflow
+from lockgate.cli import _exits, _main, _runs
+from lockgate.stores import Store
+from lockgate.workflow._interrupt import InterruptAction
+from valkey_server import ValkeyServer
+
+#: What no command reading runs needs: the Kafka client and Avro, the HTTP stack and the
+#: console's templates, metrics.
+HEAVY = (
+    "confluent_kafka",
+    "fastavro",
+    "fastapi",
+    "starlette",
+    "uvicorn",
+    "jinja2",
+    "prometheus_client",
+)
+#: Besides those, what neither --version nor --help needs.
+NOT_FOR_HELP = (*HEAVY, "redis", "pydantic", "asyncio", "sqlite3", "typing")
+#: All of lockgate that --version imports (not even argparse), and --help.
+ENTRY = {"lockgate", "lockgate._lazy", "lockgate.cli", "lockgate.cli._main"}
+HELP_ENTRY = {*ENTRY, "lockgate.cli._parser"}
+
+# Runs `lockgate ARGV` as the console script does (`from lockgate.cli import run`), then
+# writes the names in sys.modules to the file named by the first argument.
+PROGRAM = """
+import atexit, json, sys
+out = sys.argv[1]
+sys.argv = ["lockgate", *sys.argv[2:]]
+atexit.register(lambda: open(out, "w").write(json.dumps(sorted(sys.modules))))
+from lockgate.cli import run
+run()
+"""
+
+NAME = "cli_imports_listed"
+
+
+@workflow(name=NAME)
+async def cli_imports_listed(ctx: WorkflowContext, n: int) -> int:
+    return n
+
+
+def imported(tmp_path: Path, *argv: str) -> set[str]:
+    """The modules ``lockgate ARGV`` ended with, after checking that it succeeded."""
+    out = tmp_path / "modules.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LOCKGATE_")}
+    done = subprocess.run(
+        [sys.executable, "-c", PROGRAM, str(out), *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    modules: list[str] = json.loads(out.read_text())
+    return set(modules)
+
+
+def loaded(modules: set[str], names: tuple[str, ...]) -> list[str]:
+    return [name for name in names if name in modules]
+
+
+async def _submit(store: Store, count: int) -> None:
+    client = WorkflowClient(store)
+    for n in range(count):
+        await client.submit(NAME, {"n": n})
+
+
+@pytest.mark.parametrize(("flag", "entry"), [("--version", ENTRY), ("--help", HELP_ENTRY)])
+def test_version_and_help_import_only_the_entry(tmp_path: Path, flag: str, entry: set[str]) -> None:
+    modules = imported(tmp_path, flag)
+    assert loaded(modules, NOT_FOR_HELP) == []
+    assert {m for m in modules if m.split(".")[0] == "lockgate"} == entry
+    assert ("argparse" in modules) == (flag == "--help")
+
+
+def test_runs_list_on_sqlite_imports_the_sqlite_store_alone(tmp_path: Path) -> None:
+    store = SQLiteStore(str(tmp_path / "runs.db"), create=True)
+    asyncio.run(_submit(store, 3))
+    store.close()
+    modules = imported(tmp_path, "runs", "list", NAME, "--store", f"sqlite:///{tmp_path}/runs.db")
+    assert "lockgate.stores.sqlite._store" in modules  # it did read the store
+    assert loaded(modules, (*HEAVY, "redis", "pydantic", "asyncio")) == []
+    assert [
+        m for m in modules if m.startswith(("lockgate.stores.valkey", "lockgate.stores.kafka"))
+    ] == []
+    assert [m for m in modules if m.startswith(("lockgate.worker.", "lockgate.streams"))] == []
+
+
+@pytest.fixture(scope="module")
+def valkey() -> Iterator[str]:
+    server = ValkeyServer().start()
+    try:
+        yield server.url
+    finally:
+        server.close()
+
+
+def test_runs_list_on_valkey_imports_redis_but_no_kafka_nor_http(
+    tmp_path: Path, valkey: str
+) -> None:
+    store = ValkeyStore(valkey, namespace="cli-imports")
+    asyncio.run(_submit(store, 3))
+    store.close()
+    modules = imported(tmp_path, "runs", "list", NAME, "--store", f"{valkey}?namespace=cli-imports")
+    assert "redis" in modules
+    assert loaded(modules, (*HEAVY, "pydantic")) == []
+    assert [m for m in modules if m.startswith("lockgate.stores.kafka")] == []
+
+
+def test_every_command_has_its_line_in_the_table() -> None:
+    """``lockgate --help`` lists :data:`COMMANDS` without importing the commands' modules: each
+    module adds exactly the commands the table gives it, with the same help line."""
+    modules = {module for module, _ in _main.COMMANDS.values()}
+    for module in modules:
+        group = argparse.ArgumentParser().add_subparsers()
+        importlib.import_module(f"lockgate.cli.{module}").add_parsers(group, [])
+        added = {action.dest: action.help for action in group._choices_actions}
+        assert added == {
+            name: line for name, (home, line) in _main.COMMANDS.items() if home == module
+        }
+
+
+def test_what_the_parsers_copy_agrees_with_its_source() -> None:
+    assert tuple(action.value for action in InterruptAction) == _runs.INTERRUPT_ACTIONS
+    assert _main.INTERRUPTED == _exits.INTERRUPTED
+
+
+def test_every_package_resolves_every_name_it_exports() -> None:
+    """Each package's names are imported on first use: every one in ``__all__`` resolves, and
+    ``lockgate.workflow`` stays the decorator once the subpackage of that name is imported."""
+    for info in pkgutil.walk_packages(lockgate.__path__, "lockgate."):
+        if not info.ispkg or info.name.split(".")[1] in ("http", "console"):
+            continue  # those two import their extra on purpose, and test_public_surface checks them
+        package = importlib.import_module(info.name)
+        for name in getattr(package, "__all__", ()):
+            assert getattr(package, name) is not None, f"{info.name}.{name}"
+    importlib.import_module("lockgate.workflow._spec")
+    assert lockgate.workflow is workflow
+    from lockgate import workflow as again
+
+    assert again is workflow
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--help", "runs"], ["-h", "runs", "list"]])
+def test_help_before_a_command_lists_every_command(
+    capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    assert _main.main(argv) == 0
+    listed = capsys.readouterr().out
+    for name, (_, line) in _main.COMMANDS.items():
+        assert f"    {name} " in listed, name
+        assert line.split()[0] in listed
