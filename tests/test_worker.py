@@ -374,6 +374,7 @@ async def test_versions_and_policies_are_recorded_at_start(store: MemoryStore) -
         "concurrency": {"key": "tenant", "key_callable": False, "max": 2},
         "rate": {"key": None, "key_callable": True, "per_second": 2.5, "burst": 3},
         "trigger": None,
+        "topic": None,
     }
     double_version = wk_double.__lockgate_workflow__.version  # type: ignore[attr-defined]
     assert store.get_workflow_policy("wk_double") == {
@@ -383,6 +384,7 @@ async def test_versions_and_policies_are_recorded_at_start(store: MemoryStore) -
         "concurrency": None,
         "rate": None,
         "trigger": None,
+        "topic": None,
     }
     assert store.version_rank("wk_gated_policy", "7") == 1
     assert store.version_rank("wk_double", double_version) == 1
