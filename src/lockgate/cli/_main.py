@@ -133,11 +133,11 @@ def run() -> NoReturn:
     An interrupted command exits at once: from the first Ctrl-C on, further ones are ignored,
     and the interpreter's shutdown is skipped, since that shutdown waits for store threads
     still inside a call, and a second Ctrl-C landing in it printed a traceback."""
-    import signal
-
     try:
         code = main(exiting=True)
     except KeyboardInterrupt:  # a second Ctrl-C before the first was reported
+        import signal  # here: it imports enum, which `--version` need not
+
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         print(INTERRUPTED_LINE, file=sys.stderr, flush=True)
         code = INTERRUPTED
