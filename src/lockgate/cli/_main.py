@@ -157,6 +157,14 @@ def main(argv: Sequence[str] | None = None, *, exiting: bool = False) -> int:
     if words == ["--version"]:  # what argparse would print, without importing it
         print(f"lockgate {__version__}")
         return 0
+    if words in (["--help"], ["-h"]):  # the page argparse would print, without it if we can
+        from lockgate.cli._help import top_help, width
+
+        page = top_help(width())
+        if page is not None:
+            with contextlib.suppress(AttributeError, OSError):  # as argparse writes it
+                sys.stdout.write(page)
+            return 0
     from lockgate.cli._parser import build_parser
 
     parser = build_parser(_command(words))
