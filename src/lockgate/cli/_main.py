@@ -6,8 +6,9 @@ Every command is a thin layer over the public client and the store: it opens the
 one line on stderr; set ``LOCKGATE_DEBUG=1`` to get the traceback as well.
 
 Starting at once. ``lockgate --version`` imports nothing of lockgate but this module (nor
-argparse), ``--help`` this module and ``cli/_parser``, and a command imports only what it
-needs, when it runs. The pattern, for a new command:
+argparse), ``--help`` this module and ``cli/_help`` (which writes the page argparse would,
+without argparse), and a command imports only what it needs, when it runs. The pattern, for a
+new command:
 
 - Add one line to :data:`COMMANDS`: the command's name, the module (under ``lockgate.cli``)
   whose ``add_parsers(group, common)`` adds it, and the line ``lockgate --help`` shows for it.
