@@ -1,7 +1,9 @@
 """What ``lockgate`` imports to start: ``--version`` and ``--help`` nothing of lockgate beyond
-the command line's entry, ``runs list`` only the store its URL names. Each command line runs in
-a fresh interpreter, which reports the modules it ended with (``sys.modules``). No timing is
-asserted: ``bench/cli_start.py`` measures it (docs/performance.md)."""
+the command line's entry (nor argparse), ``runs list`` only the store its URL names. Each
+command line runs in a fresh interpreter, which reports the modules it ended with
+(``sys.modules``), and each has a budget of modules beyond those of ``python -c pass``: what it
+imports today, so that an import added to its path fails here. No timing is asserted:
+``bench/cli_start.py`` measures it (docs/performance.md)."""
 
 from __future__ import annotations
 
@@ -40,7 +42,19 @@ HEAVY = (
 NOT_FOR_HELP = (*HEAVY, "redis", "pydantic", "asyncio", "sqlite3", "typing")
 #: All of lockgate that --version imports (not even argparse), and --help.
 ENTRY = {"lockgate", "lockgate._lazy", "lockgate.cli", "lockgate.cli._main"}
-HELP_ENTRY = {*ENTRY, "lockgate.cli._parser"}
+HELP_ENTRY = {*ENTRY, "lockgate.cli._help"}
+#: What a command reading runs on SQLite does without: logging (set up by nobody there),
+#: hashlib (it loads OpenSSL), getpass (termios), signal (enum).
+NOT_FOR_SQLITE_READS = ("logging", "hashlib", "getpass", "signal")
+#: The most modules each command line may import beyond ``python -c pass``'s, and the most of
+#: lockgate's own: what they import now (Python 3.11). On Valkey, what ``import redis`` alone
+#: imports is not counted, so that another redis-py does not move the budget.
+BUDGETS = {
+    "--version": (11, 4),
+    "--help": (13, 5),
+    "runs list (SQLite)": (83, 37),
+    "runs list (Valkey)": (50, 38),
+}
 
 # Runs `lockgate ARGV` as the console script does (`from lockgate.cli import run`), then
 # writes the names in sys.modules to the file named by the first argument.
@@ -77,6 +91,28 @@ def imported(tmp_path: Path, *argv: str) -> set[str]:
     return set(modules)
 
 
+def bare_modules(code: str = "pass") -> set[str]:
+    """The modules ``python -c CODE`` ends with, found the same way."""
+    done = subprocess.run(
+        [sys.executable, "-c", f"{code}\nimport json, sys; print(json.dumps(sorted(sys.modules)))"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return set(json.loads(done.stdout))
+
+
+def within_budget(modules: set[str], command: str, beside: str = "pass") -> None:
+    """``modules`` within ``command``'s budget, counting those neither ``python -c pass`` nor
+    ``python -c BESIDE`` imports."""
+    beyond = modules - bare_modules() - bare_modules(beside)
+    own = {m for m in modules if m.split(".")[0] == "lockgate"}
+    most, most_own = BUDGETS[command]
+    assert len(beyond) <= most, (command, len(beyond), sorted(beyond))
+    assert len(own) <= most_own, (command, len(own), sorted(own))
+
+
 def loaded(modules: set[str], names: tuple[str, ...]) -> list[str]:
     return [name for name in names if name in modules]
 
@@ -92,7 +128,8 @@ def test_version_and_help_import_only_the_entry(tmp_path: Path, flag: str, entry
     modules = imported(tmp_path, flag)
     assert loaded(modules, NOT_FOR_HELP) == []
     assert {m for m in modules if m.split(".")[0] == "lockgate"} == entry
-    assert ("argparse" in modules) == (flag == "--help")
+    assert "argparse" not in modules
+    within_budget(modules, flag)
 
 
 def test_runs_list_on_sqlite_imports_the_sqlite_store_alone(tmp_path: Path) -> None:
@@ -106,6 +143,8 @@ def test_runs_list_on_sqlite_imports_the_sqlite_store_alone(tmp_path: Path) -> N
         m for m in modules if m.startswith(("lockgate.stores.valkey", "lockgate.stores.kafka"))
     ] == []
     assert [m for m in modules if m.startswith(("lockgate.worker.", "lockgate.streams"))] == []
+    assert loaded(modules, NOT_FOR_SQLITE_READS) == []
+    within_budget(modules, "runs list (SQLite)")
 
 
 @pytest.fixture(scope="module")
@@ -127,6 +166,7 @@ def test_runs_list_on_valkey_imports_redis_but_no_kafka_nor_http(
     assert "redis" in modules
     assert loaded(modules, (*HEAVY, "pydantic")) == []
     assert [m for m in modules if m.startswith("lockgate.stores.kafka")] == []
+    within_budget(modules, "runs list (Valkey)", beside="import redis")
 
 
 def test_every_command_has_its_line_in_the_table() -> None:
@@ -172,3 +212,36 @@ def test_help_before_a_command_lists_every_command(
     for name, (_, line) in _main.COMMANDS.items():
         assert f"    {name} " in listed, name
         assert line.split()[0] in listed
+
+
+def test_help_without_argparse_is_the_page_argparse_prints(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``lockgate --help`` writes its page itself (``cli/_help``): at every width it lays it
+    out, the page is byte for byte the one the parser formats; narrower, argparse does it."""
+    from lockgate.cli._help import top_help
+    from lockgate.cli._parser import build_parser
+
+    laid_out = 0
+    for columns in range(1, 201):
+        page = top_help(columns - 2)
+        monkeypatch.setenv("COLUMNS", str(columns))  # what the parser's formatter reads
+        expected = build_parser().format_help()
+        if page is None:
+            assert columns < 50 or sys.version_info >= (3, 14), columns
+            continue
+        laid_out += 1
+        assert page == expected, columns
+    assert laid_out > 0 or sys.version_info >= (3, 14)
+
+
+def test_help_with_its_page_printed_by_argparse_is_the_same(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A terminal too narrow for the page's own layout gets argparse's, through ``main``."""
+    for columns in ("30", "100"):
+        monkeypatch.setenv("COLUMNS", columns)
+        assert _main.main(["--help"]) == 0
+        ours = capsys.readouterr().out
+        assert _main.main(["--he"]) == 0  # an abbreviation: always argparse's
+        assert capsys.readouterr().out == ours

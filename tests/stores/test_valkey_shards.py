@@ -504,3 +504,28 @@ def test_a_hand_on_across_shards_keeps_settled_updates_and_one_copy_of_a_resent_
     assert store.peek_signal(NAME, successor, "go") is None  # one copy
     assert store.read_update_result(NAME, successor, "u1") == {"status": "completed", "result": 3}
     assert store.deliver_update(NAME, successor, "bump", {}, "u1", "t") == "settled"
+
+
+def test_list_runs_reads_a_page_of_runs_in_one_round_trip_per_shard(
+    store: ValkeyStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``list_runs`` reads the runs of a page of a shard's index together (one pipeline),
+    not one command each: the commands the client sends one by one stay a few per shard
+    however many runs are listed, and every run is listed once, newest first."""
+    submitted = [f"run{n:03}" for n in range(60)]
+    for run_id in submitted:
+        store.submit_run(NAME, run_id, {})
+    sent: list[str] = []
+    execute = store._redis.execute_command
+
+    def counted(*args: Any, **options: Any) -> Any:
+        sent.append(str(args[0]))
+        return execute(*args, **options)
+
+    monkeypatch.setattr(store._redis, "execute_command", counted)
+    runs, cursor = store.list_runs(NAME, limit=100)
+    monkeypatch.undo()
+    assert cursor is None
+    assert sorted(info.run_id for info in runs) == submitted
+    assert "HGETALL" not in sent
+    assert len(sent) <= 3 * SHARDS, sent

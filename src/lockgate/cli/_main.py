@@ -6,8 +6,9 @@ Every command is a thin layer over the public client and the store: it opens the
 one line on stderr; set ``LOCKGATE_DEBUG=1`` to get the traceback as well.
 
 Starting at once. ``lockgate --version`` imports nothing of lockgate but this module (nor
-argparse), ``--help`` this module and ``cli/_parser``, and a command imports only what it
-needs, when it runs. The pattern, for a new command:
+argparse), ``--help`` this module and ``cli/_help`` (which writes the page argparse would,
+without argparse), and a command imports only what it needs, when it runs. The pattern, for a
+new command:
 
 - Add one line to :data:`COMMANDS`: the command's name, the module (under ``lockgate.cli``)
   whose ``add_parsers(group, common)`` adds it, and the line ``lockgate --help`` shows for it.
@@ -133,11 +134,11 @@ def run() -> NoReturn:
     An interrupted command exits at once: from the first Ctrl-C on, further ones are ignored,
     and the interpreter's shutdown is skipped, since that shutdown waits for store threads
     still inside a call, and a second Ctrl-C landing in it printed a traceback."""
-    import signal
-
     try:
         code = main(exiting=True)
     except KeyboardInterrupt:  # a second Ctrl-C before the first was reported
+        import signal  # here: it imports enum, which `--version` need not
+
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         print(INTERRUPTED_LINE, file=sys.stderr, flush=True)
         code = INTERRUPTED
@@ -157,6 +158,14 @@ def main(argv: Sequence[str] | None = None, *, exiting: bool = False) -> int:
     if words == ["--version"]:  # what argparse would print, without importing it
         print(f"lockgate {__version__}")
         return 0
+    if words in (["--help"], ["-h"]):  # the page argparse would print, without it if we can
+        from lockgate.cli._help import top_help, width
+
+        page = top_help(width())
+        if page is not None:
+            with contextlib.suppress(AttributeError, OSError):  # as argparse writes it
+                sys.stdout.write(page)
+            return 0
     from lockgate.cli._parser import build_parser
 
     parser = build_parser(_command(words))

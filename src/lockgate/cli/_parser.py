@@ -4,12 +4,10 @@ parsers of the one command a command line names (see ``cli/_main``)."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
-import os
-import sys
 
 from lockgate import __version__
+from lockgate.cli._help import DESCRIPTION, EPILOG, PROG, width
 from lockgate.cli._main import COMMANDS
 
 TYPE_CHECKING = False  # typing itself is not imported for ``--help``
@@ -36,21 +34,8 @@ def _common() -> argparse.ArgumentParser:
     return common
 
 
-def _columns() -> int:
-    """The terminal's width as ``shutil.get_terminal_size`` finds it (``$COLUMNS``, else the
-    terminal of stdout, else 80), without importing shutil and the compression modules it
-    imports, which argparse does to find it: a tenth of what ``--help`` took."""
-    with contextlib.suppress(KeyError, ValueError):
-        if (columns := int(os.environ["COLUMNS"])) > 0:
-            return columns
-    try:
-        return os.get_terminal_size(sys.__stdout__.fileno()).columns or 80  # type: ignore[union-attr]
-    except (AttributeError, ValueError, OSError):  # no stdout, or no terminal
-        return 80
-
-
 def _formatter(prog: str) -> argparse.HelpFormatter:
-    return argparse.HelpFormatter(prog, width=_columns() - 2)  # argparse's own width
+    return argparse.HelpFormatter(prog, width=width())  # argparse's own width
 
 
 class _Parser(argparse.ArgumentParser):
@@ -66,12 +51,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser for a command line naming ``command``: that command's module's parsers, or,
     with ``None`` (or a name that is no command), a line per command, which is all that
     ``lockgate --help`` shows and all that an error naming no command needs."""
-    parser = _Parser(
-        prog="lockgate",
-        description="Run workers, start runs and look after them on a lockgate store.",
-        epilog="exit codes: 0 done, 1 the run or operation failed, 2 usage or configuration "
-        "error, 70 a worker's topic consumer died of a bug, 130 interrupted. Docs: docs/cli.md",
-    )
+    parser = _Parser(prog=PROG, description=DESCRIPTION, epilog=EPILOG)
     parser.add_argument("--version", action="version", version=f"lockgate {__version__}")
     group = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     if command in COMMANDS:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import getpass
 import time
 from typing import TYPE_CHECKING
 
@@ -45,6 +44,8 @@ PAGE = 200
 
 
 def _requested_by() -> str:
+    import getpass  # it imports termios, which nothing else of a command needs
+
     try:
         return f"cli:{getpass.getuser()}"
     except (OSError, KeyError):

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import abc
 import functools
-import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, ClassVar
 
@@ -38,8 +37,6 @@ from lockgate.stores._types import (
     WaitOutcome,
     WaitSpec,
 )
-
-_log = logging.getLogger("lockgate.stores")
 
 
 class LifecycleStore(abc.ABC):
@@ -772,5 +769,9 @@ def loaded_claim(store: Store, name: str, run_id: str) -> ClaimedRun:
         events = store.load_run(name, run_id)
         controls = store.poll_run(name, run_id)
     except Exception as exc:
-        _log.debug("run %s of %s claimed, but reading it failed: %s", run_id, name, exc)
+        import logging  # only here: a command that reads runs sets up no logging
+
+        logging.getLogger("lockgate.stores").debug(
+            "run %s of %s claimed, but reading it failed: %s", run_id, name, exc
+        )
     return ClaimedRun(run_id, events, controls)

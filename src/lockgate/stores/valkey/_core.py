@@ -31,7 +31,6 @@ import os
 import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from importlib import resources
 from typing import Any, TypeVar
 
 from lockgate._errors import (
@@ -74,9 +73,6 @@ from lockgate.stores.valkey._loop import (
 
 try:
     import redis
-    from redis.asyncio import Redis as AsyncRedis
-    from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
-    from redis.asyncio.retry import Retry as AsyncRetry
     from redis.backoff import NoBackoff
     from redis.cluster import RedisCluster
     from redis.exceptions import (
@@ -125,6 +121,8 @@ def shard_key(concurrency_key: str | None, rate_key: str | None, fallback: str) 
 
 
 def _lua(name: str) -> str:
+    from importlib import resources  # here: a store that runs no script reads none
+
     return (resources.files("lockgate.stores.valkey") / "lua" / f"{name}.lua").read_text()
 
 
@@ -556,6 +554,12 @@ class ValkeyCore:
         """An asyncio client like the blocking one, for one event loop: pipelining what is
         asked at once on one server; on a cluster, where commands go to different nodes,
         sending each on its own."""
+        # Imported here, when a loop first uses the store: a command reading runs on one
+        # thread needs only the blocking client.
+        from redis.asyncio import Redis as AsyncRedis
+        from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+        from redis.asyncio.retry import Retry as AsyncRetry
+
         options = dict(self._client_options)
         if self.cluster:
             cluster = AsyncRedisCluster.from_url(

@@ -526,9 +526,17 @@ class ValkeyLifecycle(ValkeyCore):
             )
             if not page:
                 break
-            for member, score in page:
-                run_id = _text(member)
-                raw = self._cmd("HGETALL", self._key("r", name, run_id, shard=shard))
+            run_ids = [_text(member) for member, _ in page]
+            # The page's runs read in one round trip (their keys share the shard's slot), not
+            # one each (a page of fifty runs took fifty-one round trips).
+            hashes = self._io(
+                functools.partial(
+                    self._pipeline,
+                    *(("HGETALL", self._key("r", name, run_id, shard=shard)) for run_id in run_ids),
+                ),
+                "list_runs",
+            )
+            for run_id, (_, score), raw in zip(run_ids, page, hashes, strict=True):
                 fields = _decode_hash(raw) if raw else None
                 if fields is None or (owner is not None and fields.get("owner") != owner):
                     continue
