@@ -8,6 +8,7 @@ imports today, so that an import added to its path fails here. No timing is asse
 from __future__ import annotations
 
 import argparse
+import ast
 import asyncio
 import importlib
 import json
@@ -245,3 +246,46 @@ def test_help_with_its_page_printed_by_argparse_is_the_same(
         ours = capsys.readouterr().out
         assert _main.main(["--he"]) == 0  # an abbreviation: always argparse's
         assert capsys.readouterr().out == ours
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["bound", "status", "--help"], ["topics", "list", "--help"], ["dev", "--help"]],
+)
+def test_the_parsers_of_a_command_group_import_nothing_its_handlers_need(
+    tmp_path: Path, argv: list[str]
+) -> None:
+    """Building a command's parsers (what any command line naming it does first) imports
+    neither the Kafka client, redis nor asyncio, nor the stores, worker or streams: the
+    handler that runs imports what it needs."""
+    modules = imported(tmp_path, *argv)
+    assert f"lockgate.cli._{argv[0]}" in modules  # its parsers were built
+    assert loaded(modules, (*HEAVY, "redis", "pydantic", "asyncio", "sqlite3")) == []
+    handlers_own = ("lockgate.cli._commands", "lockgate.worker", "lockgate.streams", "lockgate.dev")
+    assert [m for m in modules if m.startswith(handlers_own)] == []
+    # Of the stores, only the URL's parsing (its default environment variables).
+    assert {m for m in modules if m.startswith("lockgate.stores")} <= {
+        "lockgate.stores",
+        "lockgate.stores._open",
+    }
+
+
+def test_the_cli_imports_no_private_name_of_another_package() -> None:
+    """A name with a leading underscore is its package's own: the CLI uses what the other
+    packages make public (``stores._open.is_valkey_url``, not its scheme set). Private
+    modules (``lockgate.stores._open``) are fine; private names inside them are not."""
+    src = Path(lockgate.__file__).parent
+    found = []
+    for path in sorted((src / "cli").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ImportFrom) or node.level or not node.module:
+                continue
+            parts = node.module.split(".")
+            if parts[0] != "lockgate" or parts[1:2] == ["cli"]:
+                continue
+            for alias in node.names:
+                name = src.joinpath(*parts[1:], alias.name)
+                private = alias.name.startswith("_") and not alias.name.startswith("__")
+                if private and not (name.with_suffix(".py").exists() or name.is_dir()):
+                    found.append(f"{path.name}: {node.module}.{alias.name}")
+    assert found == []

@@ -65,7 +65,7 @@ def messages(lines: Lines) -> list[str]:
     return [message for _, _, message in lines.lines]
 
 
-def test_the_first_line_goes_out_at_once_and_a_different_line_brings_the_count(
+def test_the_first_line_goes_out_at_once_and_its_count_when_the_window_ends(
     setup: tuple[logging.Logger, Lines, Clock, RepeatCollapser],
 ) -> None:
     log, lines, clock, _ = setup
@@ -75,13 +75,83 @@ def test_the_first_line_goes_out_at_once_and_a_different_line_brings_the_count(
         clock.now += 0.1
         log.warning("broker %s refused", "b1")
     assert messages(lines) == ["broker b1 refused"]
-    log.warning("broker %s refused", "b2")
+    log.warning("broker %s refused", "b2")  # another line: written, and b1 goes on counting
+    clock.now = 1009.9
+    log.warning("broker %s refused", "b1")
+    assert messages(lines) == ["broker b1 refused", "broker b2 refused"]
+    clock.now = 1010.0  # b1's window, opened at 1000, ends: the next line brings its count
+    log.info("tick")
     assert messages(lines) == [
         "broker b1 refused",
-        "broker b1 refused (repeated 37 times in the last 3.7 s)",
         "broker b2 refused",
+        "broker b1 refused (repeated 38 times in the last 10 s)",
+        "tick",
     ]
-    assert lines.lines[1][1] == "WARNING"
+    assert lines.lines[2][:2] == (log.name, "WARNING")
+
+
+def test_a_warning_between_info_lines_is_written_once_and_counted(
+    setup: tuple[logging.Logger, Lines, Clock, RepeatCollapser],
+) -> None:
+    """Lines in between end no series: INFO lines of the same logger and of another, and a
+    second warning alternating with the first, are each passed on or counted on their own."""
+    log, lines, clock, collapser = setup
+    other = log.getChild("feed")
+    for n in range(50):
+        log.warning("price feed stale")
+        log.info("order %d done", n)
+        other.error("feed %s away", "f1" if n % 2 else "f2")
+        clock.now += 0.1
+    collapser.flush()
+    said = messages(lines)
+    assert [m for m in said if m.startswith("price feed stale")] == [
+        "price feed stale",
+        "price feed stale (repeated 49 times in the last 5.0 s)",
+    ]
+    assert [m for m in said if m.startswith("order ")] == [f"order {n} done" for n in range(50)]
+    assert [m for m in said if m.startswith("feed ")] == [
+        "feed f2 away",
+        "feed f1 away",
+        "feed f2 away (repeated 24 times in the last 5.0 s)",
+        "feed f1 away (repeated 24 times in the last 4.9 s)",
+    ]
+    assert len(said) == 2 + 50 + 4
+
+
+def test_each_line_counts_in_a_window_of_its_own(
+    setup: tuple[logging.Logger, Lines, Clock, RepeatCollapser],
+) -> None:
+    log, lines, clock, _ = setup
+    log.warning("a")
+    clock.now += 5
+    log.warning("b")
+    log.warning("a")
+    log.warning("b")
+    clock.now += 5  # a's window (from 1000) is over, b's (from 1005) is not
+    log.info("tick")
+    assert messages(lines) == ["a", "b", "a (repeated 1 time in the last 10 s)", "tick"]
+    clock.now += 5
+    log.info("tock")
+    assert messages(lines)[4:] == ["b (repeated 1 time in the last 10 s)", "tock"]
+
+
+def test_the_lines_counted_at_once_are_bounded(
+    setup: tuple[logging.Logger, Lines, Clock, RepeatCollapser],
+) -> None:
+    """Beyond ``series`` distinct lines, the one counted longest ends: its count now, and its
+    next occurrence is written at once."""
+    log, lines, clock, collapser = setup
+    collapser.most = 2
+    log.warning("a")
+    log.warning("a")
+    clock.now += 1
+    log.warning("b")
+    log.warning("c")  # a third: a's series ends
+    log.warning("a")  # a new series of a: b's ends, with nothing to count
+    log.warning("c")
+    assert messages(lines) == ["a", "b", "a (repeated 1 time in the last 1.0 s)", "c", "a"]
+    collapser.flush()
+    assert messages(lines)[5:] == ["c (repeated 1 time in the last 0.0 s)"]
 
 
 def test_a_line_repeated_without_end_is_written_once_then_once_a_window_as_a_count(
@@ -104,19 +174,16 @@ def test_a_line_repeated_without_end_is_written_once_then_once_a_window_as_a_cou
 def test_a_window_with_no_repeat_ends_the_series(
     setup: tuple[logging.Logger, Lines, Clock, RepeatCollapser],
 ) -> None:
-    log, lines, clock, _ = setup
+    log, lines, clock, collapser = setup
     log.warning("slow")
     clock.now += WINDOW + 1
     log.warning("slow")  # a new series: written at once
     clock.now += 1
     log.warning("slow")
     log.warning("fast")
-    assert messages(lines) == [
-        "slow",
-        "slow",
-        "slow (repeated 1 time in the last 1.0 s)",
-        "fast",
-    ]
+    assert messages(lines) == ["slow", "slow", "fast"]
+    collapser.flush()
+    assert messages(lines)[3:] == ["slow (repeated 1 time in the last 1.0 s)"]
 
 
 def test_info_lines_and_lines_of_another_level_or_logger_are_not_counted(
@@ -175,6 +242,38 @@ def test_on_real_time_the_timer_writes_the_count_when_the_window_ends() -> None:
         assert found is not None, counted
         assert counted.startswith("disk full (repeated 4 times")
         assert float(found.group(2)) >= 0.3
+    finally:
+        log.removeHandler(collapser)
+        collapser.close()
+
+
+def test_on_real_time_the_timer_writes_each_count_when_its_window_ends() -> None:
+    """Two lines counted at once: the timer, armed for the later window first, wakes for the
+    earlier one as well."""
+    lines = Lines()
+    collapser = RepeatCollapser(lines, window=1.0)
+    log = logging.getLogger("repeats-test-timers")
+    log.propagate = False
+    log.addHandler(collapser)
+    try:
+        log.warning("first")
+        time.sleep(0.05)  # not a wait for a state: it makes "second"'s window end later
+        log.warning("second")
+        log.warning("second")  # the timer is armed for second's window
+        log.warning("first")  # and again, for first's, which ends sooner
+        deadline = time.monotonic() + DEADLINE
+        while len(lines.lines) < 4:  # nothing else is logged: only the timer can write them
+            assert time.monotonic() < deadline, lines.lines
+            time.sleep(0.02)
+        said = messages(lines)
+        assert said[:2] == ["first", "second"]
+        counts = dict(line.split(" ", 1) for line in said[2:])
+        assert set(counts) == {"first", "second"}, said
+        for counted in counts.values():
+            found = COUNT.search(counted)
+            assert found is not None, counted
+            assert found.group(1) == "1", counted
+            assert float(found.group(2)) >= 1.0, counted
     finally:
         log.removeHandler(collapser)
         collapser.close()

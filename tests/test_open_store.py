@@ -18,7 +18,7 @@ from lockgate import (
     StoreUnavailable,
 )
 from lockgate.stores import SQLiteStore, ValkeyStore
-from lockgate.stores._open import STORE_URL_ENV, _from_text, open_store
+from lockgate.stores._open import STORE_URL_ENV, _from_text, is_valkey_url, open_store
 from valkey_server import ValkeyServer, free_port, http_server, shared_url
 
 
@@ -422,3 +422,24 @@ def test_valkey_store_itself_refuses_query_options_it_does_not_take() -> None:
         open_store(shared_url() + "?frob=1&namespace=x")
     assert "db, " in str(refused.value)
     assert "namespace" in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "valkey"),
+    [
+        ("valkey://h:6379/0", True),
+        ("valkeys://h:6379/0", True),
+        ("redis://h", True),
+        ("REDISS://h", True),  # a scheme is not case-sensitive
+        ("unix:///run/valkey.sock?db=0", True),
+        ("sqlite:///lockgate.db", False),
+        ("memory://", False),
+        ("kafka://h:9092", False),
+        ("h:6379", False),
+        ("", False),
+    ],
+)
+def test_is_valkey_url_names_the_schemes_open_store_opens_a_valkey_store_for(
+    url: str, valkey: bool
+) -> None:
+    assert is_valkey_url(url) is valkey

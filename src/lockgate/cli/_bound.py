@@ -5,13 +5,14 @@ dead-lettered). The work is ``streams/bound/_status.py``'s, imported when the co
 from __future__ import annotations
 
 import argparse
-import asyncio
 
-from lockgate.cli._commands import check_workflow
 from lockgate.cli._exits import OK, Failure
 from lockgate.cli._output import json_line, out
 from lockgate.cli._params import Subparsers, positive_int
-from lockgate.stores._base import Store
+
+TYPE_CHECKING = False  # typing itself is not imported to build the parser
+if TYPE_CHECKING:
+    from lockgate.stores._base import Store
 
 #: The workflow's runs read at most, unless ``--most-runs`` says otherwise.
 MOST_RUNS = 10_000
@@ -60,7 +61,9 @@ def _bound_topic(store: Store, name: str) -> str:
     return topic
 
 
-async def bound_status(args: argparse.Namespace, store: Store) -> int:
+def bound_status(args: argparse.Namespace, store: Store) -> int:
+    # Plain, not a coroutine: it awaits nothing, and running a coroutine imports asyncio.
+    from lockgate.cli._commands import check_workflow
     from lockgate.streams._topics import kafka_journal
     from lockgate.streams.bound._status import bound_status as status_of
 
@@ -72,9 +75,7 @@ async def bound_status(args: argparse.Namespace, store: Store) -> int:
             "$LOCKGATE_JOURNAL_URL) with a valkey:// --store"
         )
     topic = _bound_topic(store, args.name)
-    status = await asyncio.to_thread(
-        status_of, store, journal, args.name, topic, runs_most=args.most_runs
-    )
+    status = status_of(store, journal, args.name, topic, runs_most=args.most_runs)
     for p in status.partitions:
         if args.json:
             json_line(

@@ -19,11 +19,10 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import IO, TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from lockgate.cli._exits import FAILED, OK, Failure
 from lockgate.cli._params import Subparsers
-from lockgate.stores._open import _VALKEY_SCHEMES, JOURNAL_URL_ENV, open_store
+from lockgate.stores._open import JOURNAL_URL_ENV, is_valkey_url, open_store
 
 if TYPE_CHECKING:  # imported where used: the parser below is built for every command line
     from lockgate.stores._composite import CompositeStore
@@ -116,7 +115,7 @@ def replay(args: argparse.Namespace) -> int:
     # librdkafka's log lines (a refused connection, once per retry) would land on stderr
     # through logging's last resort; the one error line says what went wrong.
     logging.getLogger("lockgate.kafka").addHandler(logging.NullHandler())
-    if args.store is not None and urlsplit(args.store).scheme not in _VALKEY_SCHEMES:
+    if args.store is not None and not is_valkey_url(args.store):
         raise Failure(
             f"--store must be the journal's valkey:// lifecycle store, not {args.store!r}"
         )

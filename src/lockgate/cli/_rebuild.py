@@ -8,12 +8,11 @@ import os
 import sys
 import time
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
 
 from lockgate.cli._exits import FAILED, OK, Failure
 from lockgate.cli._output import out
 from lockgate.cli._params import Subparsers
-from lockgate.stores._open import _VALKEY_SCHEMES, JOURNAL_URL_ENV, STORE_URL_ENV, open_store
+from lockgate.stores._open import JOURNAL_URL_ENV, STORE_URL_ENV, is_valkey_url, open_store
 
 if TYPE_CHECKING:
     from lockgate.stores.kafka._rebuild import Progress
@@ -60,7 +59,7 @@ async def store_rebuild(args: argparse.Namespace) -> int:
 
     url = args.store if args.store is not None else os.environ.get(STORE_URL_ENV)
     journal = args.journal if args.journal is not None else os.environ.get(JOURNAL_URL_ENV)
-    if not journal or not url or urlsplit(url).scheme not in _VALKEY_SCHEMES:
+    if not journal or not url or not is_valkey_url(url):
         raise Failure(NEEDS)
     store = open_store(url, journal=journal)
     try:

@@ -36,6 +36,12 @@ _FALSE = frozenset({"0", "false", "no", "off"})
 _NONE = frozenset({"", "none", "null"})
 
 
+def is_valkey_url(url: str) -> bool:
+    """Whether ``url``'s scheme is one :func:`open_store` opens a Valkey store for
+    (``valkey``, ``valkeys``, ``redis``, ``rediss``, ``unix``); nothing else is checked."""
+    return urlsplit(url).scheme in _VALKEY_SCHEMES
+
+
 def open_store(
     url: str | None = None,
     *,
