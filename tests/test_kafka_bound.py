@@ -34,7 +34,7 @@ from lockgate import (
 )
 from lockgate.cli import main
 from lockgate.stores import CompositeStore, MemoryStore
-from lockgate.stores.valkey._core import shard_for
+from lockgate.stores._shards import shard_for
 from lockgate.streams._dead_letters import DETAIL_HEADER, REASON_HEADER, SOURCE_HEADER
 from lockgate.streams.bound import bound_group, bound_run_id, partition_shard_key
 from lockgate.worker import WorkerOptions, WorkflowWorker

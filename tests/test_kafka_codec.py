@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from lockgate import SchemaVersionMismatch
 from lockgate.journal._events import EPOCH_HEADER, RunEvent
 from lockgate.stores._records import Submit
+from lockgate.stores._shards import shard_for
 from lockgate.stores.kafka import _codec
 from lockgate.stores.kafka._partition import gate_key, partition_for
-from lockgate.stores.valkey._core import shard_for
 
 SCHEMAS = Path(__file__).parents[1] / "schemas"
 

@@ -21,9 +21,9 @@ from confluent_kafka.cimpl import NewTopic
 from lockgate import StoreUnavailable
 from lockgate._errors import ConfigurationError, JournalTopicMismatch, JournalTopicUnsafe
 from lockgate.journal._events import EPOCH_HEADER, RunEvent
+from lockgate.stores._shards import shard_for
 from lockgate.stores.kafka import KafkaEventLogStore
 from lockgate.stores.kafka._codec import decode, header_map
-from lockgate.stores.valkey._core import shard_for
 
 
 def _prefix() -> str:

@@ -33,7 +33,7 @@ from lockgate import (
     open_store,
 )
 from lockgate.stores import CompositeStore, KafkaEventLogStore, ValkeyLifecycleStore, ValkeyStore
-from lockgate.stores.valkey._core import shard_for
+from lockgate.stores._shards import shard_for
 from test_cli import ENV, lockgate
 from valkey_server import shared_url
 

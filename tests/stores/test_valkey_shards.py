@@ -13,9 +13,9 @@ import pytest
 
 from lockgate import EventKind, ManualClock, RunStatus, ShardCountMismatch
 from lockgate.stores import Gates, ValkeyStore
+from lockgate.stores._shards import shard_for
 from lockgate.stores._triggers import TriggerPolicy
 from lockgate.stores._types import WaitOutcome
-from lockgate.stores.valkey._core import shard_for
 from lockgate.stores.valkey._keys import parts_of
 from valkey_server import shared_url
 

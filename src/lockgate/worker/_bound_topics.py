@@ -10,8 +10,8 @@ import threading
 from collections.abc import Callable
 
 from lockgate._errors import ConfigurationError, StoreUnavailable
+from lockgate.stores._shards import shard_for
 from lockgate.stores.kafka import KafkaEventLogStore
-from lockgate.stores.valkey._core import shard_for
 from lockgate.streams.bound import BoundConsumer, partition_shard_key
 from lockgate.worker._consumer_threads import on_thread, serve_consumers, soon
 from lockgate.worker._runtime import Runtime

@@ -1,8 +1,8 @@
 """Which partition of the journal topic a run's records go to, and under which key.
 
 A run's partition is its shard: the journal topic has one partition per lifecycle shard, and
-the hash is the Valkey store's own (:func:`~lockgate.stores.valkey._core.shard_for` over
-:func:`~lockgate.stores.valkey._core.shard_key`), never the Kafka client's partitioner, so a
+the hash is the Valkey store's own (:func:`~lockgate.stores._shards.shard_for` over
+:func:`~lockgate.stores._shards.shard_key`), never the Kafka client's partitioner, so a
 shard's runs and their journals line up. The record key is the run's gate key: its ``Limit``'s
 key, else its ``Rate``'s, else its run id.
 """
@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lockgate.journal._events import EventKind, RunEvent
-from lockgate.stores.valkey._core import shard_for, shard_key
+from lockgate.stores._shards import shard_for, shard_key
 
 
 def gate_key(init: RunEvent) -> str:

@@ -22,7 +22,6 @@ id; one a trigger fires, its trigger key (its buffer's shard, where the fire cre
 from __future__ import annotations
 
 import asyncio
-import functools
 import hashlib
 import itertools
 import json
@@ -49,6 +48,7 @@ from lockgate._errors import (
 )
 from lockgate.journal._events import RunEvent, RunStatus
 from lockgate.stores._records import derive_status
+from lockgate.stores._shards import shard_for
 from lockgate.stores._types import RunInfo, WaitSpec
 from lockgate.stores.valkey import _keys as keyspace
 from lockgate.stores.valkey._connect import (
@@ -70,6 +70,7 @@ from lockgate.stores.valkey._loop import (
     operation,
     operation_of,
 )
+from lockgate.stores.valkey._scripts import script_text
 
 try:
     import redis
@@ -102,68 +103,6 @@ NAMESPACE_ENV = "LOCKGATE_VALKEY_NAMESPACE"
 SHARD_COUNT_DEFAULT = 1
 #: Runs whose shard one process remembers; past it the memory starts over.
 LOCATED_CACHE = 100_000
-
-
-def shard_for(key: str, shard_count: int) -> int:
-    """The shard of shard key ``key``: the first 8 bytes of the SHA-1 of its UTF-8 encoding,
-    read as a big-endian unsigned integer, modulo ``shard_count``. Spelled out (never Python's
-    salted ``hash()``) so every process, and a client in any language, agrees."""
-    digest = hashlib.sha1(key.encode(), usedforsecurity=False).digest()
-    return int.from_bytes(digest[:8], "big") % shard_count
-
-
-def shard_key(concurrency_key: str | None, rate_key: str | None, fallback: str) -> str:
-    """The key a run's shard is hashed from: its Limit's key, else its Rate's, else
-    ``fallback`` (its run id, or a fired run's trigger key)."""
-    if concurrency_key is not None:
-        return concurrency_key
-    return rate_key if rate_key is not None else fallback
-
-
-def _lua(name: str) -> str:
-    from importlib import resources  # here: a store that runs no script reads none
-
-    return (resources.files("lockgate.stores.valkey") / "lua" / f"{name}.lua").read_text()
-
-
-_MAIN_THEN_FLUSH = """local ok, result = pcall(main)
-flush()
-if ok then return result end
-if type(result) == 'table' and result.err then return redis.error_reply(result.err) end
-return redis.error_reply(tostring(result))
-"""
-_DEFINED = re.compile(r"^local (?:function )?([A-Za-z_][A-Za-z0-9_]*)", re.MULTILINE)
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-@functools.cache
-def script_text(name: str) -> str:
-    """Script ``name`` as the server runs it: the definitions of ``lua/_lib.lua`` it uses
-    (directly or through one another), in the lib's order, then its own text as a function
-    whose run ends with ``flush()`` (which writes the run fields ``set()`` kept back).
-
-    The lib is split at its top-level ``local`` lines, each part defining one name. Only the
-    parts a script needs go in front of it: Lua runs every top-level definition at every call,
-    and the whole lib made each call tens of microseconds slower on the server."""
-    lib = _lua("_lib")
-    starts = [m.start() for m in _DEFINED.finditer(lib)]
-    parts = {
-        m.group(1): lib[start:end]
-        for m, start, end in zip(
-            _DEFINED.finditer(lib), starts, [*starts[1:], len(lib)], strict=True
-        )
-    }
-    # The script runs as a function, so that set()'s writes are flushed however it ends: by
-    # a return, a refusal (an error reply it returns) or a Lua error (raised again after).
-    own = "local function main()\n" + _lua(name) + "\nend\n" + _MAIN_THEN_FLUSH
-    needed: set[str] = set()
-    pending = [word for word in _NAME.findall(own) if word in parts]
-    while pending:
-        word = pending.pop()
-        if word not in needed:
-            needed.add(word)
-            pending.extend(w for w in _NAME.findall(parts[word]) if w in parts and w != word)
-    return "".join(part for word, part in parts.items() if word in needed) + "\n" + own
 
 
 def _error(message: str) -> LockgateError:

@@ -16,6 +16,7 @@ from lockgate.journal._events import RunEvent
 from lockgate.stores._gates import Gates, WaitReason, fair_bucket, sooner, wait_reason
 from lockgate.stores._poison import NO_POLICY_ARGS, PoisonPolicy
 from lockgate.stores._records import Submit
+from lockgate.stores._shards import shard_key
 from lockgate.stores._types import (
     ClaimedRun,
     Claims,
@@ -31,7 +32,6 @@ from lockgate.stores.valkey._core import (
     _text,
     event_args,
     event_from,
-    shard_key,
 )
 from lockgate.stores.valkey._keys import SEP
 from lockgate.stores.valkey._loop import Commands, Op, Script, command, operation

@@ -202,7 +202,7 @@ class ValkeyStore(ValkeyWaits, ValkeyTriggers, ValkeyChains, ValkeyInsight, Stor
     def shard_of(self, name: str, run_id: str) -> int:
         """The shard a run lives in: its gate's if it was submitted with one, otherwise the
         one its run id hashes to (a fired run's: its trigger key's). See
-        :func:`~lockgate.stores.valkey._core.shard_for` for the hash."""
+        :func:`~lockgate.stores._shards.shard_for` for the hash."""
         return self._run_shard(name, run_id)
 
     def rebalance_shards(self, worker_id: str, ttl: float | None = None) -> list[int]:

@@ -17,8 +17,9 @@ from typing import Any
 
 from lockgate._names import check_name
 from lockgate.stores._gates import fair_bucket
+from lockgate.stores._shards import shard_key
 from lockgate.stores._triggers import FiredBatch, TriggerPolicy
-from lockgate.stores.valkey._core import _scored, _text, event_args, shard_key
+from lockgate.stores.valkey._core import _scored, _text, event_args
 from lockgate.stores.valkey._keys import mark_field, member
 from lockgate.stores.valkey._lifecycle import ValkeyLifecycle, run_fields, soonest_op
 from lockgate.stores.valkey._loop import Op, Script, command, operation

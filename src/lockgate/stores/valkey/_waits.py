@@ -27,8 +27,9 @@ from lockgate.stores._records import (
     gated_successor,
     terminated_payload,
 )
+from lockgate.stores._shards import shard_key
 from lockgate.stores._types import TerminateOutcome, WaitOutcome, WaitSpec
-from lockgate.stores.valkey._core import _scored, _text, event_args, shard_key
+from lockgate.stores.valkey._core import _scored, _text, event_args
 from lockgate.stores.valkey._keys import SEP, split_member
 from lockgate.stores.valkey._lifecycle import ValkeyLifecycle, run_fields, soonest_op
 from lockgate.stores.valkey._loop import Op, command, operation
