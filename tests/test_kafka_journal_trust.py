@@ -618,9 +618,7 @@ async def test_a_run_complete_with_no_epoch_is_dropped_once_the_bound_is_known(
     assert _dropped("jt_nap", "epoch") == before + 1
     assert any(asleep in r.getMessage() for r in caplog.records)
 
-    replayed = _cli(
-        "journal", "replay", "--journal", tier.journal_url(), "--store", tier.store_url
-    )
+    replayed = _cli("journal", "replay", "--journal", tier.journal_url(), "--store", tier.store_url)
     assert replayed.returncode == 1, replayed.stderr
     assert "run:complete" not in "\n".join(
         line for line in replayed.stdout.splitlines() if asleep in line
@@ -653,9 +651,10 @@ def test_a_journal_key_is_never_quoted_in_an_error(kafka_bootstrap: str) -> None
         (line,) = done.stderr.splitlines()
         assert secret not in line, line
         assert "journal_key=***" in line, line
+    from lockgate import ConfigurationError
     from lockgate.stores._open import open_store
 
-    with pytest.raises(Exception) as caught:
+    with pytest.raises(ConfigurationError) as caught:
         open_store(shared_url(), journal=f"kafka://{kafka_bootstrap}?journal_key={secret}#frag")
     assert secret not in str(caught.value)
     assert "journal_key=***" in str(caught.value)
