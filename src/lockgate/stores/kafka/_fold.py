@@ -427,7 +427,7 @@ class Folder:
                     epoch is None
                     and issued is not None
                     and kind in _FENCED_KINDS
-                    and issued(workflow, run_id) is not None
+                    and (issued(workflow, run_id) or 0) >= 1
                 ):
                     self._skip(
                         partition,

@@ -11,9 +11,10 @@ writes all carry one epoch (the lifecycle store numbers and fences each event on
 ``run_seq`` with copies of two epochs is a forgery or nothing: the first copy of each epoch is
 kept, and the fold takes the first one the bound allows.
 
-A copy with no epoch at all is held aside the same way, once the bound is known, when its kind
-is one only an attempt writes (:data:`FENCED_KINDS`, ``run:complete``): lockgate writes it
-fenced, always, so one without an epoch was not written by it. Events the store writes itself
+A copy with no epoch at all is held aside the same way, once the bound is known and the run was
+claimed at least once (``bound`` 1 or more), when its kind is one only an attempt writes
+(:data:`FENCED_KINDS`, ``run:complete``): lockgate writes it fenced, always, so one without an
+epoch was not written by it. Events the store writes itself
 (``run:init``, controls, requeues, a cancel's ``run:error``, a retry's seeded steps) may carry
 none and are kept."""
 
@@ -151,10 +152,12 @@ def epoch_of(event: RunEvent) -> int:
 
 def allowed(event: RunEvent, bound: int) -> bool:
     """Whether a copy is one lockgate may have written, the highest epoch issued for its run
-    being ``bound``: stamped no higher, and stamped at all when its kind is always fenced."""
+    being ``bound``: stamped no higher, and, once a claim was issued (``bound`` 1 or more),
+    stamped at all when its kind is always fenced."""
     raw = event.headers.get(EPOCH_HEADER)
     if raw is None:
-        return event.kind not in FENCED_KINDS
+        # Before any claim (bound 0) no attempt ran, so nothing says how a terminal came.
+        return bound < 1 or event.kind not in FENCED_KINDS
     return epoch_of(event) <= bound
 
 
