@@ -658,3 +658,15 @@ def test_a_journal_key_is_never_quoted_in_an_error(kafka_bootstrap: str) -> None
         open_store(shared_url(), journal=f"kafka://{kafka_bootstrap}?journal_key={secret}#frag")
     assert secret not in str(caught.value)
     assert "journal_key=***" in str(caught.value)
+    # How a worker's lines name the store: no key either.
+    from lockgate.worker._status import describe_store
+
+    opened = open_store(
+        f"{shared_url()}?namespace=jt{uuid.uuid4().hex[:8]}",
+        journal=f"kafka://{kafka_bootstrap}?topic_prefix=jt{uuid.uuid4().hex[:8]}"
+        f"&journal_key={secret}",
+    )
+    try:
+        assert secret not in describe_store(opened)
+    finally:
+        opened.close()
