@@ -532,10 +532,21 @@ _STATUS: dict[bytes, str] = {}
 
 def _status(kind: bytes, payload: bytes) -> str:
     text = kind.decode()
-    status = status_after(text, lambda: json.loads(payload)).value
+    status = status_after(text, lambda: _parsed(payload)).value
     if text != "run:error":
         _STATUS[kind] = status
     return status
+
+
+def _parsed(payload: bytes) -> Mapping[str, Any]:
+    """A payload as the status it gives reads it: one that is not a JSON object (not UTF-8,
+    say: a record lockgate did not write) says nothing, and the replay goes on; its
+    ``JournalRecord.event`` is where it is refused."""
+    try:
+        found = json.loads(payload)
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 def _is_text(*parts: Any) -> bool:
