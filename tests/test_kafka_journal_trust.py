@@ -474,3 +474,199 @@ def test_a_process_that_learned_a_runs_epoch_keeps_its_own_later_claims_copies(
     journal = other.load_run(*run)
     assert [e.headers.get(EPOCH_HEADER) for e in journal[1:]] == ["1", "2"]
     assert log.topic_reads == reads  # from memory
+
+
+def _journal_of(store: CompositeStore) -> KafkaEventLogStore:
+    log = store.events
+    assert isinstance(log, KafkaEventLogStore)
+    return log
+
+
+async def test_a_header_that_is_not_utf8_stops_no_read_replay_or_rebuild(tier: Tier) -> None:
+    """A binary header (a ``traceparent`` some tracer adds) is no reason to doubt a record;
+    an ``lg-*`` header that is not UTF-8 is not lockgate's: rebuild skips and names it,
+    replay skips it, reads drop it and go on past it."""
+    store, done, asleep = await _drive_mixed(tier)
+    # A new run's run:init carrying a binary traceparent: a run like any other.
+    traced = f"r-trace-{uuid.uuid4().hex[:6]}"
+    init = RunEvent(EventKind.RUN_INIT, {"params": {"n": 7}, "submitted_at": 2.0}, traced)
+    tier.forge(
+        "jt_sum",
+        RunEvent(init.kind, init.payload, traced, run_seq=1),
+        headers=[("traceparent", b"\xff\x00\xfe")],
+    )
+    seq = (store.load_run("jt_nap", asleep)[-1].run_seq or 0) + 1
+    # The asleep run's "next event" with a second lg-run-seq that is not UTF-8, and a record
+    # whose lg-run-id is not UTF-8.
+    bad_seq = tier.forge(
+        "jt_nap", _forged_complete(asleep, seq, 1), headers=[("lg-run-seq", b"\xff")]
+    )
+    bad_id = tier.forge(
+        "jt_sum", _forged_complete("r-x", 2, 1), headers=[("lg-run-id", b"\xff\xfe")]
+    )
+    before = _dropped("jt_nap", "header")
+
+    # Reads: the run's journal as it was, the record counted and read past.
+    reader = tier.store()
+    seen = await WorkflowClient(reader).events("jt_nap", asleep)
+    assert seen[-1].kind == EventKind.RUN_SLEEPING
+    assert _dropped("jt_nap", "header") == before + 1
+    assert (await WorkflowClient(reader).events("jt_nap", asleep))[-1].kind == seen[-1].kind
+    assert _dropped("jt_nap", "header") == before + 1  # read past: not met again
+    assert tier.store().load_run("jt_sum", done[0])[-1].kind == EventKind.RUN_COMPLETE
+
+    # Replay (the API and the CLI): both skipped and named, the rest replayed.
+    with _journal_of(tier.store()).replay() as replay:
+        kinds = {(record.run_id, record.kind) for record in replay}
+    assert (traced, EventKind.RUN_INIT) in kinds
+    assert (asleep, EventKind.RUN_COMPLETE) not in kinds
+    assert [offset for _p, offset, _why in replay.summary.skipped] == [bad_seq, bad_id]
+    replayed = _cli("journal", "replay", "--journal", tier.journal_url())
+    assert replayed.returncode == 1, replayed.stderr
+    assert "Traceback" not in replayed.stderr
+    assert [line.split(":")[1].strip() for line in replayed.stderr.splitlines()] == [
+        f"skipped record 0/{bad_seq}",
+        f"skipped record 0/{bad_id}",
+    ]
+
+    # Rebuild: exit 1, each named, every other run restored.
+    _lose_valkey(store)
+    rebuilt = _cli("store", "rebuild", "--store", tier.store_url, "--journal", tier.journal_url())
+    assert rebuilt.returncode == 1, rebuilt.stderr
+    assert "Traceback" not in rebuilt.stderr
+    assert (
+        f"skipped record 0/{bad_seq} of {tier.topic}: its lg-run-seq header is not UTF-8"
+        in rebuilt.stdout
+    )
+    assert (
+        f"skipped record 0/{bad_id} of {tier.topic}: its lg-run-id header is not UTF-8"
+        in rebuilt.stdout
+    )
+    assert "restored 5 runs: 1 queued, 1 sleeping," in rebuilt.stdout
+    restored = tier.store()
+    assert restored.get_run("jt_nap", asleep).status == RunStatus.SLEEPING
+    assert restored.get_run("jt_sum", traced).status == RunStatus.PENDING
+    for run_id in done:
+        assert restored.get_run("jt_sum", run_id).status == RunStatus.COMPLETE
+
+
+def test_record_mac_takes_a_repeated_header_with_a_null_copy() -> None:
+    secret = KEY.encode()
+    headers: list[tuple[str, str | bytes | None]] = [("lg-run-seq", b"3"), ("lg-run-seq", None)]
+    mac = record_mac(secret, b"k", b"v", headers)
+    assert mac == record_mac(secret, b"k", b"v", list(headers))  # the same input, the same MAC
+    assert mac != record_mac(secret, b"k", b"v", headers[::-1])  # the null is part of it
+    assert mac != record_mac(secret, b"k", b"v", headers[:1])
+
+
+async def test_with_a_journal_key_a_repeated_header_with_a_null_copy_is_skipped(
+    tier: Tier,
+) -> None:
+    """A forged record repeating an ``lg-*`` header, one copy null: its MAC does not verify,
+    so reads drop it, replay and rebuild skip and name it; none of them fails on it."""
+    tier.key = KEY
+    store, done, asleep = await _drive_mixed(tier)
+    seq = (store.load_run("jt_nap", asleep)[-1].run_seq or 0) + 1
+    forged = tier.forge(  # with an lg-mac, so that a reader computes the record's MAC
+        "jt_nap",
+        _forged_complete(asleep, seq, 1),
+        headers=[("lg-run-seq", None), (MAC_HEADER, b"0" * 64)],
+    )
+    before = _dropped("jt_nap", "mac")
+    seen = await WorkflowClient(tier.store()).events("jt_nap", asleep)
+    assert seen[-1].kind == EventKind.RUN_SLEEPING
+    assert _dropped("jt_nap", "mac") == before + 1
+
+    replayed = _cli("journal", "replay", "--journal", tier.journal_url(key=KEY))
+    assert replayed.returncode == 1, replayed.stderr
+    (named,) = replayed.stderr.splitlines()
+    assert named.startswith(f"lockgate: skipped record 0/{forged}: ")
+    assert "run:complete" not in "\n".join(
+        line for line in replayed.stdout.splitlines() if asleep in line
+    )
+
+    _lose_valkey(store)
+    rebuilt = _cli(
+        "store", "rebuild", "--store", tier.store_url, "--journal", tier.journal_url(key=KEY)
+    )
+    assert rebuilt.returncode == 1, rebuilt.stderr
+    assert "Traceback" not in rebuilt.stderr
+    assert f"skipped record 0/{forged} of {tier.topic}: its lg-mac does not" in rebuilt.stdout
+    restored = tier.store()
+    assert restored.get_run("jt_nap", asleep).status == RunStatus.SLEEPING
+    for run_id in done:
+        assert restored.get_run("jt_sum", run_id).status == RunStatus.COMPLETE
+
+
+async def test_a_run_complete_with_no_epoch_is_dropped_once_the_bound_is_known(
+    tier: Tier, caplog: pytest.LogCaptureFixture
+) -> None:
+    """lockgate writes a run:complete only from an attempt, fenced, so always with its epoch:
+    one with none is refused by reads and by ``journal replay --store`` as an epoch above the
+    bound would be."""
+    store, _done, asleep = await _drive_mixed(tier)
+    run = ("jt_nap", asleep)
+    seq = (store.load_run(*run)[-1].run_seq or 0) + 1
+    unstamped = RunEvent(EventKind.RUN_COMPLETE, {"result": "forged"}, asleep, run_seq=seq)
+    forged = tier.forge("jt_nap", unstamped)
+    before = _dropped("jt_nap", "epoch")
+    with caplog.at_level(logging.ERROR, logger="lockgate.stores"):
+        reader = tier.store()
+        seen = await WorkflowClient(reader).events(*run)
+    assert seen[-1].kind == EventKind.RUN_SLEEPING
+    assert "forged" not in json.dumps([e.payload for e in seen])
+    assert _dropped("jt_nap", "epoch") == before + 1
+    assert any(asleep in r.getMessage() for r in caplog.records)
+
+    replayed = _cli("journal", "replay", "--journal", tier.journal_url(), "--store", tier.store_url)
+    assert replayed.returncode == 1, replayed.stderr
+    assert "run:complete" not in "\n".join(
+        line for line in replayed.stdout.splitlines() if asleep in line
+    )
+    (named,) = replayed.stderr.splitlines()
+    assert named.startswith(f"lockgate: skipped record 0/{forged}: ")
+    assert "no epoch" in named
+    # The topic alone cannot tell it from lockgate's: without the store, it is replayed.
+    alone = _cli("journal", "replay", "--journal", tier.journal_url())
+    assert alone.returncode == 0, alone.stderr
+
+
+def test_a_journal_key_is_never_quoted_in_an_error(kafka_bootstrap: str) -> None:
+    secret = "supersecretkey123456"
+    bogus = f"kafka://127.0.0.1:1?journal_key={secret}&bogus=1"
+    for args in (
+        ["journal", "replay", "--journal", bogus],
+        ["journal", "replay", "--journal", f"kafka://h:1/x?journal_key={secret}"],
+        ["store", "info", "--store", shared_url(), "--journal", f"{bogus}#x"],
+        ["store", "info", "--store", "sqlite:///x.db", "--journal", bogus],
+        [
+            "topics",
+            "list",
+            "--journal",
+            f"kafka://h:1?journal_key={secret}&replication_factor=x",
+        ],
+    ):
+        done = _cli(*args)
+        assert done.returncode == 2, (args, done.stderr)
+        (line,) = done.stderr.splitlines()
+        assert secret not in line, line
+        assert "journal_key=***" in line, line
+    from lockgate import ConfigurationError
+    from lockgate.stores._open import open_store
+
+    with pytest.raises(ConfigurationError) as caught:
+        open_store(shared_url(), journal=f"kafka://{kafka_bootstrap}?journal_key={secret}#frag")
+    assert secret not in str(caught.value)
+    assert "journal_key=***" in str(caught.value)
+    # How a worker's lines name the store: no key either.
+    from lockgate.worker._status import describe_store
+
+    opened = open_store(
+        f"{shared_url()}?namespace=jt{uuid.uuid4().hex[:8]}",
+        journal=f"kafka://{kafka_bootstrap}?topic_prefix=jt{uuid.uuid4().hex[:8]}"
+        f"&journal_key={secret}",
+    )
+    try:
+        assert secret not in describe_store(opened)
+    finally:
+        opened.close()

@@ -645,3 +645,26 @@ def test_cli_an_unreachable_broker_is_one_line_and_exit_1() -> None:
     (line,) = done.stderr.splitlines()
     assert line.startswith("lockgate: error: ")
     assert "did not answer" in line
+
+
+def test_a_payload_that_is_not_utf8_does_not_stop_a_replay(kafka_bootstrap: str) -> None:
+    """A value laid out as the run's own (so the fold's fast path takes it) whose payload
+    bytes are not UTF-8: the replay goes on past it, and its ``event`` is the typed error."""
+    prefix = _fresh_topic(kafka_bootstrap)
+    good = _journal("r-bytes", 4)
+    _produce(kafka_bootstrap, prefix, [("wf", e) for e in good[:-1]])
+    end = good[-1]
+    forged = RunEvent(
+        end.kind, {"result": "ab"}, end.run_id, run_seq=end.run_seq, headers=end.headers
+    )
+    value = encode(forged).replace(b'"ab"', b'"\xff\xfe"')
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer.produce(f"{prefix}.journal", value, partition=0, headers=record_headers("wf", end))
+    assert producer.flush(30) == 0
+    with replay_journal(f"kafka://{kafka_bootstrap}?topic_prefix={prefix}") as replay:
+        records = list(replay)
+    assert [r.event for r in records[:-1]] == good[:-1]
+    assert records[-1].offset == len(good) - 1
+    assert records[-1].payload == {"result": "\ufffd\ufffd"}  # as text, the bytes replaced
+    with pytest.raises(JournalRecordUndecodable):
+        _ = records[-1].event  # the event itself: not lockgate's

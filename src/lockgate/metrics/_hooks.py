@@ -107,6 +107,6 @@ def store_retried(backend: str) -> None:
 
 def journal_record_dropped(workflow: str, reason: str) -> None:
     """A read of the journal topic did not believe a record of ``workflow``, for ``reason``
-    (``epoch`` or ``mac``)."""
+    (``epoch``, ``mac`` or ``header``)."""
     if _defs is not None:
         _defs.JOURNAL_RECORDS_DROPPED.labels(workflow, reason).inc()

@@ -91,13 +91,13 @@ def open_store(
         # Said before the store's scheme is looked at: whatever the store, what is wrong is
         # the journal URL (an empty shell variable, `--journal ""`), not the store's.
         raise ConfigurationError(
-            f"the journal URL is empty ({journal_url!r}): give "
+            f"the journal URL is empty ({_shown(journal_url)!r}): give "
             "kafka://host:port[,host:port][?topic_prefix=...], or no journal at all"
         )
     if journal_url is not None:
         if scheme not in _VALKEY_SCHEMES:
             raise ConfigurationError(
-                f"a journal URL ({journal_url!r}) keeps the journals of a Valkey store; "
+                f"a journal URL ({_shown(journal_url)!r}) keeps the journals of a Valkey store; "
                 f"{scheme}:// stores keep their own: drop the journal URL (or "
                 f"{JOURNAL_URL_ENV}), or use a valkey:// store"
             )
@@ -168,13 +168,13 @@ def _composite(
     bootstrap = urlsplit(journal).netloc
     if scheme != "kafka" or not bootstrap or urlsplit(journal).path.strip("/"):
         raise ConfigurationError(
-            f"journal URL {journal!r} is not kafka://host:port[,host:port][?topic_prefix=...]"
+            f"journal URL {_shown(journal)!r} is not kafka://host:port[,host:port][?topic_prefix=...]"
         )
     if any(key == "shard_count" for key, _ in journal_query):
         raise ConfigurationError(
-            f"journal URL {journal!r} names a shard_count: the journal topic has one partition "
-            f"per shard of the store, so give it in the store URL (or leave it out to use the "
-            f"one the namespace recorded)"
+            f"journal URL {_shown(journal)!r} names a shard_count: the journal topic has one "
+            "partition per shard of the store, so give it in the store URL (or leave it out to "
+            "use the one the namespace recorded)"
         )
     # The journal first: a topic already there tells the shard count a namespace made now
     # must get (a rebuild after Valkey lost everything), and one that disagrees with the
@@ -209,19 +209,20 @@ def _composite(
 def _split(url: str, what: str = "store URL") -> tuple[str, str, list[tuple[str, str]]]:
     """``(scheme, location, query pairs)``; the location is host and path, undecoded. ``what``
     names the URL in a refusal."""
+    shown = _shown(url) if what == "journal URL" and isinstance(url, str) else url
     if not isinstance(url, str) or "://" not in url:
         supported = "kafka://" if what == "journal URL" else ", ".join(_SCHEMES)
-        raise ConfigurationError(f"{what} {url!r} has no scheme; supported: {supported}")
+        raise ConfigurationError(f"{what} {shown!r} has no scheme; supported: {supported}")
     try:
         parts = urlsplit(url)
     except ValueError as exc:
-        raise ConfigurationError(f"{what} {url!r} does not parse: {exc}") from exc
+        raise ConfigurationError(f"{what} {shown!r} does not parse: {exc}") from exc
     if parts.fragment:
-        raise ConfigurationError(f"{what} {url!r} has a fragment ('#...'); remove it")
+        raise ConfigurationError(f"{what} {shown!r} has a fragment ('#...'); remove it")
     try:
         query = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
     except ValueError as exc:
-        raise ConfigurationError(f"{what} {url!r} has a malformed query: {exc}") from exc
+        raise ConfigurationError(f"{what} {shown!r} has a malformed query: {exc}") from exc
     return parts.scheme.lower(), parts.netloc + parts.path, query
 
 
@@ -364,3 +365,10 @@ def _from_text(declared: Any, text: str) -> Any:
             raise ValueError(f"must be a finite number, got {text!r}")
         return number
     raise _NotText()
+
+
+def _shown(journal_url: str) -> str:
+    """A journal URL as a message quotes it: its ``journal_key`` as ``***``."""
+    from lockgate.stores.kafka._redact import redacted_journal_url
+
+    return redacted_journal_url(journal_url)

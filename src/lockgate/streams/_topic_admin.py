@@ -91,6 +91,7 @@ def admin_for_url(url: str) -> KafkaAdmin:
     """The :class:`KafkaAdmin` of a ``kafka://host:port[,host:port][?...]`` journal URL: its
     bootstrap servers, ``read_timeout`` and ``replication_factor`` (the URL's other options are
     about the journal and are accepted, so one URL serves every command)."""
+    from lockgate.stores.kafka._redact import redacted_journal_url
     from lockgate.stores.kafka._replay import parse_journal_url
 
     bootstrap, _topic, timeout = parse_journal_url(url)
@@ -100,7 +101,8 @@ def admin_for_url(url: str) -> KafkaAdmin:
         factor = int(replication)
     except ValueError:
         raise ConfigurationError(
-            f"journal URL {url!r}: replication_factor must be a whole number, not {replication!r}"
+            f"journal URL {redacted_journal_url(url)!r}: replication_factor must be a whole "
+            f"number, not {replication!r}"
         ) from None
     config = {"bootstrap.servers": bootstrap, "logger": logging.getLogger("lockgate.kafka")}
     return KafkaAdmin(bootstrap, config, timeout=timeout, replication_factor=factor)

@@ -167,9 +167,31 @@ def record_headers(name: str, event: RunEvent) -> list[tuple[str, str | bytes | 
 def header_map(
     headers: Mapping[str, str | bytes | None] | Sequence[tuple[str, str | bytes | None]] | None,
 ) -> Mapping[str, str]:
-    """A record's headers as text (the last value of a repeated header wins)."""
+    """A record's headers as text (the last value of a repeated header wins). Bytes that are
+    not UTF-8 are read with U+FFFD in their place: anyone may add headers to a record (a binary
+    ``traceparent``), and one such header must not stop a read. Whether lockgate's own are
+    UTF-8 is :func:`undecodable_header`'s to say."""
     pairs = headers.items() if isinstance(headers, Mapping) else headers or ()
-    return {k: v if isinstance(v, str) else v.decode() for k, v in pairs if v is not None}
+    return {
+        k: v if isinstance(v, str) else v.decode(errors="replace")
+        for k, v in pairs
+        if v is not None
+    }
+
+
+def undecodable_header(
+    headers: Mapping[str, str | bytes | None] | Sequence[tuple[str, str | bytes | None]] | None,
+) -> str | None:
+    """The name of the first ``lg-*`` header whose value is not UTF-8, or None: lockgate
+    writes its own as text, so a record with one that is not was not written by it."""
+    pairs = headers.items() if isinstance(headers, Mapping) else headers or ()
+    for name, raw in pairs:
+        if name.startswith("lg-") and isinstance(raw, bytes):
+            try:
+                raw.decode()
+            except UnicodeDecodeError:
+                return name
+    return None
 
 
 def record_mac(
@@ -179,8 +201,9 @@ def record_mac(
     headers: Sequence[tuple[str, str | bytes | None]] | None,
 ) -> str:
     """The ``lg-mac`` of a record: HMAC-SHA256 under ``secret`` over its key, its value and
-    its ``lg-*`` headers but ``lg-mac`` (name and value, sorted by name), each part preceded
-    by its length (a missing key or value is length -1), so no two records share an input."""
+    its ``lg-*`` headers but ``lg-mac`` (name and value, sorted by name, repeats in record
+    order), each part preceded by its length (a missing key, value or header value is length
+    -1), so no two records share an input."""
     mac = hmac.new(secret, digestmod=hashlib.sha256)
 
     def part(data: bytes | None) -> None:
@@ -190,10 +213,15 @@ def record_mac(
 
     part(key)
     part(value)
+    # Sorted by name alone, a stable sort: repeated headers keep the order they have in the
+    # record, so writer and reader agree, and a null value (length -1) is never compared.
     own = sorted(
-        (name, raw if isinstance(raw, bytes) else raw.encode() if raw is not None else None)
-        for name, raw in headers or ()
-        if name.startswith("lg-") and name != MAC_HEADER
+        (
+            (name, raw if isinstance(raw, bytes) else raw.encode() if raw is not None else None)
+            for name, raw in headers or ()
+            if name.startswith("lg-") and name != MAC_HEADER
+        ),
+        key=lambda pair: pair[0],
     )
     for name, raw in own:
         part(name.encode())

@@ -8,10 +8,11 @@ That is :func:`~lockgate.journal._replay.reconstruct_state`'s
 rule, applied in topic order (the first copy of a ``run_seq`` stays, as a journal read keeps
 it). A run's records are all in one partition, so partitions fold independently.
 
-Records not believed. A record that carries a run's headers but does not decode, whose MAC
-does not verify (a journal key given), or whose epoch is above the highest the lifecycle store
-issued for its run (``issued`` given) is skipped and named in the summary, and the fold goes
-on; a ``strict`` fold raises :class:`JournalRecordUndecodable` at it instead.
+Records not believed. A record that carries a run's headers but does not decode (its value,
+or a workflow or run id header that is not UTF-8), whose MAC does not verify (a journal key
+given), or whose epoch is above the highest the lifecycle store issued for its run, or missing
+on a kind lockgate always stamps (``issued`` given), is skipped and named in the summary, and
+the fold goes on; a ``strict`` fold raises :class:`JournalRecordUndecodable` at it instead.
 
 Memory. A run being folded costs a few integers: the range of ``run_seq`` yielded (with a set
 only for numbers seen out of order), its highest epoch and status. Once a run's terminal is
@@ -51,6 +52,7 @@ from lockgate.stores.kafka._codec import (
     NotARunEvent,
     check_schema_version,
 )
+from lockgate.stores.kafka._journal import FENCED_KINDS
 
 #: The ``lg-schema`` header of the records this runtime writes, as the fast path compares it.
 _WIRE_VERSION = str(WIRE_MAJOR).encode()
@@ -85,6 +87,8 @@ _QUEUED_KINDS = frozenset(
     }
 )
 _TERMINAL_KINDS = frozenset({b"run:complete", b"run:error", b"run:continued"})
+#: The kinds lockgate always writes fenced (see ``_journal.FENCED_KINDS``), as bytes.
+_FENCED_KINDS = frozenset(kind.encode() for kind in FENCED_KINDS)
 
 
 def status_after(kind: str, payload: Callable[[], Mapping[str, Any]]) -> RunStatus:
@@ -365,6 +369,11 @@ class Folder:
                         continue
                 key = (workflow, run_id)
                 run = runs.get(key)
+                if run is None and not _is_text(workflow, run_id):
+                    self._skip(
+                        partition, offset, "its lg-workflow or lg-run-id header is not UTF-8"
+                    )
+                    continue
                 if run is not None:
                     if seq != run.next:  # not the live run's next record: which is it?
                         if run.lo <= seq <= run.hi or (run.extra is not None and seq in run.extra):
@@ -414,6 +423,19 @@ class Folder:
                         self._skip(partition, offset, exc.reason)
                         continue
                     status = _STATUS.get(kind)
+                if (
+                    epoch is None
+                    and issued is not None
+                    and kind in _FENCED_KINDS
+                    and (issued(workflow, run_id) or 0) >= 1
+                ):
+                    self._skip(
+                        partition,
+                        offset,
+                        f"it is a {kind.decode(errors='replace')} with no epoch, which "
+                        "lockgate always stamps on one",
+                    )
+                    continue
                 if run is None:
                     run = runs[key] = _RunFold(seq, run_id)
                 elif seq == run.next and run.extra is None:
@@ -510,10 +532,34 @@ _STATUS: dict[bytes, str] = {}
 
 def _status(kind: bytes, payload: bytes) -> str:
     text = kind.decode()
-    status = status_after(text, lambda: json.loads(payload)).value
+    status = status_after(text, lambda: _parsed(payload)).value
     if text != "run:error":
         _STATUS[kind] = status
     return status
+
+
+def _parsed(payload: bytes) -> Mapping[str, Any]:
+    """A payload as the status it gives reads it: one that is not a JSON object (not UTF-8,
+    say: a record lockgate did not write) says nothing, and the replay goes on; its
+    ``JournalRecord.event`` is where it is refused."""
+    try:
+        found = json.loads(payload)
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _is_text(*parts: Any) -> bool:
+    """Whether each of ``parts`` is UTF-8 bytes (a run's names are text; a record is shown as
+    text)."""
+    try:
+        for part in parts:
+            if not isinstance(part, bytes):
+                return False
+            part.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _raise_error(msg: Any) -> None:

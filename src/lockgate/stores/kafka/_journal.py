@@ -9,7 +9,14 @@ the real event at its ``run_seq``. The bound only grows (a claim raises the epoc
 aside that a higher bound covers is folded in then. The copies of one ``run_seq`` lockgate
 writes all carry one epoch (the lifecycle store numbers and fences each event once), so a
 ``run_seq`` with copies of two epochs is a forgery or nothing: the first copy of each epoch is
-kept, and the fold takes the first one the bound allows."""
+kept, and the fold takes the first one the bound allows.
+
+A copy with no epoch at all is held aside the same way, once the bound is known and the run was
+claimed at least once (``bound`` 1 or more), when its kind is one only an attempt writes
+(:data:`FENCED_KINDS`, ``run:complete``): lockgate writes it fenced, always, so one without an
+epoch was not written by it. Events the store writes itself
+(``run:init``, controls, requeues, a cancel's ``run:error``, a retry's seeded steps) may carry
+none and are kept."""
 
 from __future__ import annotations
 
@@ -21,6 +28,13 @@ from lockgate.journal._events import EPOCH_HEADER, RunEvent, as_stored
 from lockgate.stores.kafka._partition import gate_key, is_init
 
 Run = tuple[str, str]
+
+#: The kinds of event only a run's attempt writes, always through a fenced write, so always
+#: stamped with its claim's epoch: ``run:complete``. Not the others: the store writes a
+#: cancel's, a terminate's or a quarantine's ``run:error`` and a hand-on's ``run:continued``
+#: itself, unfenced, and a retry's seed copies the failed run's step events into the new run
+#: at submit, unfenced.
+FENCED_KINDS = frozenset({"run:complete"})
 
 
 @dataclass
@@ -43,7 +57,7 @@ class Journal:
         seq = event.run_seq
         if seq is None:
             return True
-        if self.bound is not None and epoch_of(event) > self.bound:
+        if self.bound is not None and not allowed(event, self.bound):
             self._put_aside(seq, event)
             return False
         have = self.events.get(seq)
@@ -69,7 +83,7 @@ class Journal:
         self.bound = bound
         dropped = 0
         for seq, event in list(self.events.items()):
-            if epoch_of(event) > bound:
+            if not allowed(event, bound):
                 del self.events[seq]
                 self._put_aside(seq, event)
                 dropped += 1
@@ -77,7 +91,7 @@ class Journal:
             if seq in self.events:
                 continue
             for copy in copies:
-                if epoch_of(copy) <= bound:
+                if allowed(copy, bound):
                     self.events[seq] = copy
                     copies.remove(copy)
                     break
@@ -134,6 +148,17 @@ def epoch_of(event: RunEvent) -> int:
     """The epoch an event is stamped with (0 for an unfenced write)."""
     raw = event.headers.get(EPOCH_HEADER)
     return int(raw) if raw is not None and raw.isdigit() else 0
+
+
+def allowed(event: RunEvent, bound: int) -> bool:
+    """Whether a copy is one lockgate may have written, the highest epoch issued for its run
+    being ``bound``: stamped no higher, and, once a claim was issued (``bound`` 1 or more),
+    stamped at all when its kind is always fenced."""
+    raw = event.headers.get(EPOCH_HEADER)
+    if raw is None:
+        # Before any claim (bound 0) no attempt ran, so nothing says how a terminal came.
+        return bound < 1 or event.kind not in FENCED_KINDS
+    return epoch_of(event) <= bound
 
 
 def gapless(events: Mapping[int, RunEvent]) -> int:

@@ -55,6 +55,7 @@ from lockgate.stores.kafka._codec import (
     decode,
     header_map,
     mac_problem,
+    undecodable_header,
 )
 from lockgate.stores.kafka._store import KafkaEventLogStore
 from lockgate.stores.valkey._lifecycle import (
@@ -165,6 +166,9 @@ def _record(log: KafkaEventLogStore, partition: int, msg: Any) -> _Record | _Ski
     if workflow is None or run_id is None:
         return None  # not a lockgate record: nothing of a run
     offset = msg.offset() or 0
+    bad = undecodable_header(msg.headers())
+    if bad is not None:
+        return _Skipped(partition, offset, f"its {bad} header is not UTF-8")
     if log.journal_secret is not None:
         problem = mac_problem(log.journal_secret, msg)
         if problem is not None:

@@ -48,6 +48,7 @@ from lockgate._errors import (
 from lockgate.journal._events import RunEvent
 from lockgate.stores.kafka._codec import decode, journal_secret, mac_problem
 from lockgate.stores.kafka._fold import BATCH, FORGET_AFTER, Folded, Folder, ReplaySummary
+from lockgate.stores.kafka._redact import redacted_journal_url
 from lockgate.stores.kafka._store import TOPIC_PREFIX
 from lockgate.stores.kafka._topic import watermarks
 
@@ -165,7 +166,9 @@ def to_records(batch: list[Folded], topic: str) -> list[JournalRecord]:
                 "offset": offset,
                 "timestamp": stamp,
                 "epoch": epoch,
-                "payload_json": payload.decode(),
+                # Not UTF-8 only in a record lockgate did not write: shown with U+FFFD for
+                # the bytes (its ``event`` does not decode), rather than the replay stopping.
+                "payload_json": payload.decode(errors="replace"),
                 "value": value,
                 "topic": topic,
             },
@@ -513,33 +516,34 @@ def replay_journal(
 
 def parse_journal_url(url: str) -> tuple[str, str, float]:
     """``(bootstrap servers, topic, read timeout)`` of a ``kafka://`` journal URL."""
+    shown = redacted_journal_url(url)  # what refusals quote: never the journal key
     try:
         parts = urlsplit(url)
         query = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
     except ValueError as exc:
-        raise ConfigurationError(f"journal URL {url!r} does not parse: {exc}") from None
+        raise ConfigurationError(f"journal URL {shown!r} does not parse: {exc}") from None
     if parts.scheme.lower() != "kafka" or not parts.netloc or parts.path.strip("/"):
         raise ConfigurationError(
-            f"journal URL {url!r} is not kafka://host:port[,host:port][?topic_prefix=...]"
+            f"journal URL {shown!r} is not kafka://host:port[,host:port][?topic_prefix=...]"
         )
     options = dict(query)
     unknown = sorted(set(options) - _URL_OPTIONS)
     if unknown:
         raise ConfigurationError(
-            f"journal URL {url!r}: no option {unknown[0]!r} (it takes: "
+            f"journal URL {shown!r}: no option {unknown[0]!r} (it takes: "
             f"{', '.join(sorted(_URL_OPTIONS))})"
         )
     prefix = options.get("topic_prefix", "lockgate")
     if not TOPIC_PREFIX.fullmatch(prefix):
         raise ConfigurationError(
-            f"journal URL {url!r}: topic_prefix must be 1-200 of A-Z a-z 0-9 . _ -"
+            f"journal URL {shown!r}: topic_prefix must be 1-200 of A-Z a-z 0-9 . _ -"
         )
     try:
         read_timeout = float(options.get("read_timeout", READ_TIMEOUT))
     except ValueError:
         raise ConfigurationError(
-            f"journal URL {url!r}: read_timeout must be a number of seconds"
+            f"journal URL {shown!r}: read_timeout must be a number of seconds"
         ) from None
     if not read_timeout > 0:
-        raise ConfigurationError(f"journal URL {url!r}: read_timeout must be above 0")
+        raise ConfigurationError(f"journal URL {shown!r}: read_timeout must be above 0")
     return parts.netloc, f"{prefix}.journal", read_timeout

@@ -45,14 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 try:
     import confluent_kafka
-    from confluent_kafka import (
-        Consumer,
-        KafkaError,
-        KafkaException,
-        Message,
-        Producer,
-        TopicPartition,
-    )
+    from confluent_kafka import Consumer, KafkaException, Producer
     from confluent_kafka.admin import AdminClient
 except ImportError:  # pragma: no cover - the extra is missing
     confluent_kafka = None  # type: ignore[assignment]
@@ -60,7 +53,6 @@ except ImportError:  # pragma: no cover - the extra is missing
 from lockgate._errors import (
     ConfigurationError,
     EventAfterTerminal,
-    JournalRecordUndecodable,
     JournalTopicMismatch,
     StoreUnavailable,
 )
@@ -69,16 +61,9 @@ from lockgate.stores._base import EventLogStore
 from lockgate.stores._calls import call_owned
 from lockgate.stores.kafka._codec import (
     MAC_HEADER,
-    RUN_ID_HEADER,
-    SCHEMA_HEADER,
-    WORKFLOW_HEADER,
-    NotARunEvent,
     codec_available,
-    decode,
     encode,
-    header_map,
     journal_secret,
-    mac_problem,
     record_headers,
     record_mac,
 )
@@ -91,12 +76,12 @@ from lockgate.stores.kafka._journal import (
     handed_out,
 )
 from lockgate.stores.kafka._partition import gate_key, is_init, partition_for
+from lockgate.stores.kafka._partition_reads import PartitionReads
 from lockgate.stores.kafka._producer import release_producer, shared_producer
 from lockgate.stores.kafka._topic import (
     JOURNAL_TOPIC_CONFIG,
     existing_partitions,
     prepare_topic,
-    watermarks,
 )
 from lockgate.stores.kafka._trust import Doubts
 
@@ -105,8 +90,6 @@ if TYPE_CHECKING:
 
 #: Runs whose journal one process keeps in memory, at most (the least recently used go).
 JOURNALS_KEPT = 10_000
-#: Seconds after a failed read of the topic during which further reads fail at once.
-READ_FAILURE_HOLD = 1.0
 #: Runs whose partition and first offset one process remembers; past it the memory starts over.
 POSITIONS_KEPT = 100_000
 TOPIC_PREFIX = re.compile(r"[A-Za-z0-9._-]{1,200}")
@@ -120,7 +103,7 @@ _NATIVE = {
 }
 
 
-class KafkaEventLogStore(HeldReads, EventLogStore):
+class KafkaEventLogStore(HeldReads, PartitionReads, EventLogStore):
     """Run journals in the Kafka topic ``{topic_prefix}.journal`` (see the module docstring).
 
     ``shard_count`` is the lifecycle store's: the topic's partition count. Left out (None),
@@ -626,107 +609,6 @@ class KafkaEventLogStore(HeldReads, EventLogStore):
         dropped = journal.set_bound(issued)
         if dropped:
             self._doubts.dropped(run, "epoch", dropped)
-
-    def _search(self, run: Run) -> int:
-        """The partition holding ``run``'s records, with no ``locate``: its run id's, else the
-        first that has any (0 when none does)."""
-        home = partition_for(run[1], self.shard_count)
-        for partition in [home, *(p for p in range(self.shard_count) if p != home)]:
-            probe = Journal(partition, self._low(partition))
-            self._read_on(probe, run)
-            if probe.events:
-                return partition
-        return home
-
-    def _low(self, partition: int) -> int:
-        low, _high = self._watermarks(partition)
-        return low
-
-    def _watermarks(self, partition: int) -> tuple[int, int]:
-        self._ensure_topic()
-        self.topic_reads += 1
-        return watermarks(self._consumer, self.topic, partition, self.read_timeout)
-
-    def _read_on(self, journal: Journal, run: Run, *, until: int | None = None) -> None:
-        """Read the journal's partition from ``journal.next_offset`` to its end now, keeping
-        the run's records; with ``until``, no further than it takes to hold every event up to
-        that ``run_seq``."""
-        failed = self._read_failed_at
-        if failed is not None and time.monotonic() - failed < READ_FAILURE_HOLD:
-            # Reads queued behind one that just failed fail at once, rather than each waiting
-            # out the timeout in turn (a batch claim's runs, while leases run down).
-            raise StoreUnavailable(f"Kafka failed a read of {self.topic!r} just now")
-        try:
-            self._read_partition_on(journal, run, until)
-        except StoreUnavailable:
-            self._read_failed_at = time.monotonic()
-            raise
-        self._read_failed_at = None
-
-    def _read_partition_on(self, journal: Journal, run: Run, until: int | None) -> None:
-        _low, high = self._watermarks(journal.partition)
-        if journal.next_offset >= high:
-            return
-        self._consumer.assign([TopicPartition(self.topic, journal.partition, journal.next_offset)])
-        deadline = time.monotonic() + self.read_timeout
-        consumed = False  # a record of this assignment came: the position is this read's now
-        try:
-            while journal.next_offset < high:
-                if until is not None and journal.holds_through(until):
-                    return
-                if time.monotonic() > deadline:
-                    raise StoreUnavailable(
-                        f"Kafka did not hand back {self.topic!r}[{journal.partition}] up to "
-                        f"offset {high} within {self.read_timeout}s"
-                    )
-                # consume() waits for all num_messages (or the timeout): ask for just the
-                # records left, so the last batch returns when it lands.
-                wanted = min(500, high - journal.next_offset)
-                batch = self._consumer.consume(num_messages=wanted, timeout=0.05)
-                for msg in batch:
-                    consumed = True
-                    self._take(msg, journal, run)
-                if not batch and consumed:
-                    # Offsets with no record (control records) show as the position. Before a
-                    # record of this assignment came, the position may still be where the
-                    # shared consumer's last read of the partition ended: trusting it then
-                    # would skip this read's records.
-                    position = self._consumer.position(
-                        [TopicPartition(self.topic, journal.partition)]
-                    )
-                    journal.next_offset = max(journal.next_offset, min(position[0].offset, high))
-        except KafkaException as exc:
-            raise StoreUnavailable(f"Kafka failed a journal read: {exc}") from exc
-        finally:
-            self._consumer.unassign()
-
-    def _take(self, msg: Message, journal: Journal, run: Run) -> None:
-        err = msg.error()
-        if err is not None:
-            if err.code() == KafkaError._PARTITION_EOF:
-                return
-            raise KafkaException(err)
-        headers = header_map(msg.headers())
-        if (headers.get(WORKFLOW_HEADER), headers.get(RUN_ID_HEADER)) == run:
-            problem = (
-                mac_problem(self.journal_secret, msg) if self.journal_secret is not None else None
-            )
-            if problem is not None:
-                self._doubts.dropped(run, "mac", detail=problem)
-                journal.next_offset = max(journal.next_offset, (msg.offset() or 0) + 1)
-                return
-            value = msg.value()
-            try:
-                event = decode(value, headers.get(SCHEMA_HEADER)) if value is not None else None
-            except NotARunEvent as exc:
-                # Before the offset moves past it: every later read stops at it again.
-                where = (msg.topic() or "", msg.partition() or 0, msg.offset() or 0)
-                raise JournalRecordUndecodable(*where, str(exc)) from exc
-            if journal.first is None:
-                journal.first = msg.offset()
-            if event is not None and not journal.keep(event):
-                self._doubts.dropped(run, "epoch")
-        journal.next_offset = max(journal.next_offset, (msg.offset() or 0) + 1)
 
     def _remember(self, run: Run, journal: Journal, events: Sequence[RunEvent]) -> None:
         """Keep the run's journal (most recently used last) and its position."""

@@ -2,7 +2,8 @@
 
 A read of the journal topic drops a record of a run when its epoch is above the highest the
 lifecycle store issued for the run (``reason="epoch"``), or, with a journal key, when its
-``lg-mac`` is missing or wrong (``reason="mac"``). Each one counts in
+``lg-mac`` is missing or wrong (``reason="mac"``), or when one of its ``lg-*`` headers is
+not UTF-8 (``reason="header"``). Each one counts in
 ``lockgate_journal_records_dropped_total``; the first for a run in this process is one error
 line naming the run, so a forged topic is said without a line per read.
 """
@@ -27,8 +28,8 @@ class Doubts:
         self._said: set[tuple[str, str]] = set()
 
     def dropped(self, run: tuple[str, str], reason: str, count: int = 1, detail: str = "") -> None:
-        """``count`` records of ``run`` not believed for ``reason`` (``epoch`` or ``mac``;
-        ``detail`` says what is wrong with a MAC)."""
+        """``count`` records of ``run`` not believed for ``reason`` (``epoch``, ``mac`` or
+        ``header``; ``detail`` says what is wrong with a MAC or a header)."""
         for _ in range(count):
             metrics.journal_record_dropped(run[0], reason)
         if run in self._said:
@@ -36,11 +37,11 @@ class Doubts:
         if len(self._said) >= SAID_KEPT:
             self._said.clear()
         self._said.add(run)
-        why = (
-            "stamped with an epoch the lifecycle store never issued for it"
-            if reason == "epoch"
-            else f"whose MAC does not verify ({detail})"
-        )
+        why = {
+            "epoch": "stamped with an epoch the lifecycle store never issued for it, or with "
+            "none where lockgate always stamps one",
+            "mac": f"whose MAC does not verify ({detail})",
+        }.get(reason, f"that lockgate did not write ({detail})")
         _log.error(
             "journal topic %r holds a record of run %r of %r %s: it is dropped from every read "
             "(only lockgate workers may write to the journal topic; see docs/kafka.md)",
