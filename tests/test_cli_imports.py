@@ -48,13 +48,14 @@ HELP_ENTRY = {*ENTRY, "lockgate.cli._help"}
 #: hashlib (it loads OpenSSL), getpass (termios), signal (enum).
 NOT_FOR_SQLITE_READS = ("logging", "hashlib", "getpass", "signal")
 #: The most modules each command line may import beyond ``python -c pass``'s, and the most of
-#: lockgate's own: what they import now (Python 3.11). On Valkey, what ``import redis`` alone
-#: imports is not counted, so that another redis-py does not move the budget.
+#: lockgate's own: what they import now (Python 3.11). On Valkey, what redis-py imports to load
+#: and to open one connection (``REDIS_CONNECTS``) is not counted, so that another redis-py does
+#: not move the budget (redis-py 8 imports importlib.metadata, hmac and idna as it connects).
 BUDGETS = {
     "--version": (11, 4),
     "--help": (13, 5),
     "runs list (SQLite)": (83, 37),
-    "runs list (Valkey)": (50, 38),
+    "runs list (Valkey)": (50, 40),
 }
 
 # Runs `lockgate ARGV` as the console script does (`from lockgate.cli import run`), then
@@ -69,6 +70,15 @@ run()
 """
 
 NAME = "cli_imports_listed"
+
+#: redis-py loaded and one connection tried, to a loopback port nothing listens on.
+REDIS_CONNECTS = """
+import redis
+try:
+    redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=1).ping()
+except redis.ConnectionError:
+    pass
+"""
 
 
 @workflow(name=NAME)
@@ -167,7 +177,7 @@ def test_runs_list_on_valkey_imports_redis_but_no_kafka_nor_http(
     assert "redis" in modules
     assert loaded(modules, (*HEAVY, "pydantic")) == []
     assert [m for m in modules if m.startswith("lockgate.stores.kafka")] == []
-    within_budget(modules, "runs list (Valkey)", beside="import redis")
+    within_budget(modules, "runs list (Valkey)", beside=REDIS_CONNECTS)
 
 
 def test_every_command_has_its_line_in_the_table() -> None:
