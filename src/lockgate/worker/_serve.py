@@ -24,10 +24,10 @@ from lockgate.worker._runtime import StopSignal
 from lockgate.worker._status import StoreState, backoff, status_log
 from lockgate.worker._worker import (
     WorkflowWorker,
-    _served,
-    _worker_id,
     handle_stop_signals,
+    served_specs,
     unhandle_signals,
+    worker_id_or_default,
 )
 
 T = TypeVar("T")
@@ -51,9 +51,9 @@ async def serve(
     until SIGTERM or SIGINT (or, before the store opened, until either). Any other error
     opening the store is raised at once; the store is closed on return."""
     workflows = list(workflows)
-    _served(workflows)  # a mistake there is told now, not once a store answers
+    served_specs(workflows)  # a mistake there is told now, not once a store answers
     clock = as_clock(clock)
-    worker_id = _worker_id(None)
+    worker_id = worker_id_or_default(None)
     state = StoreState(store_name, clock)
     health: HealthServer | None = None
     stop = StopSignal()

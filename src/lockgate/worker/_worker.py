@@ -66,7 +66,7 @@ START_RETRY_MOST = 5.0
 _PRESENCE_LOOP = "lockgate-presence"
 
 
-def _served(workflows: Iterable[Callable[..., Any]]) -> dict[str, WorkflowSpec]:
+def served_specs(workflows: Iterable[Callable[..., Any]]) -> dict[str, WorkflowSpec]:
     if isinstance(workflows, str | bytes) or not isinstance(workflows, Iterable):
         raise ConfigurationError("WorkflowWorker(workflows=...) takes @workflow functions")
     specs: dict[str, WorkflowSpec] = {}
@@ -83,7 +83,7 @@ def _served(workflows: Iterable[Callable[..., Any]]) -> dict[str, WorkflowSpec]:
     return specs
 
 
-def _worker_id(worker_id: str | None) -> str:
+def worker_id_or_default(worker_id: str | None) -> str:
     if worker_id is None:
         return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     if not isinstance(worker_id, str) or not worker_id or any(c in worker_id for c in "/ \t\n"):
@@ -166,14 +166,14 @@ class WorkflowWorker:
             )
         self.store = store
         self.options = options
-        self.worker_id = _worker_id(worker_id)
+        self.worker_id = worker_id_or_default(worker_id)
         self.clock = as_clock(clock)
         self._rt = Runtime(
             store=store,
             clock=self.clock,
             options=options,
             worker_id=self.worker_id,
-            specs=_served(workflows),
+            specs=served_specs(workflows),
         )
         check_bindings(self._rt, kafka_journal(store))
         self._pool = AttemptPool(self._rt)
