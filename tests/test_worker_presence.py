@@ -12,10 +12,11 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from lockgate import MemoryStore, Store, WorkflowContext, step, workflow
+from lockgate import MemoryStore, Store, StoreUnavailable, WorkflowContext, step, workflow
 from lockgate.stores import SQLiteStore, ValkeyStore, WorkerInfo
 from lockgate.worker import WorkerOptions, WorkflowWorker
 
@@ -166,3 +167,71 @@ async def test_a_draining_worker_keeps_its_presence_so_no_one_takes_its_runs(
     events = store.load_run("presence_drained", handle.run_id)
     assert [e for e in events if e.kind == "run:requeued"] == []
     assert sum(e.kind == "step:pending" for e in events) == 1  # the step ran once
+
+
+class OutageStore(MemoryStore):
+    """A MemoryStore that can be made to refuse, as a store away would, the presence writes of
+    the workers named in ``refusing`` and, while ``away``, the takeover's reads too."""
+
+    def __init__(self) -> None:
+        super().__init__(lock_ttl=30.0, heartbeat_interval=0.05)
+        self.refusing: set[str] = set()
+        self.away = False
+
+    def record_worker(self, info: WorkerInfo, ttl: float) -> None:
+        if info.worker_id in self.refusing:
+            raise StoreUnavailable(f"the store is away (presence of {info.worker_id})")
+        super().record_worker(info, ttl)
+
+    def recover_lapsed_holders(self, *args: Any, **kwargs: Any) -> list[str]:
+        if self.away:
+            raise StoreUnavailable("the store is away (takeover)")
+        return super().recover_lapsed_holders(*args, **kwargs)
+
+
+#: A record lives 2 s; one worker's writes come back this much later than the other's, well
+#: inside a presence_ttl (a slower reconnect after the same outage).
+STEADY = dataclasses.replace(QUICK_TAKEOVER, presence_ttl=2.0)
+LATE_S = 0.8
+
+
+async def test_after_an_outage_that_lapsed_every_record_no_live_worker_takes_anothers_runs() -> (
+    None
+):
+    """The store away longer than a presence_ttl lapses every worker's record at once. The
+    first worker to write its record again must not count the others as dead before they had
+    a presence_ttl to write theirs: it takes nothing over until its own record has been
+    written without a break for a whole presence_ttl."""
+    HELD["go"] = asyncio.Event()
+    store = OutageStore()
+    holder = WorkflowWorker(
+        workflows=[presence_held], store=store, worker_id="w-holder", options=STEADY
+    )
+    first = WorkflowWorker(
+        workflows=[presence_held], store=store, worker_id="w-first", options=STEADY
+    )
+    async with serving(holder):
+        handle = await holder.client.submit("presence_held")
+        await wait_for("w-holder holds the run", lambda: record(store, "w-holder", busy=1))
+        async with serving(first):
+            await wait_for("w-first publishes", lambda: record(store, "w-first"))
+            store.away = True
+            store.refusing = {"w-holder", "w-first"}
+            deadline = time.monotonic() + WAIT_S
+            while store.live_workers():  # every record lapsed
+                assert time.monotonic() < deadline, store.live_workers()
+                await asyncio.sleep(0.01)
+            store.away = False
+            store.refusing = {"w-holder"}  # w-first is back first
+            await wait_for("w-first writes again", lambda: record(store, "w-first"))
+            await asyncio.sleep(LATE_S)
+            store.refusing = set()
+            await wait_for("w-holder writes again", lambda: record(store, "w-holder"))
+            # Past the point where w-first may take over: its record has now been steady for
+            # longer than a presence_ttl, and w-holder's is back.
+            await asyncio.sleep(STEADY.presence_ttl + 2 * STEADY.takeover_interval)
+            HELD["go"].set()
+            assert await handle.result(timeout=WAIT_S) is None
+    events = store.load_run("presence_held", handle.run_id)
+    assert [e.payload for e in events if e.kind == "run:requeued"] == []
+    assert sum(e.kind == "step:pending" for e in events) == 1

@@ -265,6 +265,17 @@ async def take_over_lapsed(rt: Runtime) -> bool:
     return False
 
 
+async def take_over_when_present(rt: Runtime) -> bool:
+    """:func:`take_over_lapsed`, once this worker's own presence has been written without a
+    break for a whole ``presence_ttl``: after an outage of the store (or a freeze of this
+    process) the other live workers' records may have lapsed too, and each gets a
+    ``presence_ttl`` to write its record again before its runs count as a dead worker's."""
+    since = rt.presence_steady_since
+    if since is None or rt.clock() - since < rt.options.presence_ttl:
+        return False
+    return await take_over_lapsed(rt)
+
+
 async def maintain(rt: Runtime) -> bool:
     """Let the store clean up (finished-run retention, expired idempotency records)."""
     removed = await rt.io(rt.store.run_maintenance)

@@ -11,6 +11,11 @@ and so its runs until their leases lapse, as before (the loop watchdog notes tho
 ``_watchdog.py``); a process that is killed or frozen whole (SIGKILL, SIGSTOP, a machine that
 died) stops writing, and its runs move once its record is ``presence_ttl`` old. The loop only
 refreshes what the record says (slots in use, shards and partitions owned).
+
+A worker takes nothing over until its own record has been written without a break for a whole
+``presence_ttl`` (``Runtime.presence_steady_since``): after an outage of the store, or a freeze
+of this process, every live worker's record may have lapsed at once, and each must have had a
+``presence_ttl`` to write it again before anyone counts it gone.
 """
 
 from __future__ import annotations
@@ -61,7 +66,9 @@ def worker_info(rt: Runtime, pool: AttemptPool, started_at: float) -> WorkerInfo
 class PresenceBeacon:
     """Writes ``info`` (stamped with the time of each write) every ``interval`` seconds for
     ``ttl`` seconds, from a daemon thread, until :meth:`stop`. A write the store refuses is
-    tried again at the next tick; the first failure of a run of them is logged once."""
+    tried again at the next tick; the first failure of a run of them is logged once. Sets
+    ``rt.presence_steady_since`` to the time the present unbroken run of writes began (None
+    while they fail): a write more than ``ttl`` after the one before starts a new run."""
 
     def __init__(self, rt: Runtime, info: WorkerInfo, *, interval: float, ttl: float) -> None:
         self._rt = rt
@@ -81,17 +88,24 @@ class PresenceBeacon:
 
     def _beat(self) -> None:
         failing = False
+        written_at: float | None = None
         while not self._stop.is_set():
             try:
-                info = dataclasses.replace(self.info, heartbeat_at=self._rt.clock())
+                now = self._rt.clock()
+                info = dataclasses.replace(self.info, heartbeat_at=now)
                 self._rt.store.record_worker(info, self._ttl)
             except Exception as exc:  # a thread's death would pass unseen: tell it, go on
+                self._rt.presence_steady_since = None
+                written_at = None
                 if not failing:
                     log.warning(
                         "worker %s: publishing its presence failed: %s", self._rt.worker_id, exc
                     )
                 failing = True
             else:
+                if written_at is None or now - written_at > self._ttl:
+                    self._rt.presence_steady_since = now
+                written_at = now
                 if failing:
                     log.info("worker %s: publishing its presence again", self._rt.worker_id)
                 failing = False
@@ -112,6 +126,7 @@ async def presence_loop(rt: Runtime, pool: AttemptPool, started_at: float) -> No
             beacon.info = worker_info(rt, pool, started_at)
     finally:
         beacon.stop()
+        rt.presence_steady_since = None
 
 
 async def drop_presence(rt: Runtime) -> None:

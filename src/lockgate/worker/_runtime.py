@@ -151,6 +151,9 @@ class Runtime:
     owned: dict[str, list[int]] = field(default_factory=dict)
     #: Per bound workflow, what is told each run of it this worker finished (its consumer).
     run_ended: dict[str, Callable[[str], None]] = field(default_factory=dict)
+    #: When this worker's presence record began to be written without a break (its clock);
+    #: None while it is not (``_presence.py``). Set from the presence thread.
+    presence_steady_since: float | None = None
     _claims: int = 0
     _leases: int = 0
     _nonce: str = field(default_factory=lambda: uuid.uuid4().hex[:12])

@@ -41,6 +41,7 @@ from lockgate.worker._loops import (
     recover_orphans,
     sharded,
     take_over_lapsed,
+    take_over_when_present,
     takes_over,
 )
 from lockgate.worker._marker import mark_store, watch_marker
@@ -433,7 +434,7 @@ class WorkflowWorker:
             if takes_over(rt):
                 loops.append(
                     asyncio.create_task(
-                        every(rt, take_over_lapsed, options.takeover_interval),
+                        every(rt, take_over_when_present, options.takeover_interval),
                         name="lockgate-takeover",
                     )
                 )
