@@ -547,7 +547,14 @@ class BoundConsumer(GroupMember):
             self._ask_failed = True
             return
         self._ask_failed = False
+        # A run the store does not know ended and went (retention) unless the store lost its
+        # data: then it is unknown, held open (its record uncommitted) until the store is
+        # rebuilt or marked anew.
+        lost = any(info is None for info in infos) and self._store_lost()
         for run_id, info in zip(asked, infos, strict=True):
+            if info is None and lost:
+                self._opened_at[run_id] = now
+                continue
             if info is None or info.status.is_terminal:
                 self._finish(run_id)
                 continue
@@ -556,6 +563,15 @@ class BoundConsumer(GroupMember):
             flow = self._flows.get(partition)
             if flow is not None:
                 flow.parked_now(offset, info.status in PARKED)
+
+    def _store_lost(self) -> bool:
+        """Whether the store has lost its data (its marker is gone); an outage or another
+        failure asking counts as lost too, so nothing is committed on a guess."""
+        try:
+            return self._run(call_store(self.store, self.store.read_marker)) is None
+        except Exception as exc:
+            log.debug("bound topic %s: reading the store's marker failed: %s", self.topic, exc)
+            return True
 
     # -- commits -------------------------------------------------------------------------------
 
