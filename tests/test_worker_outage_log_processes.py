@@ -146,4 +146,6 @@ def test_a_store_that_refuses_every_write_for_a_while_is_one_outage_in_the_log(
     assert len(began) == 1, text
     assert "database is locked" in began[0]
     assert len(ended) == 1, text
+    # The presence thread's refused writes are the same outage: not told again.
+    assert "presence" not in text, text
     assert "Traceback" not in text

@@ -66,7 +66,8 @@ def worker_info(rt: Runtime, pool: AttemptPool, started_at: float) -> WorkerInfo
 class PresenceBeacon:
     """Writes ``info`` (stamped with the time of each write) every ``interval`` seconds for
     ``ttl`` seconds, from a daemon thread, until :meth:`stop`. A write the store refuses is
-    tried again at the next tick; the first failure of a run of them is logged once. Sets
+    tried again at the next tick; the first failure of a run of them is logged once, unless it
+    is an outage (:class:`StoreUnavailable`), which the worker's store state tells. Sets
     ``rt.presence_steady_since`` to the time the present unbroken run of writes began (None
     while they fail): a write more than ``ttl`` after the one before starts a new run."""
 
@@ -87,28 +88,33 @@ class PresenceBeacon:
         self._stop.set()
 
     def _beat(self) -> None:
-        failing = False
+        warned = False
         written_at: float | None = None
         while not self._stop.is_set():
             try:
                 now = self._rt.clock()
                 info = dataclasses.replace(self.info, heartbeat_at=now)
                 self._rt.store.record_worker(info, self._ttl)
+            except StoreUnavailable as exc:
+                # An outage: the worker's store state tells it, once, from its own calls.
+                self._rt.presence_steady_since = None
+                written_at = None
+                log.debug("worker %s: presence not written: %s", self._rt.worker_id, exc)
             except Exception as exc:  # a thread's death would pass unseen: tell it, go on
                 self._rt.presence_steady_since = None
                 written_at = None
-                if not failing:
+                if not warned:
                     log.warning(
                         "worker %s: publishing its presence failed: %s", self._rt.worker_id, exc
                     )
-                failing = True
+                warned = True
             else:
                 if written_at is None or now - written_at > self._ttl:
                     self._rt.presence_steady_since = now
                 written_at = now
-                if failing:
+                if warned:
                     log.info("worker %s: publishing its presence again", self._rt.worker_id)
-                failing = False
+                warned = False
             if self._stop.wait(self._interval):
                 return
 
