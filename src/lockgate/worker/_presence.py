@@ -87,6 +87,11 @@ class PresenceBeacon:
     def stop(self) -> None:
         self._stop.set()
 
+    def join(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for a write in flight to end."""
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
     def _beat(self) -> None:
         warned = False
         written_at: float | None = None
@@ -133,6 +138,8 @@ async def presence_loop(rt: Runtime, pool: AttemptPool, started_at: float) -> No
     finally:
         beacon.stop()
         rt.presence_steady_since = None
+        # A write in flight must land before the record is dropped, not after it.
+        await asyncio.shield(asyncio.to_thread(beacon.join, rt.options.presence_ttl))
 
 
 async def drop_presence(rt: Runtime) -> None:
