@@ -246,3 +246,48 @@ def test_with_a_kafka_journal_store_rebuild_brings_the_runs_and_the_workers_back
     finally:
         store.close()
     told_once_and_quietly(workers)
+
+
+def test_a_worker_started_on_an_emptied_store_whose_journal_holds_records_does_not_mark_it(
+    tmp_path: Path, server: ValkeyServer, workers: list[Worker], kafka_bootstrap: str
+) -> None:
+    """Every worker gone and Valkey lost: a worker starting then finds no marker, as on a new
+    store, but the journal topic holds records. It must not mark the store (that would serve
+    the empty namespace as new and leave the journaled runs behind): it says so once, is not
+    ready and claims nothing until a rebuild restores the runs and the marker."""
+    namespace = f"lost{uuid.uuid4().hex[:8]}"
+    url = f"valkey://127.0.0.1:{server.port}/0?namespace={namespace}"
+    journal = f"kafka://{kafka_bootstrap}?topic_prefix=lgm{uuid.uuid4().hex[:10]}"
+    first = Worker(tmp_path, url, "--journal", journal)
+    workers.append(first)
+    store = open_store(url, journal=journal, retry_attempts=10)
+    try:
+        done = submit(store, 0.0, 0.0)
+        first.until("a run completes", lambda: status(store, done) == RunStatus.COMPLETE)
+        assert first.stop() == 0, first.text()
+        server.stop(kill=True)
+        server.start()  # empty: no marker, no runs; the journal topic keeps its records
+        assert store.read_marker() is None
+
+        late = Worker(tmp_path, url, "--journal", journal, "--health-port", "0")
+        workers.append(late)
+        port = late.health_port()
+        line = late.line(f"{LOST}.*").group(0)
+        assert "journal holds" in line, line
+        assert "`lockgate store rebuild`" in line, line
+        late.until("/readyz answers 503", lambda: get(port, "/readyz")[0] == 503)
+        queued = submit(store, 0.0, 0.0)
+        stays(
+            "the store stays unmarked and the new run unclaimed",
+            lambda: store.read_marker() is None and status(store, queued) == RunStatus.PENDING,
+            2.0,
+        )
+
+        rebuilt = lockgate(tmp_path, "store", "rebuild", "--store", url, "--journal", journal)
+        assert rebuilt.returncode == 0, rebuilt.stderr
+        going_on([late], [port])
+        assert status(store, done) == RunStatus.COMPLETE  # back from the journal
+        late.until("the queued run completes", lambda: status(store, queued) == RunStatus.COMPLETE)
+    finally:
+        store.close()
+    told_once_and_quietly([late])

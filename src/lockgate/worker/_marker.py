@@ -65,6 +65,21 @@ class MarkerWatch:
             "empty; this worker goes on once its marker is back"
         )
 
+    def lost_at_start(self, records: int) -> None:
+        """The store was found, at the worker's start, without its marker while its journal
+        topic holds ``records`` records: a loss, said once; the worker claims nothing until a
+        rebuild (or ``lockgate store init``) marks it."""
+        self.lost = True
+        self.losses += 1
+        status_log.error(
+            "%s, but its Kafka journal holds %d record(s): the runs they journal are not in "
+            "the store, and this worker claims nothing; %s (or `lockgate store init` to go on "
+            "without them)",
+            self.error,
+            records,
+            self._advice(),
+        )
+
     def seen(self, marker: StoreMarker | None) -> bool:
         """Take in a read of the marker; True when it came back (the worker goes on)."""
         if marker is None:
@@ -99,9 +114,26 @@ class MarkerWatch:
 
 async def mark_store(rt: Runtime) -> None:
     """At the worker's start: write the marker unless the store carries one (a new store),
-    and learn which marker the worker serves under."""
+    and learn which marker the worker serves under. A store with a Kafka journal whose
+    lifecycle holds no marker and no run while its journal topic holds records is not new: it
+    lost its data, and is left unmarked (the worker waits as for any loss) for a rebuild to
+    restore. (A new store a client submitted to before any worker started holds that run.)"""
+    journal = kafka_journal(rt.store)
+    if journal is not None and await rt.io(rt.store.read_marker) is None:
+        records = (await rt.io(journal.info))["records"]
+        if records and not await rt.io(runs_held, rt.store):
+            rt.marker.lost_at_start(records)
+            return
     await rt.io(rt.store.ensure_marker)
     rt.marker.seen(await rt.io(rt.store.read_marker))
+
+
+def runs_held(store: object) -> int:
+    """How many runs the lifecycle tier of a composite ``store`` holds (live, or ended and not
+    yet forgotten), as its ``info()`` counts them."""
+    lifecycle = getattr(store, "lifecycle", store)
+    workflows = lifecycle.info().get("workflows", {})  # type: ignore[attr-defined]
+    return sum(int(counts.get("runs", 0)) for counts in workflows.values())
 
 
 async def check_marker(rt: Runtime) -> bool:
