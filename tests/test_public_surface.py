@@ -147,6 +147,7 @@ PACKAGES = [
     "lockgate.stores",
     "lockgate.stores.kafka",
     "lockgate.streams.sources",
+    "lockgate.web",
     "lockgate.worker",
     "lockgate.workflow",
 ]

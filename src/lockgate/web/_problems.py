@@ -66,6 +66,17 @@ _STATUS: tuple[tuple[type[BaseException], int], ...] = (
 )
 
 
+class ProblemError(Exception):
+    """A refusal the API decides itself (not one from the client): answered as a problem."""
+
+    def __init__(self, status: int, code: str, detail: str, *, field: str | None = None) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.code = code
+        self.detail = detail
+        self.field = field
+
+
 def problem_type(code: str) -> str:
     return f"urn:lockgate:error:{code}"
 
