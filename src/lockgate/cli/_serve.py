@@ -7,9 +7,9 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from lockgate._output import note
 from lockgate.cli._exits import OK, Failure
 from lockgate.cli._load import load_workflows
-from lockgate.cli._output import note
 from lockgate.cli._params import Subparsers, port
 from lockgate.stores._open import open_store
 
