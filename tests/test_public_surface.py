@@ -100,6 +100,8 @@ EXPECTED = {
     "StepResultTypeError",
     "Store",
     "StoreAuthenticationError",
+    "StoreError",
+    "StoreFault",
     "StoreFileError",
     "StoreFileGone",
     "StoreProtocolError",

@@ -15,8 +15,7 @@ from lockgate._errors import (
     ConfigurationError,
     ErrorCode,
     LockgateError,
-    StoreFileGone,
-    StoreUnavailable,
+    StoreFault,
 )
 from lockgate.client._client import WorkflowClient
 from lockgate.http._limits import (
@@ -135,7 +134,7 @@ def _add_handlers(app: FastAPI) -> None:
         return problem(exc.status, exc.code, exc.detail, field=exc.field)
 
     async def on_error(request: Request, exc: Exception) -> Response:
-        if isinstance(exc, StoreUnavailable | StoreFileGone):
+        if isinstance(exc, StoreFault):
             metrics.store_error(f"http:{getattr(request.scope.get('route'), 'name', 'unmatched')}")
         return from_error(exc)
 
