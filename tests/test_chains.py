@@ -282,7 +282,7 @@ def test_links_whose_hop_does_not_increase_are_refused(store: MemoryStore) -> No
 async def test_runs_show_names_the_run_a_run_continued_as(
     client: WorkflowClient, drive: Drive, store: MemoryStore
 ) -> None:
-    from lockgate.cli._output import run_fields
+    from lockgate._output import run_fields
 
     handle = await client.submit("chain_plain", {"tenant": "s", "left": 1})
     assert await to_end(drive, handle, client) == RunStatus.COMPLETE

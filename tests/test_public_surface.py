@@ -100,6 +100,8 @@ EXPECTED = {
     "StepResultTypeError",
     "Store",
     "StoreAuthenticationError",
+    "StoreError",
+    "StoreFault",
     "StoreFileError",
     "StoreFileGone",
     "StoreProtocolError",
@@ -147,6 +149,7 @@ PACKAGES = [
     "lockgate.stores",
     "lockgate.stores.kafka",
     "lockgate.streams.sources",
+    "lockgate.web",
     "lockgate.worker",
     "lockgate.workflow",
 ]

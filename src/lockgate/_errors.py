@@ -38,14 +38,16 @@ parsing messages::
     ├── WaitTimeout                     a signal wait or interrupt reached its deadline
     ├── RunNotWaitingError              a resume of an interrupt the run does not wait on
     ├── InterruptHandlerFailed          an on_interrupt handler could not answer the question
-    ├── LockLost                        a fenced write by a lease that no longer holds the run
-    │   └── EventAfterTerminal          an append behind a terminal event
+    ├── StoreError                      a store failure: the store, not the request, stopped it
+    │   ├── StoreFault                  the store itself failed under an operation
+    │   │   ├── StoreUnavailable        the store failed under an operation (retriable)
+    │   │   └── StoreFileGone           an SQLite store's path no longer names its file
+    │   ├── LockLost                    a fenced write by a lease that no longer holds the run
+    │   │   └── EventAfterTerminal      an append behind a terminal event
+    │   └── CapabilityMissing           a store asked for an optional group it lacks
     ├── RunOwnedError                   another live lease holds the run
     ├── RunGatedError                   a concurrency or rate gate kept the run waiting too long
-    ├── CapabilityMissing               a store asked for an optional group it lacks
     ├── ConsumerDied                    a worker's topic consumer ended while it served
-    ├── StoreUnavailable                the store failed under an operation
-    ├── StoreFileGone                   an SQLite store's path no longer names its file
     ├── JournalNeedsNewerRuntime        a journal with facts this runtime cannot read
     │   └── SchemaVersionMismatch       an event schema major newer than this runtime
     ├── DurableInvocationError          a run awaited by a caller ended in error
@@ -53,9 +55,15 @@ parsing messages::
     │   └── DurableInvocationTimeout    ... or did not end within the caller's timeout
     ├── DurableInterrupt                an awaited run asks a question no handler answers
     └── UserFailure                     failures a step raises to steer retries
-        ├── Transient                   always retried, up to max_attempts
+        ├── Transient                   always retried, up to max_attempts (retriable)
         ├── Poison                      bad input: never retried
         └── Fatal                       broken invariant: never retried
+
+Whether an error is worth retrying is an attribute of its class, ``retriable`` (False unless
+the class says otherwise), so a caller asks the error rather than list types: when it is True,
+the same call may succeed later with nothing changed (the store answering again, a passing
+condition). The store failures share one branch, :class:`StoreError`; the store's own faults
+(it did not answer, its file is gone), as opposed to its refusals, share :class:`StoreFault`.
 
 Context fields are keyword-only. Errors the engine writes into the journal are described by
 :func:`describe_error`, which is plain JSON and round-trips through every store.
@@ -70,7 +78,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 
 class ErrorCode(enum.StrEnum):
@@ -127,12 +135,16 @@ class ErrorCode(enum.StrEnum):
     INTERRUPT_HANDLER_FAILED = "interrupt_handler_failed"
     INVALID_TEXT = "invalid_text"
     INVALID_CURSOR = "invalid_cursor"
+    #: The branch of the store failures (:class:`StoreError`, :class:`StoreFault`).
+    STORE_ERROR = "store_error"
 
 
 class LockgateError(Exception):
     """Root of every error lockgate raises on purpose."""
 
     code: ErrorCode = ErrorCode.INVALID_REQUEST
+    #: Whether the same call may succeed when tried again with nothing changed.
+    retriable: ClassVar[bool] = False
 
 
 class ConfigurationError(LockgateError):
@@ -440,7 +452,19 @@ class WaitTimeout(LockgateError):
         self.deadline = deadline
 
 
-class LockLost(LockgateError):
+class StoreError(LockgateError):
+    """The branch of the store failures: the store failed under a call, or refused one it
+    cannot take (a lease that lost the run, a capability it lacks). See ``retriable``."""
+
+    code = ErrorCode.STORE_ERROR
+
+
+class StoreFault(StoreError):
+    """The store itself failed under an operation (it did not answer, or its file is gone):
+    neither the request's doing nor a refusal. ``retriable`` tells the two apart."""
+
+
+class LockLost(StoreError):
     """A fenced write by a lease that no longer holds the run; nothing was written."""
 
     code = ErrorCode.LOCK_LOST
@@ -465,7 +489,7 @@ class RunGatedError(LockgateError):
     code = ErrorCode.RUN_GATED
 
 
-class CapabilityMissing(LockgateError):
+class CapabilityMissing(StoreError):
     """The store was asked for an optional capability group it does not provide."""
 
     code = ErrorCode.CAPABILITY_MISSING
@@ -490,10 +514,12 @@ class ConsumerDied(LockgateError):
         self.role = role
 
 
-class StoreUnavailable(LockgateError):
-    """The store failed under an operation; the run is left as it was."""
+class StoreUnavailable(StoreFault):
+    """The store failed under an operation; the run is left as it was. Worth retrying: the
+    store may answer again."""
 
     code = ErrorCode.STORE_UNAVAILABLE
+    retriable = True
 
 
 class JournalTopicMismatch(ConfigurationError):
@@ -613,7 +639,7 @@ class JournalRecordUndecodable(StoreProtocolError):
         self.reason = reason
 
 
-class StoreFileGone(LockgateError):
+class StoreFileGone(StoreFault):
     """The path of an open SQLite store no longer names the file it opened, or its ``-wal`` or
     ``-shm`` companion: deleted, moved or replaced. Whatever the store did next would go to a
     file no other process can see, so it refuses every call from then on. Not
@@ -719,6 +745,7 @@ class Transient(UserFailure):
     """A passing condition (a network blip, contention): retried up to max_attempts."""
 
     code = ErrorCode.TRANSIENT
+    retriable = True
 
 
 class Poison(UserFailure):

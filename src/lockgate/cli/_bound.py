@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import argparse
 
+from lockgate._output import json_line, out
 from lockgate.cli._exits import OK, Failure
-from lockgate.cli._output import json_line, out
 from lockgate.cli._params import Subparsers, positive_int
 
 TYPE_CHECKING = False  # typing itself is not imported to build the parser

@@ -16,9 +16,9 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from lockgate._errors import CapabilityMissing
+from lockgate._output import fields, flatten, json_line, note, out
 from lockgate.cli._exits import OK, USAGE, Failure
 from lockgate.cli._load import import_module, load_workflows
-from lockgate.cli._output import fields, flatten, json_line, note, out
 from lockgate.cli._params import (
     FROM_FILE,
     Subparsers,

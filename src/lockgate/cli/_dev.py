@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lockgate._output import note, out
 from lockgate.cli._exits import FAILED, OK, Failure
-from lockgate.cli._output import note, out
 from lockgate.cli._params import Subparsers, port
 from lockgate.stores._open import JOURNAL_URL_ENV, STORE_URL_ENV
 

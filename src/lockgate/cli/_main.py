@@ -23,7 +23,7 @@ new command:
   better plain, since running a coroutine imports asyncio (``runs list`` is plain).
 - A new command group gets a module of its own (``lockgate topics`` in ``cli/_topics.py``), so
   that branches adding commands meet only in their one line each of :data:`COMMANDS`.
-- Keep that module's top-level imports light (argparse, ``cli._params``, ``cli._output``,
+- Keep that module's top-level imports light (argparse, ``cli._params``, ``lockgate._output``,
   ``cli._exits``, ``stores._open``, enums and option dataclasses): import the client, the
   worker, a store backend, ``streams``, ``http``, confluent_kafka, redis or fastapi inside the
   handler that uses them (types for annotations under ``if TYPE_CHECKING:``).

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 from lockgate._names import check_name
+from lockgate._output import note
 from lockgate._text import check_text
 from lockgate.cli._exits import Failure
-from lockgate.cli._output import note
 
 #: How a JSON option's help says it also reads a file or standard input.
 FROM_FILE = "@FILE reads it from FILE, - from standard input"

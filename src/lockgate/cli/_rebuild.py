@@ -9,8 +9,8 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from lockgate._output import out
 from lockgate.cli._exits import FAILED, OK, Failure
-from lockgate.cli._output import out
 from lockgate.cli._params import Subparsers
 from lockgate.stores._open import JOURNAL_URL_ENV, STORE_URL_ENV, is_valkey_url, open_store
 

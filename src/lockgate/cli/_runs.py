@@ -7,8 +7,7 @@ import time
 from typing import TYPE_CHECKING
 
 from lockgate._errors import DurableInvocationCancelled, RunNotFoundError
-from lockgate.cli._exits import FAILED, OK, Failure
-from lockgate.cli._output import (
+from lockgate._output import (
     EVENT_HEADERS,
     RUN_HEADERS,
     compact,
@@ -20,6 +19,7 @@ from lockgate.cli._output import (
     run_row,
     table,
 )
+from lockgate.cli._exits import FAILED, OK, Failure
 from lockgate.cli._params import (
     FROM_FILE,
     Subparsers,

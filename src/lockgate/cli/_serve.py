@@ -7,9 +7,9 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from lockgate._output import note
 from lockgate.cli._exits import OK, Failure
 from lockgate.cli._load import load_workflows
-from lockgate.cli._output import note
 from lockgate.cli._params import Subparsers, port
 from lockgate.stores._open import open_store
 
@@ -24,7 +24,8 @@ async def serve(args: argparse.Namespace) -> int:
 
     try:
         from lockgate.http import TokenTable, create_app
-        from lockgate.http._serve import bind, is_loopback, serve_app, url_of
+        from lockgate.http._serve import bind, serve_app, url_of
+        from lockgate.web._hosts import is_loopback
     except ImportError as exc:
         raise Failure(str(exc)) from exc
     from lockgate._repeats import log_to_stderr

@@ -9,8 +9,8 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any
 
+from lockgate._output import json_line, out, table
 from lockgate.cli._exits import OK, Failure
-from lockgate.cli._output import json_line, out, table
 from lockgate.cli._params import Subparsers
 
 if TYPE_CHECKING:

@@ -11,9 +11,9 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from lockgate._errors import LockgateError, one_line
+from lockgate._output import json_line, out
 from lockgate.cli._commands import check_workflow
 from lockgate.cli._exits import OK, Failure, exit_code_for
-from lockgate.cli._output import json_line, out
 from lockgate.cli._params import FROM_FILE, Subparsers, json_object
 
 if TYPE_CHECKING:  # imported where used: the parsers below are built for every command line

@@ -25,7 +25,7 @@ from lockgate.console._web import (
     safe_next,
     viewer,
 )
-from lockgate.http._problems import status_for
+from lockgate.web._problems import status_for
 
 ACTIONS = ("signal", "cancel", "terminate", "pause", "resume")
 #: What each action's confirm page says it does.

@@ -19,7 +19,7 @@ from lockgate.console._web import (
     redirect,
     render,
 )
-from lockgate.http._auth import TokenTable
+from lockgate.web._auth import TokenTable
 
 
 def mount_console(app: FastAPI, tokens: TokenTable) -> None:

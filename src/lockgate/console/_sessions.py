@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 from starlette.requests import Request
 from starlette.responses import Response
 
-from lockgate.http._auth import SCOPES, TokenEntry
+from lockgate.web._auth import SCOPES, TokenEntry
 
 COOKIE = "lockgate_console"
 COOKIE_PATH = "/console"

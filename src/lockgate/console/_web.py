@@ -15,17 +15,17 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from lockgate import __version__
 from lockgate.console._sessions import COOKIE, Session, Sessions, same_origin, set_cookie
 from lockgate.console._timeline import span, when
-from lockgate.http._auth import TokenTable
-from lockgate.http._paths import SEGMENT
-from lockgate.http._serve import is_loopback
-from lockgate.http._state import ApiState, state_of
+from lockgate.web._auth import TokenTable
+from lockgate.web._hosts import is_loopback
+from lockgate.web._paths import SEGMENT
+from lockgate.web._state import ApiState, state_of
 from lockgate.workflow._spec import readable_text
 
 if TYPE_CHECKING:
     from lockgate.streams._group_view import GroupViewer
 
 PREFIX = "/console"
-#: A name or id in a console path: one holding "/" comes percent-encoded (http/_paths.py).
+#: A name or id in a console path: one holding "/" comes percent-encoded (web/_paths.py).
 Segment = Annotated[str, SEGMENT]
 #: Bytes a console form may hold (a signal's payload is the biggest field).
 MAX_FORM_BYTES = 256 * 1024

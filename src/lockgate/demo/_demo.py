@@ -20,7 +20,7 @@ from typing import Any, TextIO
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 from lockgate._errors import ConfigurationError
-from lockgate.cli._output import event_detail
+from lockgate._output import event_detail
 from lockgate.client._client import WorkflowClient
 from lockgate.client._handle import RunHandle
 from lockgate.demo._board import Board

@@ -14,6 +14,6 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from lockgate.http._app import create_app
-from lockgate.http._auth import TokenTable, hash_token
+from lockgate.web._auth import TokenTable, hash_token
 
 __all__ = ["TokenTable", "create_app", "hash_token"]

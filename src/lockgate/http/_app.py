@@ -15,11 +15,9 @@ from lockgate._errors import (
     ConfigurationError,
     ErrorCode,
     LockgateError,
-    StoreFileGone,
-    StoreUnavailable,
+    StoreFault,
 )
 from lockgate.client._client import WorkflowClient
-from lockgate.http._auth import TokenTable
 from lockgate.http._limits import (
     CONSOLE_PREFIX,
     ENVELOPE_BYTES,
@@ -28,12 +26,13 @@ from lockgate.http._limits import (
     too_large,
 )
 from lockgate.http._metrics import RequestMetrics, exposition
-from lockgate.http._paths import SegmentPaths, segment
-from lockgate.http._problems import from_error, problem
 from lockgate.http._routes import probes, runs
-from lockgate.http._state import ApiState, ProblemError
 from lockgate.metrics import _hooks as metrics
 from lockgate.stores._base import Store
+from lockgate.web._auth import TokenTable
+from lockgate.web._paths import SegmentPaths, segment
+from lockgate.web._problems import ProblemError, from_error, problem
+from lockgate.web._state import ApiState
 from lockgate.workflow._spec import DEFAULT_PAYLOAD_CAP, WorkflowSpec
 
 #: The body cap of a workflow with no payload cap (``max_event_payload_bytes=None``), and of a
@@ -135,7 +134,7 @@ def _add_handlers(app: FastAPI) -> None:
         return problem(exc.status, exc.code, exc.detail, field=exc.field)
 
     async def on_error(request: Request, exc: Exception) -> Response:
-        if isinstance(exc, StoreUnavailable | StoreFileGone):
+        if isinstance(exc, StoreFault):
             metrics.store_error(f"http:{getattr(request.scope.get('route'), 'name', 'unmatched')}")
         return from_error(exc)
 

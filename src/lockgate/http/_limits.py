@@ -14,8 +14,8 @@ from fastapi import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from lockgate._errors import ErrorCode
-from lockgate.http._auth import TokenTable
-from lockgate.http._problems import problem
+from lockgate.web._auth import TokenTable
+from lockgate.web._problems import problem
 
 #: Paths served to anyone: probes, the metrics scrape and the API's own description.
 OPEN_PATHS = frozenset({"/livez", "/readyz", "/metrics", "/openapi.json"})

@@ -20,7 +20,6 @@ from lockgate._errors import (
     UpdateTimeout,
 )
 from lockgate._names import MAX_NAME_LENGTH
-from lockgate.http._auth import TokenEntry
 from lockgate.http._models import (
     Accepted,
     Event,
@@ -42,12 +41,15 @@ from lockgate.http._models import (
     Triggered,
     Updated,
 )
-from lockgate.http._paths import SEGMENT
-from lockgate.http._state import ApiState, ProblemError, requested_by, require, state
+from lockgate.http._state import requested_by, require, state
 from lockgate.journal._events import RunStatus
 from lockgate.metrics import _hooks as metrics
 from lockgate.stores._calls import call_store
 from lockgate.stores._types import RunInfo
+from lockgate.web._auth import TokenEntry
+from lockgate.web._paths import SEGMENT
+from lockgate.web._problems import ProblemError
+from lockgate.web._state import ApiState
 from lockgate.workflow._spec import readable
 
 #: Longest long poll of ``/result`` and wait of ``/updates``, in seconds.
@@ -57,7 +59,7 @@ MAX_PAGES = 20
 PING_TIMEOUT_S = 5.0
 
 Api = Annotated[ApiState, Depends(state)]
-# SEGMENT: a name or id holding "/" comes percent-encoded as one segment (http/_paths.py).
+# SEGMENT: a name or id holding "/" comes percent-encoded as one segment (web/_paths.py).
 Name = Annotated[
     str, Path(min_length=1, max_length=MAX_NAME_LENGTH, description="workflow"), SEGMENT
 ]

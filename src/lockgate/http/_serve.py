@@ -3,25 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import signal
 import socket
 from types import FrameType
 from typing import Any
 
 from lockgate._errors import ConfigurationError
-
-LOOPBACK_NAMES = frozenset({"localhost", "ip6-localhost", "ip6-loopback"})
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` only reaches this machine (a wildcard such as 0.0.0.0 does not)."""
-    if host.lower() in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def bind(host: str, port: int) -> socket.socket:

@@ -1,54 +1,18 @@
-"""What a request's handler works with: the client, the store and the served workflows."""
+"""The dependencies of the API's routes: the app's state (:class:`ApiState`), and the scope a
+route requires of the request's token."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from lockgate._errors import ErrorCode
-from lockgate.client._client import WorkflowClient
-from lockgate.http._auth import TokenEntry, TokenTable
 from lockgate.http._limits import TOKEN_STATE
-from lockgate.stores._base import Store
-from lockgate.workflow._spec import WorkflowSpec
-
-
-class ProblemError(Exception):
-    """A refusal the API decides itself (not one from the client): answered as a problem."""
-
-    def __init__(self, status: int, code: str, detail: str, *, field: str | None = None) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.code = code
-        self.detail = detail
-        self.field = field
-
-
-@dataclass(frozen=True)
-class ApiState:
-    store: Store
-    client: WorkflowClient
-    served: dict[str, WorkflowSpec]
-    tokens: TokenTable
-
-    def spec(self, name: str) -> WorkflowSpec:
-        """The served workflow ``name``; 404 for one the server does not serve."""
-        spec = self.served.get(name)
-        if spec is None:
-            raise ProblemError(
-                404, str(ErrorCode.NOT_FOUND), f"no workflow {name!r} is served here", field="name"
-            )
-        return spec
-
-
-def state_of(request: Request) -> ApiState:
-    found = request.app.state.lockgate
-    assert isinstance(found, ApiState)
-    return found
+from lockgate.web._auth import TokenEntry
+from lockgate.web._problems import ProblemError
+from lockgate.web._state import ApiState, state_of
 
 
 async def state(request: Request) -> ApiState:

@@ -29,6 +29,15 @@ TRUNCATED_HEADER = "lockgate.dlq.truncated"
 FULL_TRIES = 500
 
 
+def place_of(message: Message) -> tuple[int, int]:
+    """The partition and offset of a consumed record (a record always has both; an error
+    message has neither)."""
+    partition, offset = message.partition(), message.offset()
+    assert partition is not None
+    assert offset is not None
+    return partition, offset
+
+
 @dataclass
 class Copy:
     partition: int
@@ -51,9 +60,7 @@ class DeadLetters:
 
     def send(self, message: Message, reason: str, detail: str, source: str) -> None:
         """Copy ``message``, a record that is no event, with why."""
-        partition, offset = message.partition(), message.offset()
-        assert partition is not None
-        assert offset is not None
+        partition, offset = place_of(message)
         self.send_value(partition, offset, message.key(), message.value(), reason, detail, source)
 
     def send_value(

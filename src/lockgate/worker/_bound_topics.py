@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 from collections.abc import Callable
 
 from lockgate._errors import ConfigurationError, StoreUnavailable
 from lockgate.stores._shards import shard_for
 from lockgate.stores.kafka import KafkaEventLogStore
 from lockgate.streams.bound import BoundConsumer, partition_shard_key
-from lockgate.worker._consumer_threads import on_thread, serve_consumers, soon
+from lockgate.worker._consumer_threads import Launch
 from lockgate.worker._runtime import Runtime
 
 
@@ -66,8 +65,7 @@ async def serve_bound_topics(rt: Runtime, journal: KafkaEventLogStore) -> None:
     the workflow's claim loop, the runs this worker finishes are told to their consumer, and
     the shards of the partitions each consumer owns are the ones its claims try first
     (``Runtime.owned``)."""
-    loop = asyncio.get_running_loop()
-    stop = threading.Event()
+    launch = Launch(rt, "bound")
     consumers = []
     for name, spec in rt.specs.items():
         if spec.topic is None:
@@ -78,27 +76,24 @@ async def serve_bound_topics(rt: Runtime, journal: KafkaEventLogStore) -> None:
             spec,
             worker_id=rt.worker_id,
             clock=rt.clock,
-            on_submitted=soon(loop, rt.wakeup(f"claim:{name}").set),
-            on_assigned=soon(loop, _owner_of(rt, name, spec.topic.name)),
+            on_submitted=launch.woke(name),
+            on_assigned=launch.owned(name, _shards_of(rt, spec.topic.name)),
         )
         rt.run_ended[name] = consumer.ended
         consumers.append(consumer)
-    served = [on_thread(loop, consumer, stop, "bound") for consumer in consumers]
     try:
-        await serve_consumers(asyncio.ensure_future(rt.stop.wait()), served, stop)
+        await launch.serve(consumers)
     finally:
         for consumer in consumers:
             rt.run_ended.pop(consumer.spec.name, None)
 
 
-def _owner_of(rt: Runtime, name: str, topic: str) -> Callable[[list[int]], None]:
-    """What tells ``rt`` the shards of the partitions of ``topic`` its consumer owns."""
+def _shards_of(rt: Runtime, topic: str) -> Callable[[list[int]], list[int]]:
+    """The shards of ``rt``'s store that the runs of partitions of ``topic`` are in."""
     count = getattr(rt.store, "shard_count", 1)
     shards = count if isinstance(count, int) and count > 1 else 1
 
-    def owned(partitions: list[int]) -> None:
-        rt.owned[name] = sorted(
-            {shard_for(partition_shard_key(topic, p), shards) for p in partitions}
-        )
+    def of(partitions: list[int]) -> list[int]:
+        return sorted({shard_for(partition_shard_key(topic, p), shards) for p in partitions})
 
-    return owned
+    return of

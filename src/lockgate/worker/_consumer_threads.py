@@ -1,6 +1,7 @@
 """The threads a worker's topic consumers run on (trigger topics, bound topics): each serves
 until the worker stops, started again with backoff while Kafka or the store does not answer,
-and hands what it calls back to the worker's event loop.
+and hands what it calls back to the worker's event loop. :class:`Launch` starts one kind of
+them, the callbacks they are made with included.
 
 A consumer contains what one record does to it (the record is dead-lettered) and what one pass
 meets (an outage, tried again). A thread that ends otherwise while the worker serves (an error
@@ -14,11 +15,14 @@ import contextlib
 import logging
 import threading
 import traceback
-from collections.abc import Callable
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from lockgate._errors import ConsumerDied, LockgateError, StoreUnavailable, one_line
 from lockgate.worker._status import backoff
+
+if TYPE_CHECKING:
+    from lockgate.worker._runtime import Runtime
 
 log = logging.getLogger("lockgate.worker")
 
@@ -125,3 +129,38 @@ async def serve_consumers(
         stopped.cancel()
         stop.set()
         await asyncio.gather(*served)
+
+
+class Launch:
+    """The worker starting its topic consumers of one kind (``role``: ``"trigger"``,
+    ``"bound"``): the callbacks a consumer is made with, which land on the worker's event loop,
+    and :meth:`serve`, which serves each consumer on a thread of its own until the worker
+    stops. Made on the worker's event loop."""
+
+    def __init__(self, rt: Runtime, role: str) -> None:
+        self.rt = rt
+        self.role = role
+        self.loop = asyncio.get_running_loop()
+
+    def woke(self, name: str) -> Callable[[], None]:
+        """What a consumer calls once it made runs of ``name`` (a fire, a submit): the
+        workflow's claim loop wakes, so it may start them at once."""
+        return soon(self.loop, self.rt.wakeup(f"claim:{name}").set)
+
+    def owned(
+        self, name: str, shards: Callable[[list[int]], list[int]]
+    ) -> Callable[[list[int]], None]:
+        """What a consumer calls with the partitions it owns: their ``shards`` become the
+        ones ``name``'s claims try first (``Runtime.owned``)."""
+
+        def owned(partitions: list[int]) -> None:
+            self.rt.owned[name] = shards(partitions)
+
+        return soon(self.loop, owned)
+
+    async def serve(self, consumers: Sequence[TopicConsumer]) -> None:
+        """Serve each of ``consumers`` on a thread of its own (:func:`on_thread`) until the
+        worker stops or one fails (:func:`serve_consumers`)."""
+        stop = threading.Event()
+        served = [on_thread(self.loop, consumer, stop, self.role) for consumer in consumers]
+        await serve_consumers(asyncio.ensure_future(self.rt.stop.wait()), served, stop)

@@ -4,14 +4,10 @@ its own, for as long as the worker serves."""
 
 from __future__ import annotations
 
-import asyncio
-import threading
-from collections.abc import Callable
-
 from lockgate._errors import ConfigurationError
 from lockgate.stores.kafka import KafkaEventLogStore
 from lockgate.streams import TriggerConsumer, trigger_topic
-from lockgate.worker._consumer_threads import on_thread, serve_consumers, soon
+from lockgate.worker._consumer_threads import Launch
 from lockgate.worker._runtime import Runtime
 
 
@@ -19,8 +15,7 @@ async def serve_trigger_topics(rt: Runtime, journal: KafkaEventLogStore) -> None
     """Serve the trigger topic of every triggered workflow of ``rt`` until the worker stops.
     Fires wake the workflow's claim loop; the partitions each consumer owns become the shards
     its claims try first (``Runtime.owned``)."""
-    loop = asyncio.get_running_loop()
-    stop = threading.Event()
+    launch = Launch(rt, "trigger")
     served_by: dict[str, str] = {}
     for name, spec in rt.specs.items():
         if spec.trigger is not None:
@@ -38,20 +33,15 @@ async def serve_trigger_topics(rt: Runtime, journal: KafkaEventLogStore) -> None
             spec,
             worker_id=rt.worker_id,
             clock=rt.clock,
-            on_fired=soon(loop, rt.wakeup(f"claim:{name}").set),
-            on_assigned=soon(loop, _owner_of(rt, name)),
+            on_fired=launch.woke(name),
+            on_assigned=launch.owned(name, _partitions_are_shards),
         )
         for name, spec in rt.specs.items()
         if spec.trigger is not None
     ]
-    served = [on_thread(loop, consumer, stop, "trigger") for consumer in consumers]
-    await serve_consumers(asyncio.ensure_future(rt.stop.wait()), served, stop)
+    await launch.serve(consumers)
 
 
-def _owner_of(rt: Runtime, name: str) -> Callable[[list[int]], None]:
-    """What tells ``rt`` the partitions (the shards) of ``name``'s trigger topic it owns."""
-
-    def owned(partitions: list[int]) -> None:
-        rt.owned[name] = partitions
-
-    return owned
+def _partitions_are_shards(partitions: list[int]) -> list[int]:
+    """A triggered workflow's runs are sharded by their trigger topic's partition."""
+    return partitions

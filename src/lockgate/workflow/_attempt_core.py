@@ -16,7 +16,7 @@ from lockgate._errors import (
     LockLost,
     NonDeterminismError,
     PayloadTooLarge,
-    StoreFileGone,
+    StoreFault,
     StoreUnavailable,
     UpdateError,
     describe_error,
@@ -153,7 +153,7 @@ class AttemptCore:
             return await call_store(self.store, method, *args, **kwargs)
         except LockLost as exc:
             raise _LeaseLost() from exc
-        except (StoreUnavailable, StoreFileGone) as exc:
+        except StoreFault as exc:
             # Not the body's to catch: the attempt unwinds, and a file gone stops the worker.
             raise _StoreFailed(exc) from exc
         except LockgateError:

@@ -29,8 +29,7 @@ from lockgate._errors import (
     DuplicateRunError,
     LockgateError,
     LockLost,
-    StoreFileGone,
-    StoreUnavailable,
+    StoreFault,
 )
 from lockgate._names import check_name
 from lockgate.client._cascade import ChildRef, cascade, live_tail, notify_parent, open_children
@@ -220,7 +219,7 @@ async def submit_child(
             raise
     except LockLost as exc:
         raise _LeaseLost() from exc
-    except (StoreUnavailable, StoreFileGone) as exc:
+    except StoreFault as exc:
         raise _StoreFailed(exc) from exc
 
 

@@ -18,8 +18,7 @@ from lockgate._errors import (
     LockgateError,
     LockLost,
     RunNotFoundError,
-    StoreFileGone,
-    StoreUnavailable,
+    StoreFault,
 )
 from lockgate._names import check_name
 from lockgate.journal._events import EventKind, StepKind
@@ -81,7 +80,7 @@ async def send_signal(
         )
     except LockLost as exc:
         raise _LeaseLost() from exc
-    except (StoreUnavailable, StoreFileGone) as exc:
+    except StoreFault as exc:
         raise _StoreFailed(exc) from exc
     except LockgateError as exc:
         described = describe_with_args(exc)

@@ -27,11 +27,10 @@ import contextlib
 import hashlib
 import json
 import logging
-import threading
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
-from lockgate._clock import Clock, as_clock
+from lockgate._clock import Clock
 from lockgate._errors import (
     ConfigurationError,
     DuplicateRunError,
@@ -49,14 +48,14 @@ from lockgate.stores._calls import call_store
 from lockgate.stores._records import Submit
 from lockgate.stores.kafka import KafkaEventLogStore
 from lockgate.stores.kafka._topic import prepare_topic
-from lockgate.streams._dead_letters import DeadLetters
+from lockgate.streams._dead_letters import place_of
 from lockgate.streams._member import GroupMember
 from lockgate.streams._values import RECORD_METADATA, Undecodable, decoder_for, record_of
 from lockgate.streams.bound._flow import PartitionFlow, Pending
 from lockgate.workflow._spec import WorkflowSpec
 
 with contextlib.suppress(ImportError):  # the extra may be missing: no journal is made then
-    from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+    from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
     from confluent_kafka.admin import AdminClient
 
 log = logging.getLogger("lockgate.bound")
@@ -73,8 +72,6 @@ READ_AHEAD = 2000
 #: arrives between two waits), longer when there is nothing in flight.
 WAIT_OPEN = 0.005
 WAIT_IDLE = 0.1
-#: Seconds between two commits of the partitions' progress.
-COMMIT_EVERY = 0.5
 #: Seconds after which an open run no worker here reported is asked about in the store, and
 #: between two such asks.
 ASK_AFTER = 0.25
@@ -131,6 +128,8 @@ class BoundConsumer(GroupMember):
     runs at once) and ``on_assigned(partitions)`` whenever the partitions it owns change, both
     on its thread. :meth:`ended` may be called from any thread."""
 
+    dead_letter_says = "starts no run"
+
     def __init__(
         self,
         store: Store,
@@ -147,70 +146,47 @@ class BoundConsumer(GroupMember):
         if binding is None:
             raise ValueError(f"workflow {spec.name!r} is bound to no topic")
         super().__init__(
-            binding.name,
+            store,
+            journal,
+            spec,
+            topic=binding.name,
+            dlq=binding.dlq,
+            group=bound_group(journal.topic_prefix, spec.name),
             kind="bound topic",
             worker_id=worker_id,
-            dead=DeadLetters(journal.producer, binding.dlq),
+            clock=clock,
             log=log,
             on_assigned=on_assigned,
+            config=config,
         )
-        self.store = store
-        self.journal = journal
-        self.spec = spec
         self.binding = binding
-        self.dlq = binding.dlq
-        self.group = bound_group(journal.topic_prefix, spec.name)
-        self.clock = as_clock(clock)
         self._decode = decoder_for(binding.avro_schema)
         self._on_submitted = on_submitted
-        self._config = dict(config or {})
         self._flows: dict[int, PartitionFlow] = {}
-        self._next_commit = 0.0
         self._next_ask = 0.0
-        self._retry_at = 0.0
         #: When each open run was submitted, to ask the store about it later.
         self._opened_at: dict[str, float] = {}
         #: Run id -> (partition, offset) of every open run.
         self._where: dict[str, tuple[int, int]] = {}
         #: Runs reported finished by this worker, from its attempts' thread (the event loop).
         self._ended: collections.deque[str] = collections.deque()
-        self._consumer: Any = None
         #: The owned partitions whose reading is paused (see ``_pace``).
         self._paused: set[int] = set()
-        self._crashed = False
         #: Whether the last ask about open runs failed (its error is said once).
         self._ask_failed = False
-        #: Set once the consumer has been given its first assignment.
-        self.assigned = threading.Event()
-        #: Runs submitted, records read again whose run was there, and dead-lettered records.
+        #: Runs submitted, and records read again whose run was there.
         self.submitted = 0
         self.found = 0
-        self.dead_lettered = 0
 
     # -- serving -------------------------------------------------------------------------------
-
-    def serve(self, stop: threading.Event) -> None:
-        """Join the group and serve until ``stop`` is set; then commit and leave."""
-        try:
-            self.open()
-            while not stop.is_set():
-                self.step()
-        finally:
-            self.close()
 
     def open(self) -> None:
         """Check the topic (it must exist: it is the user's), make its dead-letter topic, and
         join the group."""
         self._prepare_topics()
-        self._dead = DeadLetters(self.journal.producer, self.dlq)
-        self._crashed = False
         self._paused.clear()
-        self._consumer = self._new_consumer(
-            self.journal.client_config, self.group, **{"fetch.wait.max.ms": 10, **self._config}
-        )
-        self._consumer.subscribe(
-            [self.topic], on_assign=self._assign, on_revoke=self._revoke, on_lost=self._lose
-        )
+        self._renew(**{"fetch.wait.max.ms": 10})
+        self._subscribe()
 
     def step(self) -> None:
         """Take news of finished runs, read what came, submit what may be, commit when due."""
@@ -220,42 +196,23 @@ class BoundConsumer(GroupMember):
         if self._where and self.clock() >= self._next_ask:
             self._ask_open()
         self._pace(consumer)
-        try:
-            messages = consumer.consume(CONSUME_BATCH, timeout=0)
-            if not messages and not self._submittable():
-                first = consumer.poll(WAIT_OPEN if self._where else WAIT_IDLE)
-                if first is not None:
-                    messages = [first, *consumer.consume(CONSUME_BATCH - 1, timeout=0)]
-        except KafkaException as exc:
-            # The consumer itself failed (not one record): the worker joins again, with
-            # backoff, reading from the commits.
-            raise StoreUnavailable(f"bound topic {self.topic}: the read failed: {exc}") from exc
+        # No wait while a submit may be made; else a short one while runs are open.
+        messages = self._consume(consumer, CONSUME_BATCH, self._wait)
         if messages:
             self._take(messages)
         self._submit_ready()
         if self.clock() >= self._next_commit:
             self._commit(consumer)
 
-    def close(self) -> None:
-        """Commit what may be, and leave the group."""
-        consumer, self._consumer = self._consumer, None
-        if consumer is None:
-            self._close_loop()
-            return
-        try:
-            self._commit(consumer)
-        except KafkaException as exc:
-            log.warning("bound topic %s: stopped without a last commit: %s", self.topic, exc)
-        finally:
-            self._crashed = True
-            try:
-                consumer.close()
-            finally:
-                self._close_loop()
-
     def ended(self, run_id: str) -> None:
         """This worker finished the run ``run_id`` (any thread)."""
         self._ended.append(run_id)
+
+    def _wait(self) -> float | None:
+        """Seconds to wait for records (None: none, a submit may be made)."""
+        if self._submittable():
+            return None
+        return WAIT_OPEN if self._where else WAIT_IDLE
 
     @property
     def in_flight(self) -> int:
@@ -292,15 +249,8 @@ class BoundConsumer(GroupMember):
     # -- records -------------------------------------------------------------------------------
 
     def _take(self, messages: list[Message]) -> None:
-        for message in messages:
-            error = message.error()
-            if error is not None:
-                if error.code() != KafkaError._PARTITION_EOF:
-                    log.warning("bound topic %s: %s", self.topic, error)
-                continue
-            partition, offset = message.partition(), message.offset()
-            assert partition is not None
-            assert offset is not None
+        for message in self._records(messages):
+            partition, offset = place_of(message)
             flow = self._flows.get(partition)
             if flow is None:
                 continue  # revoked while these were in flight
@@ -324,35 +274,6 @@ class BoundConsumer(GroupMember):
                     message.value(),
                 )
             )
-
-    def _dead_letter(self, message: Message, reason: str, detail: str) -> None:
-        partition, offset = message.partition(), message.offset()
-        assert partition is not None
-        assert offset is not None
-        self._to_dlq(partition, offset, message.key(), message.value(), reason, detail)
-
-    def _to_dlq(
-        self,
-        partition: int,
-        offset: int,
-        key: bytes | None,
-        value: bytes | None,
-        reason: str,
-        detail: str,
-    ) -> None:
-        """Copy the record at ``offset`` of ``partition``, one that starts no run, to the
-        dead-letter topic, saying why."""
-        source = f"{self.topic}/{partition}/{offset}"
-        log.warning(
-            "bound topic %s: the record at %s starts no run (%s: %s); sent to %s",
-            self.topic,
-            source,
-            reason,
-            detail,
-            self.dlq,
-        )
-        self._dead.send_value(partition, offset, key, value, reason, detail, source)
-        self.dead_lettered += 1
 
     def _pace(self, consumer: Consumer) -> None:
         """Pause reading a partition while READ_AHEAD of its records wait for their submits;
@@ -475,7 +396,7 @@ class BoundConsumer(GroupMember):
                 detail,
             )
             log.debug("bound topic %s: the failed submit", self.topic, exc_info=exc)
-            self._to_dlq(
+            self._dead_letter_value(
                 partition,
                 pending.offset,
                 pending.raw_key,
@@ -495,7 +416,9 @@ class BoundConsumer(GroupMember):
             value = json.dumps(pending.value, separators=(",", ":"), default=str).encode()
         except (ValueError, TypeError, RecursionError):
             value = pending.raw_value
-        self._to_dlq(partition, pending.offset, pending.raw_key, value, UNSUBMITTABLE, detail)
+        self._dead_letter_value(
+            partition, pending.offset, pending.raw_key, value, UNSUBMITTABLE, detail
+        )
 
     # -- finished runs -------------------------------------------------------------------------
 
@@ -575,36 +498,13 @@ class BoundConsumer(GroupMember):
 
     # -- commits -------------------------------------------------------------------------------
 
-    def _commit(self, consumer: Consumer, partitions: list[int] | None = None) -> None:
-        """Commit each partition (of ``partitions``, else all it owns) up to what it may."""
-        self._next_commit = self.clock() + COMMIT_EVERY
-        owned = partitions if partitions is not None else list(self._flows)
-        self._commit_at(
-            consumer, {p: f.committable() if (f := self._flows.get(p)) else None for p in owned}
-        )
+    def _owned(self) -> dict[int, PartitionFlow]:
+        return self._flows
 
     # -- rebalances ----------------------------------------------------------------------------
 
-    def _assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        for tp in partitions:
-            self._flows[tp.partition] = PartitionFlow(tp.partition, self.binding.ordered)
-            self._committed.pop(tp.partition, None)
-        self._changed("assigned to", partitions, sorted(self._flows))
-        self.assigned.set()
-
-    def _revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        """Partitions going to another member: commit, and let go of them (the next owner
-        reads their records again from the commit; their runs are made already)."""
-        gone = [tp.partition for tp in partitions]
-        if not self._crashed:
-            with contextlib.suppress(KafkaException):
-                self._commit(consumer, gone)
-        self._drop(gone)
-        self._changed("revoked from", partitions, sorted(self._flows))
-
-    def _lose(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._drop([tp.partition for tp in partitions])
-        self._changed("lost by", partitions, sorted(self._flows))
+    def _take_on(self, assigned: TopicPartition) -> None:
+        self._flows[assigned.partition] = PartitionFlow(assigned.partition, self.binding.ordered)
 
     def _drop(self, partitions: list[int]) -> None:
         for partition in partitions:
@@ -615,9 +515,3 @@ class BoundConsumer(GroupMember):
                 for run_id in flow.open.values():
                     self._where.pop(run_id, None)
                     self._opened_at.pop(run_id, None)
-
-    # -- visibility ----------------------------------------------------------------------------
-
-    def positions(self) -> dict[int, int | None]:
-        """Per owned partition, the offset of the next record it reads."""
-        return {p: f.next_offset for p, f in sorted(self._flows.items())}

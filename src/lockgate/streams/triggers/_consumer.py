@@ -25,19 +25,17 @@ import collections
 import contextlib
 import json
 import logging
-import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any
 
-from lockgate._clock import Clock, as_clock
+from lockgate._clock import Clock
 from lockgate._errors import StoreUnavailable, one_line
 from lockgate.metrics import _hooks as metrics
 from lockgate.stores._base import Store
 from lockgate.stores._calls import call_store
 from lockgate.stores._triggers import TriggerPolicy
 from lockgate.stores.kafka import KafkaEventLogStore
-from lockgate.streams._dead_letters import DeadLetters
 from lockgate.streams._member import GroupMember
 from lockgate.streams._topics import committed_offsets, dlq_topic, group_id, trigger_topic
 from lockgate.streams.triggers._produce import prepare_trigger_topics
@@ -53,18 +51,15 @@ from lockgate.streams.triggers._windows import Batch, PartitionWindows
 from lockgate.workflow._spec import WorkflowSpec, trigger_policy
 
 with contextlib.suppress(ImportError):  # the extra may be missing: no journal is made then
-    from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+    from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 log = logging.getLogger("lockgate.triggers")
-T = TypeVar("T")
 
 #: Records taken from the consumer at once.
 CONSUME_BATCH = 2000
 #: The consumer's fetch settings: records are fetched ahead while the last batch is handled,
 #: and a fetch waits at most 10 ms for more (a window's fire waits on no fetch).
 CONSUMER_FETCH = {"queued.min.messages": 200_000, "fetch.wait.max.ms": 10}
-#: Seconds between two commits of the partitions' progress.
-COMMIT_EVERY = 0.5
 #: The longest one wait for records lasts, in seconds, with no window due sooner.
 POLL_MOST = 0.1
 #: Seconds a fire that found the store unavailable waits before it is tried again.
@@ -99,6 +94,8 @@ class TriggerConsumer(GroupMember):
     ``on_fired()`` is called after each fire (a claim loop may start the run at once) and
     ``on_assigned(partitions)`` whenever the partitions it owns change, both on its thread."""
 
+    dead_letter_says = "is no event"
+
     def __init__(
         self,
         store: Store,
@@ -112,70 +109,44 @@ class TriggerConsumer(GroupMember):
         config: Mapping[str, Any] | None = None,
     ) -> None:
         topic = trigger_topic(journal.topic_prefix, spec)
-        self.dlq = dlq_topic(topic)
-        # Dead-letter copies go through the journal's producer: the journal outlives this.
         super().__init__(
-            topic,
+            store,
+            journal,
+            spec,
+            topic=topic,
+            dlq=dlq_topic(topic),
+            group=group_id(topic),
             kind="trigger topic",
             worker_id=worker_id,
-            dead=DeadLetters(journal.producer, self.dlq),
+            clock=clock,
             log=log,
             on_assigned=on_assigned,
+            config=config,
         )
-        self.store = store
-        self.journal = journal
-        self.spec = spec
-        self.clock = as_clock(clock)
-        self.group = group_id(self.topic)
         self._on_fired = on_fired
-        self._config = dict(config or {})
         self._windows: dict[int, PartitionWindows] = {}
         self._policies: dict[str, TriggerPolicy] = {}
         cap = spec.max_event_payload_bytes
         self._most_bytes = min(cap, BATCH_MOST_BYTES) if cap is not None else BATCH_MOST_BYTES
         #: Batches taken from their windows, in the order they are fired.
         self._to_fire: collections.deque[Batch] = collections.deque()
-        self._retry_at = 0.0
-        self._next_commit = 0.0
         self._next_prune = self.clock() + PRUNE_EVERY
-        self._consumer: Any = None
         #: Whether reading is paused while fires wait for the store (see ``_hold``).
         self._holding = False
-        #: Set by a crash or a close: a revoke then neither fires nor commits.
-        self._crashed = False
-        #: Set once the consumer has joined its group and been given its first assignment.
-        self.assigned = threading.Event()
-        #: Runs fired, and records sent to the dead-letter topic, since it started.
+        #: Runs fired since it started.
         self.fires = 0
-        self.dead_lettered = 0
 
     # -- serving -------------------------------------------------------------------------------
-
-    def serve(self, stop: threading.Event) -> None:
-        """Join the group and serve until ``stop`` is set; then fire what is due, commit and
-        leave."""
-        try:
-            self.open()
-            while not stop.is_set():
-                self.step()
-        finally:
-            self.close()
 
     def open(self, partitions: list[int] | None = None) -> None:
         """Make the topics (or check them) and join the group; given ``partitions``, read
         those from their commits instead, outside the group's assignment (see
         :meth:`reassign`)."""
         prepare_trigger_topics(self.journal, self.topic)
-        self._dead = DeadLetters(self.journal.producer, self.dlq)
-        self._crashed = False
         self._holding = False
-        self._consumer = self._new_consumer(
-            self.journal.client_config, self.group, **{**CONSUMER_FETCH, **self._config}
-        )
+        self._renew(**CONSUMER_FETCH)
         if partitions is None:
-            self._consumer.subscribe(
-                [self.topic], on_assign=self._assign, on_revoke=self._revoke, on_lost=self._lose
-            )
+            self._subscribe()
         else:
             self.reassign(partitions)
 
@@ -184,19 +155,10 @@ class TriggerConsumer(GroupMember):
         due, at most POLL_MOST), fire what is due, and commit when a commit is due."""
         consumer = self._consumer
         assert consumer is not None, "open() first"
-        # consume() waits until it has a whole batch or its time is up; a record must not wait
-        # that long (its window starts when it is read): take what is there, else wait for
-        # the first record alone and then take what came with it.
-        try:
-            messages = consumer.consume(CONSUME_BATCH, timeout=0)
-            if not messages:
-                first = consumer.poll(self._wait() if timeout is None else timeout)
-                if first is not None:
-                    messages = [first, *consumer.consume(CONSUME_BATCH - 1, timeout=0)]
-        except KafkaException as exc:
-            # The consumer itself failed (not one record): the worker joins again, with
-            # backoff, reading from the commits.
-            raise StoreUnavailable(f"trigger topic {self.topic}: the read failed: {exc}") from exc
+        # A record's window starts when it is read: none waits for a whole batch.
+        messages = self._consume(
+            consumer, CONSUME_BATCH, lambda: self._wait() if timeout is None else timeout
+        )
         if messages:
             self._take(consumer, messages)
         self._fire_due()
@@ -205,23 +167,10 @@ class TriggerConsumer(GroupMember):
         if self.clock() >= self._next_prune:
             self._prune(consumer)
 
-    def close(self) -> None:
-        """Fire what is due, commit what may be, and leave the group."""
-        consumer, self._consumer = self._consumer, None
-        if consumer is None:  # closed already, or open() failed part way
-            self._close_loop()
-            return
-        try:
-            self._fire_due()
-            self._commit(consumer)
-        except (KafkaException, StoreUnavailable) as exc:
-            log.warning("trigger topic %s: stopped without a last commit: %s", self.topic, exc)
-        finally:
-            self._crashed = True  # the revoke of the close below has nothing more to do
-            try:
-                consumer.close()  # leaves the group: its partitions move at once
-            finally:
-                self._close_loop()
+    def _settle(self, consumer: Consumer, partitions: list[int] | None = None) -> None:
+        """Fire what is due, and commit (``partitions``, else all it owns) what may be."""
+        self._fire_due()
+        self._commit(consumer, partitions)
 
     def crash(self) -> None:
         """Stop as a killed process does: no fire, no commit, windows gone."""
@@ -270,12 +219,7 @@ class TriggerConsumer(GroupMember):
 
     def _take(self, consumer: Consumer, messages: list[Message]) -> None:
         by_partition: dict[int, list[Message]] = {}
-        for message in messages:
-            error = message.error()
-            if error is not None:
-                if error.code() != KafkaError._PARTITION_EOF:
-                    log.warning("trigger topic %s: %s", self.topic, error)
-                continue
+        for message in self._records(messages):
             partition = message.partition()
             assert partition is not None
             by_partition.setdefault(partition, []).append(message)
@@ -313,7 +257,7 @@ class TriggerConsumer(GroupMember):
             offset = offset_of(message)
             if isinstance(record, Refused):
                 windows.skipped(offset)
-                self._dead_letter(message, record)
+                self._dead_letter(message, record.reason, record.detail)
                 continue
             size = len(message.value() or b"")
             self._to_fire.extend(windows.add(offset, record.key, record.event, now, size))
@@ -362,19 +306,6 @@ class TriggerConsumer(GroupMember):
             except Exception as exc:  # the declaration's function, failing on this key
                 return Refused(NO_KEY, f"the workflow's gates fail on key {record.key!r}: {exc}")
         return record
-
-    def _dead_letter(self, message: Message, refused: Refused) -> None:
-        source = f"{message.topic()}/{message.partition()}/{message.offset()}"
-        log.warning(
-            "trigger topic %s: the record at %s is no event (%s: %s); sent to %s",
-            self.topic,
-            source,
-            refused.reason,
-            refused.detail,
-            self.dlq,
-        )
-        self._dead.send(message, refused.reason, refused.detail, source)
-        self.dead_lettered += 1
 
     def _policy(self, key: str) -> TriggerPolicy:
         policy = self._policies.get(key)
@@ -489,23 +420,15 @@ class TriggerConsumer(GroupMember):
             self.dlq,
         )
         for offset, event in zip(batch.offsets, batch.events, strict=True):
-            source = f"{self.topic}/{batch.partition}/{offset}"
             value = json.dumps(event, separators=(",", ":")).encode()
-            self._dead.send_value(
-                batch.partition, offset, batch.key.encode(), value, UNFIREABLE, detail, source
+            self._dead_letter_value(
+                batch.partition, offset, batch.key.encode(), value, UNFIREABLE, detail, say=False
             )
-            self.dead_lettered += 1
 
     # -- commits -------------------------------------------------------------------------------
 
-    def _commit(self, consumer: Consumer, partitions: list[int] | None = None) -> None:
-        """Commit each partition (of ``partitions``, else all it owns) up to what it may."""
-        self._next_commit = self.clock() + COMMIT_EVERY
-        owned = partitions if partitions is not None else list(self._windows)
-        self._commit_at(
-            consumer,
-            {p: w.committable() if (w := self._windows.get(p)) else None for p in owned},
-        )
+    def _owned(self) -> dict[int, PartitionWindows]:
+        return self._windows
 
     def _prune(self, consumer: Consumer) -> None:
         """Forget, here and in the store, the marks of each owned partition below its oldest
@@ -538,32 +461,12 @@ class TriggerConsumer(GroupMember):
 
     # -- rebalances ----------------------------------------------------------------------------
 
-    def _assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        for tp in partitions:
-            windows = self._windows[tp.partition] = PartitionWindows(
-                tp.partition, self._policy, self._most_bytes
-            )
-            if tp.offset >= 0:  # read from a known offset (reassign): it is where it stands
-                windows.next_offset = tp.offset
-            self._committed.pop(tp.partition, None)
-        self._assigned_changed("assigned to", partitions)
-        self.assigned.set()
-
-    def _revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        """Partitions going to another member: fire what is due, commit, and let go of their
-        windows (the next owner reads their records again from the commit)."""
-        gone = [tp.partition for tp in partitions]
-        if not self._crashed:
-            with contextlib.suppress(KafkaException, StoreUnavailable):
-                self._fire_due()
-                self._commit(consumer, gone)
-        self._drop(gone)
-        self._assigned_changed("revoked from", partitions)
-
-    def _lose(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        """Partitions taken away without a revoke (the session lapsed): no commit."""
-        self._drop([tp.partition for tp in partitions])
-        self._assigned_changed("lost by", partitions)
+    def _take_on(self, assigned: TopicPartition) -> None:
+        windows = self._windows[assigned.partition] = PartitionWindows(
+            assigned.partition, self._policy, self._most_bytes
+        )
+        if assigned.offset >= 0:  # read from a known offset (reassign): it is where it stands
+            windows.next_offset = assigned.offset
 
     def _drop(self, partitions: list[int]) -> None:
         for partition in partitions:
@@ -571,15 +474,7 @@ class TriggerConsumer(GroupMember):
             self._forget(partition)
         self._to_fire = collections.deque(b for b in self._to_fire if b.partition in self._windows)
 
-    def _assigned_changed(self, what: str, partitions: list[TopicPartition]) -> None:
-        self._changed(what, partitions, sorted(self._windows))
-
     # -- visibility ----------------------------------------------------------------------------
-
-    def positions(self) -> dict[int, int | None]:
-        """Per owned partition, the offset of the next record it reads (None: not known yet,
-        before its first record)."""
-        return {p: w.next_offset for p, w in sorted(self._windows.items())}
 
     def open_windows(self) -> dict[int, list[tuple[str, int, float]]]:
         """Per owned partition, (key, count, due time) of each open window."""

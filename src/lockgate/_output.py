@@ -1,4 +1,5 @@
-"""How the CLI prints: aligned plain text for people, one JSON object per line for programs."""
+"""How lockgate prints to a terminal (the CLI, the demo): aligned plain text for people, one JSON
+object per line for programs."""
 
 from __future__ import annotations
 

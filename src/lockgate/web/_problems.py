@@ -29,8 +29,7 @@ from lockgate._errors import (
     RunNotFoundError,
     RunNotStartedError,
     RunNotWaitingError,
-    StoreFileGone,
-    StoreUnavailable,
+    StoreFault,
     UpdateError,
     UpdateRejected,
     UpdateTimeout,
@@ -60,10 +59,20 @@ _STATUS: tuple[tuple[type[BaseException], int], ...] = (
     (QueryError, 422),
     (UpdateTimeout, 504),
     (CapabilityMissing, 501),
-    (StoreUnavailable, 503),
-    # The server's file was lost under it: not the caller's mistake, and not a 400.
-    (StoreFileGone, 503),
+    # The store away, or the server's file lost under it: not the caller's mistake, not a 400.
+    (StoreFault, 503),
 )
+
+
+class ProblemError(Exception):
+    """A refusal the API decides itself (not one from the client): answered as a problem."""
+
+    def __init__(self, status: int, code: str, detail: str, *, field: str | None = None) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.code = code
+        self.detail = detail
+        self.field = field
 
 
 def problem_type(code: str) -> str:
