@@ -41,7 +41,7 @@ from lockgate.console._web import (
 from lockgate.journal._events import EventKind, RunEvent, RunStatus
 from lockgate.stores._calls import call_store
 from lockgate.stores._types import RunInfo
-from lockgate.streams._values import RECORD_METADATA
+from lockgate.workflow._record import RECORD_METADATA
 from lockgate.workflow._spec import WorkflowSpec
 
 #: Journal events a run page shows at most (the first ones; the run's end is always shown).

@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from lockgate._errors import ConfigurationError, NestedDurableOperationError, UnboundContextError
 from lockgate.stores._types import INTERRUPT_SIGNAL_PREFIX
+from lockgate.workflow._record import RECORD_METADATA, KafkaRecord
 
 if TYPE_CHECKING:
-    from lockgate.streams._values import KafkaRecord
-    from lockgate.streams.sources._source import Batch, Source
     from lockgate.workflow._executor import Attempt
     from lockgate.workflow._interrupt import Expects, InterruptResponse
     from lockgate.workflow._retry import RetryPolicy
+    from lockgate.workflow._source import Batch, Source
     from lockgate.workflow._stream import StreamProgress
 
 
@@ -151,8 +151,6 @@ class WorkflowContext:
         (``@workflow(topic=...)``): its topic, partition, offset, key, timestamp and headers,
         and its decoded ``value`` (the body's ``value`` parameter too). Raises
         :class:`ConfigurationError` in a run that no record started."""
-        from lockgate.streams._values import RECORD_METADATA, KafkaRecord
-
         meta = self._attempt.metadata.get(RECORD_METADATA)
         if not isinstance(meta, dict):
             raise ConfigurationError(

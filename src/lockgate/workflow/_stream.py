@@ -28,10 +28,10 @@ from lockgate._names import check_name
 from lockgate.journal._events import EventKind, StepKind, payload_size
 from lockgate.journal._replay import CallRecord
 from lockgate.workflow._retry import DEFAULT_RETRY, RetryPolicy
+from lockgate.workflow._source import Batch, Source
 from lockgate.workflow._unwind import rebuild_error
 
 if TYPE_CHECKING:
-    from lockgate.streams.sources._source import Batch, Source
     from lockgate.workflow._executor import Attempt
 
 log = logging.getLogger("lockgate.streams")
@@ -93,8 +93,6 @@ async def consume(
 ) -> StreamProgress:
     """Read ``source`` in batches until ``max_batches`` were handled or a poll finds nothing,
     handing each batch to ``handler`` in a step of its own (see the module docstring)."""
-    from lockgate.streams.sources._source import Source
-
     if not isinstance(source, Source):
         raise TypeError(f"ctx.consume needs a Source (poll, seek, commit, ...), not {source!r}")
     if not callable(handler):
@@ -242,8 +240,6 @@ class _Live:
 
 
 def _checked(source: Source[T], batch: object) -> Batch[T] | None:
-    from lockgate.streams.sources._source import Batch
-
     if batch is not None and not isinstance(batch, Batch):
         raise TypeError(f"{source!r}.poll() returned {type(batch).__name__}, not a Batch or None")
     return batch

@@ -1,4 +1,5 @@
-"""What a workflow consumes a stream from: the :class:`Source` protocol and its :class:`Batch`.
+"""What a workflow consumes a stream from: the :class:`Source` protocol and its :class:`Batch`
+(values a body receives, so they live in `workflow/`; `streams/sources/` implements them).
 
 Offsets follow Kafka's convention throughout: a committed offset, like a batch's
 :attr:`Batch.next_offset`, is the offset of the next record to read, not of the last one read.
