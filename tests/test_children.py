@@ -489,7 +489,7 @@ async def test_a_child_the_store_quarantines_tells_its_parent_at_once(
     """A child whose worker keeps dying is ended by the store (quarantined) when a worker
     finds its lease lapsed; its own attempt never reached an end to send the notice, so the
     orphan scan sends it: the parent is queued at once, not at its backstop timer."""
-    from lockgate.client._cascade import after_store_ended
+    from lockgate.runs._family import after_store_ended
     from lockgate.stores._calls import call_store
     from lockgate.stores._poison import PoisonPolicy
 
@@ -545,7 +545,7 @@ async def test_a_parent_the_store_quarantines_closes_its_cancel_children(
 ) -> None:
     """A parent whose worker keeps dying is ended by the store, not by its attempt, so its
     own ``parent_close`` never ran: the worker that found the lapse cancels its children."""
-    from lockgate.client._cascade import after_store_ended
+    from lockgate.runs._family import after_store_ended
     from lockgate.stores._calls import call_store
     from lockgate.stores._poison import PoisonPolicy
 

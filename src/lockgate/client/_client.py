@@ -28,8 +28,6 @@ from lockgate._errors import (
     UpdateTimeout,
 )
 from lockgate._names import check_name, check_optional
-from lockgate.client._cascade import after_terminate
-from lockgate.client._chains import resolve_continuation
 from lockgate.client._grouping import SubmitGroup
 from lockgate.client._handle import RunHandle, TerminateResult
 from lockgate.client._recorded import recorded_cap, recorded_spec, recorded_stamp
@@ -40,6 +38,8 @@ from lockgate.journal._events import (
     RunStatus,
     payload_size,
 )
+from lockgate.runs._chains import resolve_continuation
+from lockgate.runs._family import after_terminate
 from lockgate.stores import _notices as notices
 from lockgate.stores._base import Store
 from lockgate.stores._batch import GroupCommitStore, new_run
@@ -686,7 +686,7 @@ class WorkflowClient:
     ) -> TerminateResult:
         """End the run now, with no worker involved. A holder still running is fenced out.
         Then each open child's ``parent_close`` policy is applied, grandchildren included
-        (``client/_cascade.py``); a repeat on a run already terminated finishes that."""
+        (``runs/_family.py``); a repeat on a run already terminated finishes that."""
         if "terminate" not in self.store.capabilities():
             raise CapabilityMissing(type(self.store).__name__, "terminate")
         if await self._io(self.store.get_run, name, run_id) is None:
@@ -699,7 +699,9 @@ class WorkflowClient:
             return tail, TerminateOutcome(outcome)
 
         tail, outcome = await self._on_tail(name, run_id, terminate)
-        children, ended = await after_terminate(self, name, tail, outcome, reason, requested_by)
+        children, ended = await after_terminate(
+            self.store, self.clock, name, tail, outcome, reason, requested_by
+        )
         return TerminateResult(outcome=outcome, children=children, run_id=tail, ended=ended)
 
     async def pause(self, name: str, run_id: str) -> None:

@@ -14,11 +14,12 @@ from lockgate._errors import (
     RunGatedError,
     RunOwnedError,
 )
-from lockgate.client._cascade import live_tail, open_children
 from lockgate.client._client import WorkflowClient
 from lockgate.client._handle import RunHandle
 from lockgate.journal._events import RunEvent, RunStatus
 from lockgate.journal._replay import reconstruct_state
+from lockgate.runs._chains import live_tail
+from lockgate.runs._family import open_children
 from lockgate.stores._base import Store
 from lockgate.stores._calls import call_store
 from lockgate.workflow._executor import Attempt

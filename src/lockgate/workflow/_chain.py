@@ -7,7 +7,7 @@ records its predecessor and its place in the chain (root and hop) in provenance,
 moves to it, in the same step that ends the run ``run:continued``, everything the run held
 undelivered: buffered signals and their send keys, pending updates, a latched cancel or pause.
 The chain's tail record is then moved forward, so any id of the chain finds the live run in a
-constant number of reads (``client/_chains.py``).
+constant number of reads (``runs/_chains.py``).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ replay reaches the same call, reads the child's outcome from the store and journ
 
 When the parent ends (completes, fails or is cancelled), before its terminal is written, each
 open child whose policy is ``cancel`` is asked to cancel (``close_children``); ``abandon``
-children run on. ``client.terminate`` applies the policies itself (``client/_cascade.py``).
+children run on. ``client.terminate`` applies the policies itself (``runs/_family.py``).
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ from lockgate._errors import (
     StoreUnavailable,
 )
 from lockgate._names import check_name
-from lockgate.client._cascade import ChildRef, cascade, live_tail, notify_parent, open_children
 from lockgate.journal._events import EventKind, StepKind, error_status
+from lockgate.runs._chains import live_tail
+from lockgate.runs._family import ChildRef, cascade, notify_parent, open_children
 from lockgate.stores._calls import call_store
 from lockgate.stores._types import TerminateOutcome, WaitOutcome, WaitSpec
 from lockgate.workflow._spec import WorkflowSpec, get_workflow, json_ready, spec_of

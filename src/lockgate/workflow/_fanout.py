@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from lockgate._errors import ChildWorkflowError, StepResultTypeError
-from lockgate.client._cascade import ChildRef
 from lockgate.journal._events import EventKind, StepKind, payload_size
+from lockgate.runs._family import ChildRef
 from lockgate.workflow._children import (
     MISSING,
     ChildOutcome,

@@ -18,15 +18,21 @@ no record; from wherever the record stands (or from the id given), the resolve f
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from lockgate._errors import ContinuationChainError
 from lockgate.journal._events import EventKind, RunEvent
+from lockgate.stores._base import Store
 from lockgate.stores._chains import CONTINUE_REASON, ChainLink, chain_link
+from lockgate.stores._types import RunInfo
 
 #: Links a resolve follows at most: past the tail record that is a hop or two, but a store that
 #: keeps no record is walked hop by hop. Only a corrupt journal (links in a loop) gets this far.
 MAX_LINKS_FOLLOWED = 10_000_000
+
+#: How a store method is called: ``await io(store.method, *args, **kwargs)``.
+Io = Callable[..., Awaitable[Any]]
 
 
 def resolve_continuation(store: Any, name: str, run_id: str) -> tuple[str, str, RunEvent | None]:
@@ -96,3 +102,12 @@ def _successor(last: RunEvent, name: str, run_id: str) -> tuple[str, str]:
             reason="unreadable_link",
         )
     return successor_name, successor_id
+
+
+async def live_tail(io: Io, store: Store, name: str, run_id: str) -> tuple[str, RunInfo | None]:
+    """The run carrying ``run_id``'s work: itself, or the live end of the chain it started
+    (``resolve_continuation``, a constant number of reads); with what the store says of it
+    (None: no such run)."""
+    _, tail, _ = await io(resolve_continuation, store, name, run_id)
+    info: RunInfo | None = await io(store.get_run, name, tail)
+    return tail, info
