@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
-import math
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime, timedelta
@@ -18,7 +15,6 @@ from lockgate._errors import (
     ContinuationChainError,
     DurableInvocationCancelled,
     DurableInvocationError,
-    InvalidParamsError,
     QueryError,
     RunFinishedError,
     RunNotFoundError,
@@ -28,21 +24,20 @@ from lockgate._errors import (
     UpdateTimeout,
 )
 from lockgate._names import check_name, check_optional
-from lockgate.client._grouping import SubmitGroup
 from lockgate.client._handle import RunHandle, TerminateResult
-from lockgate.client._recorded import recorded_cap, recorded_spec, recorded_stamp
 from lockgate.client._trigger_key import trigger_key
 from lockgate.journal._events import (
     EventKind,
     RunEvent,
     RunStatus,
-    payload_size,
 )
 from lockgate.runs._chains import resolve_continuation
 from lockgate.runs._family import after_terminate
+from lockgate.runs._grouping import SubmitGroup
+from lockgate.runs._submit import check_cap, known, submit_run
 from lockgate.stores import _notices as notices
 from lockgate.stores._base import Store
-from lockgate.stores._batch import GroupCommitStore, new_run
+from lockgate.stores._batch import GroupCommitStore
 from lockgate.stores._calls import call_store
 from lockgate.stores._gates import WaitReason
 from lockgate.stores._types import INTERRUPT_SIGNAL_PREFIX, RunInfo, TerminateOutcome
@@ -53,11 +48,9 @@ from lockgate.workflow._spec import (
     check_text,
     get_workflow,
     json_ready,
-    policy_stamp,
     trigger_policy,
 )
 
-MAX_START_DELAY = 365 * 86_400.0
 #: Times a resolve may find its tail moved on again before it gives up.
 MAX_CHAIN_HOPS = 64
 
@@ -67,37 +60,6 @@ if TYPE_CHECKING:
     from lockgate.workflow._interrupt import InterruptAction
 
 T = TypeVar("T")
-
-
-def _delay_seconds(delay: float | timedelta) -> float:
-    if isinstance(delay, timedelta):
-        return delay.total_seconds()
-    if isinstance(delay, bool) or not isinstance(delay, int | float):
-        raise ValueError(f"delay must be seconds or a timedelta, not {delay!r}")
-    return float(delay)
-
-
-def _start_time(
-    now: float, start_at: datetime | None, delay: float | timedelta | None
-) -> tuple[float | None, Any]:
-    """When the body may start (None: now) and the timing as spelled, for idempotency."""
-    if start_at is not None and delay is not None:
-        raise ValueError("give start_at or delay, not both")
-    if start_at is not None:
-        if not isinstance(start_at, datetime) or start_at.tzinfo is None:
-            raise ValueError("start_at must be a timezone-aware datetime")
-        when = start_at.timestamp()
-        spelled: Any = {"start_at": start_at.isoformat()}
-    elif delay is not None:
-        seconds = _delay_seconds(delay)
-        if not math.isfinite(seconds) or seconds < 0:
-            raise ValueError(f"delay must be a finite number of seconds >= 0, got {delay!r}")
-        when, spelled = now + seconds, {"delay": seconds}
-    else:
-        return None, None
-    if when - now > MAX_START_DELAY:
-        raise ValueError("a run can be started at most 365 days ahead")
-    return (when if when > now else None), spelled
 
 
 class WorkflowClient:
@@ -113,7 +75,7 @@ class WorkflowClient:
         group_submits: bool = False,
     ) -> None:
         """``group_submits`` gathers submits made at once into one store call when the store
-        can write them so (SQLite; see ``client/_grouping.py``): for a process that takes many
+        can write them so (SQLite; see ``runs/_grouping.py``): for a process that takes many
         submits concurrently, as ``lockgate serve`` does. Each submit's answer is its own."""
         self.store = store
         self.poll_interval = poll_interval
@@ -121,9 +83,11 @@ class WorkflowClient:
         self._grouped = group_submits and isinstance(store, GroupCommitStore)
         self._group: tuple[asyncio.AbstractEventLoop, SubmitGroup] | None = None
 
-    def _submit_group(self) -> SubmitGroup:
+    def _submit_group(self) -> SubmitGroup | None:
         """This event loop's group of submits (a client may be used from one loop, then
-        another)."""
+        another), or None for a client that does not group them."""
+        if not self._grouped:
+            return None
         loop = asyncio.get_running_loop()
         group = self._group
         if group is None or group[0] is not loop:
@@ -163,70 +127,21 @@ class WorkflowClient:
         :class:`DuplicateRunError` unless the idempotency key already maps to it. A name, id
         or key the naming rules refuse raises :class:`InvalidNameError` (see docs/concepts.md).
         """
-        check_name("workflow name", name)
-        check_optional("run id", run_id)
-        check_optional("idempotency key", idempotency_key)
-        spec = get_workflow(name)
-        if spec is None and not allow_unregistered:
-            raise ConfigurationError(f"workflow {name!r} is not imported in this process")
-        params = dict(params or {}) if params is None or isinstance(params, dict) else params
-        if spec is not None:
-            params = spec.validate_params(params)
-        else:
-            _check_unregistered(name, params)
-        check_text(metadata, f"metadata of a run of {name!r}")
-        if metadata is not None and (not isinstance(metadata, dict) or not json_ready(metadata)):
-            raise ValueError("metadata must be a JSON-serializable dict")
-        when, timing = _start_time(self.clock(), start_at, delay)
-        body_hash = None
-        if idempotency_key is not None:
-            if not isinstance(idempotency_key, str) or not idempotency_key:
-                raise ValueError("idempotency_key must be a non-empty string")
-            body_hash = hashlib.sha256(
-                json.dumps({"params": params, "timing": timing}, sort_keys=True).encode()
-            ).hexdigest()
-        return await self._queue(
+        run_id = await submit_run(
+            self.store,
+            self.clock,
             name,
-            run_id or uuid.uuid4().hex,
             params,
-            spec,
-            metadata=metadata,
-            owner=owner,
             idempotency_key=idempotency_key,
-            idempotency_body_hash=body_hash,
-            start_at=when,
+            owner=owner,
+            metadata=metadata,
+            allow_unregistered=allow_unregistered,
+            start_at=start_at,
+            delay=delay,
+            run_id=run_id,
+            group=self._submit_group(),
         )
-
-    async def _queue(
-        self,
-        name: str,
-        run_id: str,
-        params: dict[str, Any],
-        spec: WorkflowSpec | None,
-        **submit: Any,
-    ) -> RunHandle:
-        """Submit checked ``params`` as the run ``run_id``, stamped with the version and
-        gates of ``spec`` (else those its workers recorded); ``submit`` is the rest of
-        ``Store.submit_run``'s keywords."""
-        version, behavior, recorded = await self._recorded_for(name, spec)
-        if spec is None:
-            # Not imported here: hold the params to the cap the workers recorded, as their
-            # attempt would hold its own journal.
-            capped = WorkflowSpec(name=name, max_event_payload_bytes=recorded_cap(name, recorded))
-            capped.check_payload(payload_size(params), f"params of {name!r}")
-        fields = {
-            "version": version,
-            "version_behavior": behavior,
-            **submit,
-            **(policy_stamp(spec, params) if spec else recorded_stamp(name, recorded, params)),
-        }
-        if self._grouped:
-            submitted = await self._submit_group().create(new_run(name, run_id, params, **fields))
-        else:
-            submitted = await self._io(self.store.submit_run, name, run_id, params, **fields)
-        if submit.get("start_at") is not None:
-            notices.post(self.store, notices.WAITS)  # parked until then: a timer to arm
-        return RunHandle(self, name, str(submitted))
+        return RunHandle(self, name, run_id)
 
     async def retry(self, name: str, run_id: str) -> RunHandle:
         """Start a new run that carries on from where the run ``run_id`` stopped, when it
@@ -239,7 +154,7 @@ class WorkflowClient:
         :class:`DuplicateRunError` when the retry's id belongs to another run."""
         from lockgate.client._retry import retry_run
 
-        return await retry_run(self, name, run_id)
+        return await retry_run(self, name, run_id, group=self._submit_group())
 
     async def find_retry(self, name: str, run_id: str) -> ExistingRetry | None:
         """The retry already started for the run ``run_id``, or None. It reads the retry's
@@ -253,33 +168,6 @@ class WorkflowClient:
         from lockgate.client._retry import plan_retry
 
         return await plan_retry(self, name, run_id)
-
-    async def _recorded_for(
-        self, name: str, spec: WorkflowSpec | None
-    ) -> tuple[str, str, dict[str, Any] | None]:
-        """The version a run is stamped with: the imported workflow's, else the one the workers
-        serving ``name`` recorded in the store (with the policy record), else none (any worker
-        may take it, and it is stamped with no gates)."""
-        if spec is not None:
-            return spec.version, spec.version_behavior, None
-        if "policies" in self.store.capabilities():
-            record = await self._io(self.store.get_workflow_policy, name)
-            if record is not None and isinstance(record.get("version"), str):
-                behavior = str(record.get("version_behavior") or "auto_upgrade")
-                return record["version"], behavior, record
-        return "", "auto_upgrade", None
-
-    async def _check_cap(self, name: str, payload: Any, what: str) -> None:
-        """Refuse a payload the run would have to journal over its workflow's cap, before
-        anything is sent: the imported workflow's cap, else the one its workers recorded, else
-        the default."""
-        spec = get_workflow(name)
-        if spec is None:
-            record = None
-            if "policies" in self.store.capabilities():
-                record = await self._io(self.store.get_workflow_policy, name)
-            spec = WorkflowSpec(name=name, max_event_payload_bytes=recorded_cap(name, record))
-        spec.check_payload(payload_size(payload), what)
 
     async def trigger(
         self, name: str, event: dict[str, Any], *, key: str | None = None
@@ -359,10 +247,7 @@ class WorkflowClient:
         """The ``Collect`` or ``Debounce`` workflow ``name``: as imported here, else as its
         workers recorded it. :class:`ConfigurationError` for a workflow with no trigger."""
         check_name("workflow name", name)
-        spec = get_workflow(name)
-        if spec is None and "policies" in self.store.capabilities():
-            record = await self._io(self.store.get_workflow_policy, name)
-            spec = recorded_spec(name, record) if record is not None else None
+        spec = (await known(self.store, name, get_workflow(name))).trigger_spec()
         if spec is None or spec.trigger is None:
             raise ConfigurationError(
                 f"workflow {name!r} has no Collect or Debounce trigger"
@@ -446,17 +331,14 @@ class WorkflowClient:
 
     async def _key_param(self, name: str, gate: str) -> str | None:
         """The parameter a gate keys on, from the imported workflow or the recorded policy."""
-        spec = get_workflow(name)
-        if spec is not None:
-            policy = spec.concurrency if gate == "limit" else spec.rate_limit
+        workflow = await known(self.store, name, get_workflow(name))
+        if workflow.spec is not None:
+            policy = workflow.spec.concurrency if gate == "limit" else workflow.spec.rate_limit
             key = policy.key if policy is not None else None
             return key if isinstance(key, str) else None
-        if "policies" in self.store.capabilities():
-            record = await self._io(self.store.get_workflow_policy, name) or {}
-            entry = record.get("concurrency" if gate == "limit" else "rate") or {}
-            key = entry.get("key") if isinstance(entry, dict) else None
-            return key if isinstance(key, str) else None
-        return None
+        entry = (workflow.record or {}).get("concurrency" if gate == "limit" else "rate") or {}
+        key = entry.get("key") if isinstance(entry, dict) else None
+        return key if isinstance(key, str) else None
 
     async def events(self, name: str, run_id: str) -> list[RunEvent]:
         """The run's own journal, oldest first. A run handed on ends ``run:continued``; the
@@ -540,7 +422,7 @@ class WorkflowClient:
         check_text(payload, f"the payload of signal {signal!r}")
         if not isinstance(payload, dict) or not json_ready(payload):
             raise ValueError("a signal payload must be a JSON-serializable dict")
-        await self._check_cap(name, payload, f"payload of signal {signal!r}")
+        await check_cap(self.store, name, payload, f"payload of signal {signal!r}")
         # One id for every send this call makes: a send repeated on a successor (a hand-on
         # landed meanwhile, moving the buffered signal with the run) is then a repeat, not a
         # second signal. The answer is the first send's: its signal is the one kept.
@@ -613,7 +495,7 @@ class WorkflowClient:
         check_text(payload, f"the payload of update {update!r}")
         if not json_ready(payload):
             raise ValueError("an update payload must be JSON-serializable")
-        await self._check_cap(name, payload, f"payload of update {update!r}")
+        await check_cap(self.store, name, payload, f"payload of update {update!r}")
         run_id, info = await self._tail(name, run_id)
         update_id = update_id or uuid.uuid4().hex
         existing = await self._io(self.store.read_update_result, name, run_id, update_id)
@@ -727,16 +609,6 @@ def _may_be_handed_on(info: RunInfo) -> bool:
     if info.status in (RunStatus.PENDING, RunStatus.IN_PROGRESS):
         return True
     return info.status == RunStatus.SLEEPING and info.wait is not None and info.wait.kind == "start"
-
-
-def _check_unregistered(name: str, params: Any) -> None:
-    if not isinstance(params, dict) or not all(isinstance(k, str) for k in params):
-        raise InvalidParamsError(
-            f"params for {name!r} must be a dict with string keys", workflow=name
-        )
-    check_text(params, f"params of {name!r}")
-    if not json_ready(params):
-        raise InvalidParamsError(f"params for {name!r} are not JSON-serializable", workflow=name)
 
 
 def _outcome(name: str, run_id: str, last: RunEvent | None) -> Any:

@@ -32,6 +32,7 @@ from lockgate._errors import (
 )
 from lockgate._names import check_name, check_optional
 from lockgate.journal._events import EventKind, RunEvent, RunStatus
+from lockgate.runs._submit import check_cap
 from lockgate.stores._types import interrupt_signal
 from lockgate.workflow._interrupt import (
     InterruptAction,
@@ -140,7 +141,7 @@ async def resume(
     check_text(value, "the value of an answer to an interrupt")
     if not json_ready(value):
         raise ValueError("the value of an answer to an interrupt must be JSON data")
-    await client._check_cap(name, value, "value of an answer to an interrupt")
+    await check_cap(client.store, name, value, "value of an answer to an interrupt")
 
     # The answer goes to the run that asked, once: not through ``_on_tail``, which acts
     # again on a successor, where it could answer a later question no one answered. A run

@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any
 from lockgate._errors import DuplicateRunError, ErrorCode, RetryRefused
 from lockgate.journal._events import EPOCH_HEADER, EventKind, RunEvent, RunStatus
 from lockgate.journal._replay import reconstruct_state
+from lockgate.runs._grouping import SubmitGroup
+from lockgate.runs._submit import queue_run
 from lockgate.workflow._spec import get_workflow
 from lockgate.workflow._unwind import is_final
 
@@ -230,8 +232,11 @@ async def find_retry(client: WorkflowClient, name: str, run_id: str) -> Existing
     return None
 
 
-async def retry_run(client: WorkflowClient, name: str, run_id: str) -> RunHandle:
-    """See :meth:`WorkflowClient.retry`."""
+async def retry_run(
+    client: WorkflowClient, name: str, run_id: str, *, group: SubmitGroup | None = None
+) -> RunHandle:
+    """See :meth:`WorkflowClient.retry`; the retry is submitted through ``group`` when
+    given."""
     plan, init = await _planned(client, name, run_id)
     spec = get_workflow(name)
     params = spec.validate_params(plan.params) if spec is not None else plan.params
@@ -245,16 +250,19 @@ async def retry_run(client: WorkflowClient, name: str, run_id: str) -> RunHandle
             ", ".join(plan.in_doubt),
         )
     try:
-        return await client._queue(
+        retry_id = await queue_run(
+            client.store,
             name,
             plan.retry_run_id,
             params,
             spec,
+            group=group,
             metadata=plan.metadata,
             provenance=plan.provenance(),
             shard_key=shard_key if isinstance(shard_key, str) else None,
             seed=plan.seed,
         )
+        return client.handle(name, retry_id)
     except DuplicateRunError:
         existing = await client._io(client.store.load_run, name, plan.retry_run_id, max_events=1)
         made_by = (existing[0].payload.get("provenance") or {}).get("source") if existing else None

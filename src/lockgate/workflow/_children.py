@@ -36,6 +36,7 @@ from lockgate._names import check_name
 from lockgate.journal._events import EventKind, StepKind, error_status
 from lockgate.runs._chains import live_tail
 from lockgate.runs._family import ChildRef, cascade, notify_parent, open_children
+from lockgate.runs._submit import check_params, queue_run
 from lockgate.stores._calls import call_store
 from lockgate.stores._types import TerminateOutcome, WaitOutcome, WaitSpec
 from lockgate.workflow._spec import WorkflowSpec, get_workflow, json_ready, spec_of
@@ -83,14 +84,7 @@ def child_target(what: str, target: object) -> tuple[str, WorkflowSpec | None]:
 
 def child_params(name: str, spec: WorkflowSpec | None, params: object) -> dict[str, Any]:
     """``params`` checked as a submit of ``name`` checks them (:class:`InvalidParamsError`)."""
-    from lockgate.client._client import _check_unregistered
-
-    params = {} if params is None else params
-    if spec is not None:
-        return spec.validate_params(params)  # type: ignore[arg-type]
-    _check_unregistered(name, params)
-    assert isinstance(params, dict)
-    return dict(params)
+    return check_params(name, spec, {} if params is None else params)
 
 
 def check_policy(what: str, parent_close: object) -> str:
@@ -208,11 +202,8 @@ async def submit_child(
     run), unless it already exists: a replay after a crash between the journal and the
     submit, or after it. An id taken by a run that is not this parent's child raises
     :class:`DuplicateRunError`."""
-    from lockgate.client._client import WorkflowClient
-
-    client = WorkflowClient(core.store, clock=core.clock)
     try:
-        await client._queue(ref.name, ref.run_id, params, spec, provenance=prov)
+        await queue_run(core.store, ref.name, ref.run_id, params, spec, provenance=prov)
     except DuplicateRunError:
         events = await core._io(core.store.load_run, ref.name, ref.run_id, max_events=1)
         init = events[0].payload if events else {}
