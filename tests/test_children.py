@@ -36,6 +36,7 @@ from lockgate import (
     step,
     workflow,
 )
+from lockgate.runs._chains import live_run
 from valkey_server import shared_url
 
 NO_RETRY = RetryPolicy(max_attempts=1)
@@ -532,7 +533,7 @@ async def test_a_parent_cancelled_cancels_its_child_where_the_child_continued_to
     that run, not the ended one it started."""
     handle = await client.submit("ch_parent_of_chain", run_id="pc")
     await settle(runner)
-    tail, info = await client._tail("ch_chain_child", "pc.child0")
+    tail, info = await live_run(client.store, "ch_chain_child", "pc.child0")
     assert (tail, info.status) == ("pc.child0.c1", RunStatus.SIGNAL_WAITING)
     await handle.cancel(reason="stop")
     await settle(runner)

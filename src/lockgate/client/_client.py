@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -12,7 +12,6 @@ from lockgate._clock import Clock, as_clock, iso
 from lockgate._errors import (
     CapabilityMissing,
     ConfigurationError,
-    ContinuationChainError,
     DurableInvocationCancelled,
     DurableInvocationError,
     QueryError,
@@ -31,16 +30,17 @@ from lockgate.journal._events import (
     RunEvent,
     RunStatus,
 )
-from lockgate.runs._chains import resolve_continuation
+from lockgate.runs._chains import live_run, on_live_run
 from lockgate.runs._family import after_terminate
 from lockgate.runs._grouping import SubmitGroup
+from lockgate.runs._signals import send_signal
 from lockgate.runs._submit import check_cap, known, submit_run
 from lockgate.stores import _notices as notices
 from lockgate.stores._base import Store
 from lockgate.stores._batch import GroupCommitStore
 from lockgate.stores._calls import call_store
 from lockgate.stores._gates import WaitReason
-from lockgate.stores._types import INTERRUPT_SIGNAL_PREFIX, RunInfo, TerminateOutcome
+from lockgate.stores._types import RunInfo, TerminateOutcome
 from lockgate.streams._topics import kafka_journal, trigger_topic
 from lockgate.streams.triggers._produce import producer_for
 from lockgate.workflow._spec import (
@@ -50,9 +50,6 @@ from lockgate.workflow._spec import (
     json_ready,
     trigger_policy,
 )
-
-#: Times a resolve may find its tail moved on again before it gives up.
-MAX_CHAIN_HOPS = 64
 
 if TYPE_CHECKING:
     from lockgate.client._interrupts import InterruptHandler
@@ -265,64 +262,16 @@ class WorkflowClient:
 
     # -- reading -------------------------------------------------------------------------------
 
-    async def _info(self, name: str, run_id: str) -> RunInfo:
-        info = await self._io(self.store.get_run, name, run_id)
-        if info is None:
-            raise RunNotFoundError(name, run_id)
-        assert isinstance(info, RunInfo)
-        return info
-
-    async def _tail(self, name: str, run_id: str) -> tuple[str, RunInfo]:
-        """The run that carries ``run_id``'s work now: itself, or the live end of the chain
-        it started or joined (a ``continue_as_new`` successor, or one it was handed on to),
-        found in a constant number of reads (``resolve_continuation``)."""
-        for _ in range(MAX_CHAIN_HOPS):
-            _, tail, _ = await self._io(resolve_continuation, self.store, name, run_id)
-            info = await self._info(name, tail)
-            if info.status != RunStatus.CONTINUED:
-                return tail, info
-            run_id = tail  # it continued between the two reads: follow it on
-        raise ContinuationChainError(
-            f"run {run_id!r} of {name!r} kept moving on while it was being resolved",
-            reason="too_long",
-        )
-
-    async def _on_tail(
-        self,
-        name: str,
-        run_id: str,
-        act: Callable[[str], Awaitable[T]],
-        *,
-        landed: Callable[[T], bool] | None = None,
-    ) -> T:
-        """Apply ``act`` to the run carrying ``run_id``'s work. The run may move on between
-        finding it and acting on it (a hand-on, or a ``continue_as_new``): the store moves
-        what ``act`` left on it (a buffered signal, a latched cancel) to the successor, or
-        ``act`` found it ended; either way, act again on the new tail. ``landed`` says from
-        ``act``'s answer that it took effect where it was kept (a signal buffered), which
-        spares the look again: the store moves it with the run if the run moves on."""
-        tail, info = await self._tail(name, run_id)
-        while True:
-            result = await act(tail)
-            if info.status.is_terminal:
-                return result  # it ended for good: nothing follows it
-            if landed is not None and landed(result):
-                return result  # kept where it was sent: a hand-over moves it with the run
-            moved, info = await self._tail(name, tail)
-            if moved == tail:
-                return result
-            tail = moved
-
     async def status(self, name: str, run_id: str) -> RunStatus:
         """The run's status now: a run handed on to a successor reports the successor's."""
-        return (await self._tail(name, run_id))[1].status
+        return (await live_run(self.store, name, run_id))[1].status
 
     async def why_waiting(self, name: str, run_id: str) -> str | None:
         """Why a queued run has not started yet, in one line, e.g.
         ``Limit tenant_id="acme" 2/2 running, 7th in line`` or
         ``Rate tenant_id="acme" next token in 0.18s, 1st in line``; None when it is not queued.
         """
-        run_id, _ = await self._tail(name, run_id)
+        run_id, _ = await live_run(self.store, name, run_id)
         reason = await self._io(self.store.explain_wait, name, run_id)
         if reason is None:
             return None
@@ -411,47 +360,9 @@ class WorkflowClient:
         retried send apply once: a repeat returns ``"duplicate"`` and keeps nothing (its
         payload is not compared; the first send's stands). Raises :class:`RunFinishedError`
         once the run has ended or a cancel is latched."""
-        check_name("signal name", signal)
-        check_optional("signal id", signal_id)
-        if signal.startswith(INTERRUPT_SIGNAL_PREFIX):
-            raise ValueError(
-                f"signal name {signal!r} is reserved for the answers of ctx.interrupt; "
-                f"answer an interrupt with resume"
-            )
-        payload = {} if payload is None else payload
-        check_text(payload, f"the payload of signal {signal!r}")
-        if not isinstance(payload, dict) or not json_ready(payload):
-            raise ValueError("a signal payload must be a JSON-serializable dict")
-        await check_cap(self.store, name, payload, f"payload of signal {signal!r}")
-        # One id for every send this call makes: a send repeated on a successor (a hand-on
-        # landed meanwhile, moving the buffered signal with the run) is then a repeat, not a
-        # second signal. The answer is the first send's: its signal is the one kept.
-        key = signal_id if signal_id is not None else uuid.uuid4().hex
-        answers: list[Any] = []
-
-        async def send(tail: str) -> Any:
-            answer = await self._io(
-                self.store.send_signal,
-                name,
-                tail,
-                signal,
-                payload,
-                iso(self.clock()),
-                idempotency_key=key,
-            )
-            if answer == "duplicate" and answers:
-                return answers[0]  # kept by this call's earlier send, before the run moved on
-            if answer not in ("duplicate", "rejected"):
-                answers.append(answer)
-            return answer
-
-        result = await self._on_tail(name, run_id, send, landed=lambda sent: sent != "rejected")
-        if result == "rejected":
-            raise RunFinishedError(
-                f"run {run_id!r} of {name!r} has ended or is being "
-                f"cancelled; signal {signal!r} was not kept"
-            )
-        return str(result)
+        return await send_signal(
+            self.store, self.clock, name, run_id, signal, payload, signal_id=signal_id
+        )
 
     async def query(self, name: str, run_id: str, query: str, *args: Any, **kwargs: Any) -> Any:
         """Call the run's ``ctx.on_query`` handler against its replayed state. Read-only."""
@@ -461,7 +372,7 @@ class WorkflowClient:
         spec = get_workflow(name)
         if spec is None or spec.fn is None:
             raise QueryError(f"workflow {name!r} is not imported here; a query replays its body")
-        run_id, _ = await self._tail(name, run_id)
+        run_id, _ = await live_run(self.store, name, run_id)
         events = await self.events(name, run_id)
         attempt = Attempt(
             store=self.store,
@@ -496,7 +407,7 @@ class WorkflowClient:
         if not json_ready(payload):
             raise ValueError("an update payload must be JSON-serializable")
         await check_cap(self.store, name, payload, f"payload of update {update!r}")
-        run_id, info = await self._tail(name, run_id)
+        run_id, info = await live_run(self.store, name, run_id)
         update_id = update_id or uuid.uuid4().hex
         existing = await self._io(self.store.read_update_result, name, run_id, update_id)
         if existing is None:
@@ -516,7 +427,7 @@ class WorkflowClient:
                 iso(self.clock()),
             )
             if delivered == "rejected":
-                if (await self._tail(name, run_id))[0] != run_id:
+                if (await live_run(self.store, name, run_id))[0] != run_id:
                     # Handed on in between: deliver to the successor instead.
                     return await self.update(
                         name, run_id, update, payload, update_id=update_id, timeout=timeout
@@ -531,7 +442,7 @@ class WorkflowClient:
                 outcome = await self._io(self.store.read_update_result, name, holder, update_id)
                 if outcome is not None:
                     return _update_outcome(update, update_id, outcome)
-            run_id, info = await self._tail(name, run_id)
+            run_id, info = await live_run(self.store, name, run_id)
             if run_id not in held_by:
                 held_by.append(run_id)
                 continue
@@ -561,7 +472,7 @@ class WorkflowClient:
                 detail={"reason": reason, "requested_by": requested_by},
             )
 
-        await self._on_tail(name, run_id, cancel)
+        await on_live_run(self.store, name, run_id, cancel)
 
     async def terminate(
         self, name: str, run_id: str, *, reason: str | None = None, requested_by: str | None = None
@@ -580,7 +491,7 @@ class WorkflowClient:
             )
             return tail, TerminateOutcome(outcome)
 
-        tail, outcome = await self._on_tail(name, run_id, terminate)
+        tail, outcome = await on_live_run(self.store, name, run_id, terminate)
         children, ended = await after_terminate(
             self.store, self.clock, name, tail, outcome, reason, requested_by
         )
@@ -592,7 +503,7 @@ class WorkflowClient:
         async def pause(tail: str) -> None:
             await self._io(self.store.request_pause, name, tail)
 
-        await self._on_tail(name, run_id, pause)
+        await on_live_run(self.store, name, run_id, pause)
 
     async def unpause(self, name: str, run_id: str) -> None:
         """Lift a pause and queue the run."""
@@ -600,7 +511,7 @@ class WorkflowClient:
         async def unpause(tail: str) -> None:
             await self._io(self.store.resume_paused_run, name, tail)
 
-        await self._on_tail(name, run_id, unpause)
+        await on_live_run(self.store, name, run_id, unpause)
 
 
 def _may_be_handed_on(info: RunInfo) -> bool:

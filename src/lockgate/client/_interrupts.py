@@ -32,6 +32,7 @@ from lockgate._errors import (
 )
 from lockgate._names import check_name, check_optional
 from lockgate.journal._events import EventKind, RunEvent, RunStatus
+from lockgate.runs._chains import live_run
 from lockgate.runs._submit import check_cap
 from lockgate.stores._types import interrupt_signal
 from lockgate.workflow._interrupt import (
@@ -147,7 +148,7 @@ async def resume(
     # again on a successor, where it could answer a later question no one answered. A run
     # that moved on before its journal was read is followed to the run carrying the work.
     for _ in range(MAX_MOVES):
-        tail, _ = await client._tail(name, run_id)
+        tail, _ = await live_run(client.store, name, run_id)
         events = await _journal(client, name, tail)
         if events[-1].kind == EventKind.RUN_CONTINUED:
             run_id = tail
@@ -259,7 +260,7 @@ async def await_result(
     deadline = None if timeout is None else client.clock() + timeout
     answered: set[tuple[str, str]] = set()
     while True:
-        run_id, info = await client._tail(name, run_id)
+        run_id, info = await live_run(client.store, name, run_id)
         if info.status.is_terminal:
             last = await client._io(client.store.get_last_event, name, run_id)
             return _outcome(name, run_id, last)

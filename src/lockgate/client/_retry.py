@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from lockgate._errors import DuplicateRunError, ErrorCode, RetryRefused
 from lockgate.journal._events import EPOCH_HEADER, EventKind, RunEvent, RunStatus
 from lockgate.journal._replay import reconstruct_state
+from lockgate.runs._chains import run_info
 from lockgate.runs._grouping import SubmitGroup
 from lockgate.runs._submit import queue_run
 from lockgate.workflow._spec import get_workflow
@@ -96,7 +97,7 @@ async def _planned(
     client: WorkflowClient, name: str, run_id: str
 ) -> tuple[RetryPlan, dict[str, Any]]:
     """The plan, and the failed run's ``run:init`` payload it was made from."""
-    info = await client._info(name, run_id)
+    info = await run_info(client.store, name, run_id)
     if info.status == RunStatus.COMPLETE:
         raise RetryRefused(
             ErrorCode.INVALID_REQUEST,

@@ -1,11 +1,11 @@
 """``ctx.signal``: a signal sent from a body to another run, once.
 
 The send takes a call position (``StepKind.SIGNAL_SEND``) and goes out with an idempotency key
-made of this run's id and that position, to the target's live tail (as ``client.signal``
-sends). An attempt that dies after the send and before its outcome is journaled sends it
-again on replay with the same key, and the target's store keeps it once (the answer is then
-``"duplicate"``). The outcome (the store's answer, or the error the send met) is journaled
-and returned on every later replay without sending.
+made of this run's id and that position, to the target's live tail (``runs/_signals.py``, as
+``client.signal`` sends). An attempt that dies after the send and before its outcome is
+journaled sends it again on replay with the same key, and the target's store keeps it once
+(the answer is then ``"duplicate"``). The outcome (the store's answer, or the error the send
+met) is journaled and returned on every later replay without sending.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from lockgate._errors import (
 )
 from lockgate._names import check_name
 from lockgate.journal._events import EventKind, StepKind
+from lockgate.runs._signals import send_signal as runs_signal
 from lockgate.workflow._spec import check_text, json_ready
 from lockgate.workflow._unwind import (
     _LeaseLost,
@@ -56,8 +57,6 @@ async def send_signal(
     core: AttemptCore, name: str, run_id: str, signal: str, payload: dict[str, Any]
 ) -> str:
     """Send ``signal`` to the run ``run_id`` of ``name`` once; see ``ctx.signal``."""
-    from lockgate.client._client import WorkflowClient
-
     index, record = core._next(StepKind.SIGNAL_SEND, signal)
     await core._before_call(index, record)
     if record is not None and record.done:
@@ -74,10 +73,15 @@ async def send_signal(
         "kind": StepKind.SIGNAL_SEND.value,
         "target": {"name": name, "run_id": run_id},
     }
-    client = WorkflowClient(core.store, clock=core.clock)
     try:
-        answer = await client.signal(
-            name, run_id, signal, payload, signal_id=f"signal-send:{core.run_id}:{index}"
+        answer = await runs_signal(
+            core.store,
+            core.clock,
+            name,
+            run_id,
+            signal,
+            payload,
+            signal_id=f"signal-send:{core.run_id}:{index}",
         )
     except LockLost as exc:
         raise _LeaseLost() from exc
