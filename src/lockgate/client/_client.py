@@ -366,7 +366,7 @@ class WorkflowClient:
 
     async def query(self, name: str, run_id: str, query: str, *args: Any, **kwargs: Any) -> Any:
         """Call the run's ``ctx.on_query`` handler against its replayed state. Read-only."""
-        from lockgate.workflow._executor import Attempt
+        from lockgate.attempt._attempt import Attempt
 
         check_name("query name", query)
         spec = get_workflow(name)

@@ -14,6 +14,8 @@ from lockgate._errors import (
     RunGatedError,
     RunOwnedError,
 )
+from lockgate.attempt._attempt import Attempt
+from lockgate.attempt._unwind import AttemptOutcome
 from lockgate.client._client import WorkflowClient
 from lockgate.client._handle import RunHandle
 from lockgate.journal._events import RunEvent, RunStatus
@@ -22,9 +24,7 @@ from lockgate.runs._chains import live_tail
 from lockgate.runs._family import open_children
 from lockgate.stores._base import Store
 from lockgate.stores._calls import call_store
-from lockgate.workflow._executor import Attempt
 from lockgate.workflow._spec import WorkflowSpec, get_workflow, spec_of, trigger_policy
-from lockgate.workflow._unwind import AttemptOutcome
 
 if TYPE_CHECKING:
     from lockgate.client._interrupts import InterruptHandler

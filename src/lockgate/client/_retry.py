@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lockgate._errors import DuplicateRunError, ErrorCode, RetryRefused
+from lockgate.attempt._unwind import is_final
 from lockgate.journal._events import EPOCH_HEADER, EventKind, RunEvent, RunStatus
 from lockgate.journal._replay import reconstruct_state
 from lockgate.runs._chains import run_info
 from lockgate.runs._grouping import SubmitGroup
 from lockgate.runs._submit import queue_run
 from lockgate.workflow._spec import get_workflow
-from lockgate.workflow._unwind import is_final
 
 if TYPE_CHECKING:
     from lockgate.client._client import WorkflowClient

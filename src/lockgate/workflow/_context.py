@@ -16,11 +16,10 @@ from lockgate.stores._types import INTERRUPT_SIGNAL_PREFIX
 from lockgate.workflow._record import RECORD_METADATA, KafkaRecord
 
 if TYPE_CHECKING:
-    from lockgate.workflow._executor import Attempt
+    from lockgate.attempt._attempt import Attempt
     from lockgate.workflow._interrupt import Expects, InterruptResponse
     from lockgate.workflow._retry import RetryPolicy
-    from lockgate.workflow._source import Batch, Source
-    from lockgate.workflow._stream import StreamProgress
+    from lockgate.workflow._source import Batch, Source, StreamProgress
 
 
 @dataclass(frozen=True)
@@ -195,7 +194,7 @@ class WorkflowContext:
         (params checked and gates stamped as at submit) takes over its buffered signals,
         pending updates and a latched cancel or pause. Callers keep the id they hold: status,
         result, signals and the rest follow the chain to its live run. Never returns."""
-        from lockgate.workflow._chain import continue_as_new
+        from lockgate.attempt._chain import continue_as_new
 
         await continue_as_new(self._bound("continue_as_new", self.name), dict(params or {}))
 
@@ -217,7 +216,8 @@ class WorkflowContext:
         for it. The run reads ``interrupted`` while it waits. Raises :class:`WaitTimeout` at
         the deadline ``timeout`` sets, and :class:`InterruptHandlerFailed` when the caller's
         ``on_interrupt`` handler could not answer."""
-        from lockgate.workflow._interrupt import check_question, interrupt
+        from lockgate.attempt._interrupt import interrupt
+        from lockgate.workflow._interrupt import check_question
 
         question = check_question(payload, expects)
         seconds = None if timeout is None else _seconds("ctx.interrupt timeout", timeout)
@@ -268,7 +268,7 @@ class WorkflowContext:
         so each batch is journaled once (its handler may run again if the run dies while it
         is in flight). ``name`` (the source's id by default) names the stream in the
         journal; ``retry`` retries a failing poll or handler. Returns what was handled."""
-        from lockgate.workflow._stream import consume, stream_name
+        from lockgate.attempt._stream import consume, stream_name
 
         stream = stream_name(source, name)
         return await consume(
@@ -299,7 +299,7 @@ class WorkflowContext:
         :class:`ChildWorkflowError` when the child fails, is cancelled or terminated, or
         (status ``timed_out``) is still running ``timeout`` after it was started: it is
         terminated then."""
-        from lockgate.workflow._children import child_target, run_child
+        from lockgate.attempt._children import child_target, run_child
 
         name, _ = child_target("ctx.run_child", workflow)
         return await run_child(
@@ -328,7 +328,7 @@ class WorkflowContext:
         to fail (lowest item index among those found failed together) raises: a child's
         :class:`ChildWorkflowError`, a step's own error; members still running are then
         cancelled (children with ``parent_close="cancel"``) or dropped (steps)."""
-        from lockgate.workflow._fanout import fan_out, target_name
+        from lockgate.attempt._fanout import fan_out, target_name
 
         return await fan_out(
             self._bound("fan_out", target_name(target)),
@@ -352,7 +352,7 @@ class WorkflowContext:
         a crashed attempt had made); raises :class:`RunFinishedError` when the target has
         ended, :class:`RunNotFoundError` for no such run (both journaled: a replay raises
         them again)."""
-        from lockgate.workflow._signal_send import check_signal, send_signal
+        from lockgate.attempt._signal_send import check_signal, send_signal
 
         name, payload = check_signal(workflow, run_id, signal, payload)
         return await send_signal(self._bound("signal", signal), name, run_id, signal, payload)

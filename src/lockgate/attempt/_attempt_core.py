@@ -21,15 +21,7 @@ from lockgate._errors import (
     UpdateError,
     describe_error,
 )
-from lockgate.journal._events import STEP_SECONDS_HEADER, EventKind, RunEvent, payload_size
-from lockgate.journal._replay import CallRecord, reconstruct_state
-from lockgate.stores._base import Store
-from lockgate.stores._calls import call_store
-from lockgate.stores._types import RunControls, WaitOutcome, WaitSpec
-from lockgate.workflow._context import enter_boundary, exit_boundary
-from lockgate.workflow._retry import RetryPolicy
-from lockgate.workflow._spec import WorkflowSpec, json_ready
-from lockgate.workflow._unwind import (
+from lockgate.attempt._unwind import (
     _Abort,
     _Cancelled,
     _HandedBack,
@@ -40,6 +32,14 @@ from lockgate.workflow._unwind import (
     describe_with_args,
     is_final,
 )
+from lockgate.journal._events import STEP_SECONDS_HEADER, EventKind, RunEvent, payload_size
+from lockgate.journal._replay import CallRecord, reconstruct_state
+from lockgate.stores._base import Store
+from lockgate.stores._calls import call_store
+from lockgate.stores._types import RunControls, WaitOutcome, WaitSpec
+from lockgate.workflow._context import enter_boundary, exit_boundary
+from lockgate.workflow._retry import RetryPolicy
+from lockgate.workflow._spec import WorkflowSpec, json_ready
 
 T = TypeVar("T")
 

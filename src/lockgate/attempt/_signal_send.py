@@ -22,18 +22,18 @@ from lockgate._errors import (
     StoreUnavailable,
 )
 from lockgate._names import check_name
-from lockgate.journal._events import EventKind, StepKind
-from lockgate.runs._signals import send_signal as runs_signal
-from lockgate.workflow._spec import check_text, json_ready
-from lockgate.workflow._unwind import (
+from lockgate.attempt._unwind import (
     _LeaseLost,
     _StoreFailed,
     describe_with_args,
     rebuild_error,
 )
+from lockgate.journal._events import EventKind, StepKind
+from lockgate.runs._signals import send_signal as runs_signal
+from lockgate.workflow._spec import check_text, json_ready
 
 if TYPE_CHECKING:
-    from lockgate.workflow._attempt_core import AttemptCore
+    from lockgate.attempt._attempt_core import AttemptCore
 
 
 def check_signal(
@@ -41,7 +41,7 @@ def check_signal(
 ) -> tuple[str, dict[str, Any]]:
     """The target workflow's name and the payload, once the call's arguments are checked
     (:class:`InvalidNameError`, ``TypeError``, ``ValueError``)."""
-    from lockgate.workflow._children import child_target
+    from lockgate.attempt._children import child_target
 
     name, _ = child_target("ctx.signal", workflow)
     check_name("run id", run_id, length=False)

@@ -33,6 +33,7 @@ from lockgate._errors import (
     StoreUnavailable,
 )
 from lockgate._names import check_name
+from lockgate.attempt._unwind import AttemptOutcome, _LeaseLost, _StoreFailed, _Suspend
 from lockgate.journal._events import EventKind, StepKind, error_status
 from lockgate.runs._chains import live_tail
 from lockgate.runs._family import ChildRef, cascade, notify_parent, open_children
@@ -40,10 +41,9 @@ from lockgate.runs._submit import check_params, queue_run
 from lockgate.stores._calls import call_store
 from lockgate.stores._types import TerminateOutcome, WaitOutcome, WaitSpec
 from lockgate.workflow._spec import WorkflowSpec, get_workflow, json_ready, spec_of
-from lockgate.workflow._unwind import AttemptOutcome, _LeaseLost, _StoreFailed, _Suspend
 
 if TYPE_CHECKING:
-    from lockgate.workflow._attempt_core import AttemptCore
+    from lockgate.attempt._attempt_core import AttemptCore
 
 log = logging.getLogger("lockgate.children")
 

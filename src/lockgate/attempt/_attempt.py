@@ -29,33 +29,13 @@ from lockgate._errors import (
     StoreUnavailable,
     WaitTimeout,
 )
-from lockgate.journal._events import (
-    EMIT_HEADER,
-    RESERVED_PREFIXES,
-    EventKind,
-    RunEvent,
-    StepKind,
-    payload_size,
-)
-from lockgate.journal._replay import ReplayState
-from lockgate.stores._calls import call_store
-from lockgate.stores._types import RunControls, WaitOutcome, WaitSpec
-from lockgate.workflow import _blocked as blocked
-from lockgate.workflow._attempt_core import AttemptCore, step_seconds
-from lockgate.workflow._cancel_timeout import arm_cancel_timeout
-from lockgate.workflow._chain import _Continued, close_if_chained
-from lockgate.workflow._children import after_attempt, close_children
-from lockgate.workflow._context import (
-    StepContext,
-    WorkflowContext,
-    bind_attempt,
-    unbind_attempt,
-)
-from lockgate.workflow._handon import hand_on_if_regated
-from lockgate.workflow._retry import DEFAULT_RETRY
-from lockgate.workflow._spec import json_ready, spec_of
-from lockgate.workflow._step import StepSpec
-from lockgate.workflow._unwind import (
+from lockgate.attempt import _blocked as blocked
+from lockgate.attempt._attempt_core import AttemptCore, step_seconds
+from lockgate.attempt._cancel_timeout import arm_cancel_timeout
+from lockgate.attempt._chain import _Continued, close_if_chained
+from lockgate.attempt._children import after_attempt, close_children
+from lockgate.attempt._handon import hand_on_if_regated
+from lockgate.attempt._unwind import (
     AttemptOutcome,
     _Abort,
     _Cancelled,
@@ -69,6 +49,26 @@ from lockgate.workflow._unwind import (
     rebuild_error,
     run_error_payload,
 )
+from lockgate.journal._events import (
+    EMIT_HEADER,
+    RESERVED_PREFIXES,
+    EventKind,
+    RunEvent,
+    StepKind,
+    payload_size,
+)
+from lockgate.journal._replay import ReplayState
+from lockgate.stores._calls import call_store
+from lockgate.stores._types import RunControls, WaitOutcome, WaitSpec
+from lockgate.workflow._context import (
+    StepContext,
+    WorkflowContext,
+    bind_attempt,
+    unbind_attempt,
+)
+from lockgate.workflow._retry import DEFAULT_RETRY
+from lockgate.workflow._spec import json_ready, spec_of
+from lockgate.workflow._step import StepSpec
 
 log = logging.getLogger("lockgate.executor")
 

@@ -13,9 +13,9 @@ import logging
 from typing import Any
 
 from lockgate._errors import DuplicateRunError, LockgateError
+from lockgate.attempt._attempt_core import AttemptCore
 from lockgate.stores._gates import Gates
 from lockgate.stores._records import gates_payload
-from lockgate.workflow._attempt_core import AttemptCore
 from lockgate.workflow._spec import policy_stamp
 
 log = logging.getLogger("lockgate.flow")

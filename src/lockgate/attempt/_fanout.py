@@ -22,9 +22,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from lockgate._errors import ChildWorkflowError, StepResultTypeError
-from lockgate.journal._events import EventKind, StepKind, payload_size
-from lockgate.runs._family import ChildRef
-from lockgate.workflow._children import (
+from lockgate.attempt._children import (
     MISSING,
     ChildOutcome,
     book,
@@ -41,14 +39,16 @@ from lockgate.workflow._children import (
     rebuild_child_error,
     submit_child,
 )
+from lockgate.attempt._unwind import describe_with_args, rebuild_error
+from lockgate.journal._events import EventKind, StepKind, payload_size
+from lockgate.runs._family import ChildRef
 from lockgate.workflow._context import StepContext
 from lockgate.workflow._retry import DEFAULT_RETRY
 from lockgate.workflow._step import StepSpec, step_spec_for
-from lockgate.workflow._unwind import describe_with_args, rebuild_error
 
 if TYPE_CHECKING:
+    from lockgate.attempt._attempt_core import AttemptCore
     from lockgate.journal._replay import CallRecord
-    from lockgate.workflow._attempt_core import AttemptCore
     from lockgate.workflow._spec import WorkflowSpec
 
 #: The reserved signal a fan-out's children tell their end by (``+ call position``).

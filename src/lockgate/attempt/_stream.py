@@ -25,14 +25,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from lockgate._errors import StepResultTypeError
 from lockgate._names import check_name
+from lockgate.attempt._unwind import rebuild_error
 from lockgate.journal._events import EventKind, StepKind, payload_size
 from lockgate.journal._replay import CallRecord
 from lockgate.workflow._retry import DEFAULT_RETRY, RetryPolicy
-from lockgate.workflow._source import Batch, Source
-from lockgate.workflow._unwind import rebuild_error
+from lockgate.workflow._source import Batch, Source, StreamProgress
 
 if TYPE_CHECKING:
-    from lockgate.workflow._executor import Attempt
+    from lockgate.attempt._attempt import Attempt
 
 log = logging.getLogger("lockgate.streams")
 T = TypeVar("T")
@@ -43,17 +43,6 @@ IDLE: dict[str, Any] = {"idle": True}
 #: Where the stream of one name stands, per (source_id, partition): the offset after the
 #: last batch whose step finished.
 Positions = dict[tuple[str, int], int]
-
-
-@dataclass(frozen=True)
-class StreamProgress:
-    """What one ``ctx.consume`` call handled: how many batches, how many records in them, and
-    per ``(source_id, partition)`` the offset after the last batch handled. It is made from
-    the journaled outcomes only, so a replay of the run returns the same value."""
-
-    batches: int
-    records: int
-    positions: dict[tuple[str, int], int] = field(default_factory=dict)
 
 
 @dataclass

@@ -16,13 +16,13 @@ import logging
 from typing import Any, NoReturn
 
 from lockgate._errors import ConfigurationError
+from lockgate.attempt._attempt_core import AttemptCore
+from lockgate.attempt._unwind import _Abort, _ReplayExhausted, _Unwind
 from lockgate.stores._calls import call_store
 from lockgate.stores._chains import ChainLink, chain_link, successor_run_id
 from lockgate.stores._gates import Gates
 from lockgate.stores._records import Continuation
-from lockgate.workflow._attempt_core import AttemptCore
 from lockgate.workflow._spec import policy_stamp
-from lockgate.workflow._unwind import _Abort, _ReplayExhausted, _Unwind
 
 log = logging.getLogger("lockgate.chains")
 
