@@ -30,7 +30,8 @@ from lockgate._errors import (
     WaitTimeout,
 )
 from lockgate.attempt import _blocked as blocked
-from lockgate.attempt._attempt_core import AttemptCore, step_seconds
+from lockgate.attempt._attempt_core import step_seconds
+from lockgate.attempt._calls import BodyCalls
 from lockgate.attempt._cancel_timeout import arm_cancel_timeout
 from lockgate.attempt._chain import _Continued, close_if_chained
 from lockgate.attempt._children import after_attempt, close_children
@@ -60,20 +61,16 @@ from lockgate.journal._events import (
 from lockgate.journal._replay import ReplayState
 from lockgate.stores._calls import call_store
 from lockgate.stores._types import RunControls, WaitOutcome, WaitSpec
-from lockgate.workflow._context import (
-    StepContext,
-    WorkflowContext,
-    bind_attempt,
-    unbind_attempt,
-)
+from lockgate.workflow._context import WorkflowContext
 from lockgate.workflow._retry import DEFAULT_RETRY
+from lockgate.workflow._runtime import StepContext, bind_attempt, unbind_attempt
 from lockgate.workflow._spec import json_ready, spec_of
 from lockgate.workflow._step import StepSpec
 
 log = logging.getLogger("lockgate.executor")
 
 
-class Attempt(AttemptCore):
+class Attempt(BodyCalls):
     """One attempt at one run under one lease (``mode="live"``), or a read-only replay that
     serves a query (``mode="query"``)."""
 

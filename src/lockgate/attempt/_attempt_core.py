@@ -37,8 +37,8 @@ from lockgate.journal._replay import CallRecord, reconstruct_state
 from lockgate.stores._base import Store
 from lockgate.stores._calls import call_store
 from lockgate.stores._types import RunControls, WaitOutcome, WaitSpec
-from lockgate.workflow._context import enter_boundary, exit_boundary
 from lockgate.workflow._retry import RetryPolicy
+from lockgate.workflow._runtime import enter_boundary, exit_boundary
 from lockgate.workflow._spec import WorkflowSpec, json_ready
 
 T = TypeVar("T")

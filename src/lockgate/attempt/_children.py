@@ -40,7 +40,8 @@ from lockgate.runs._family import ChildRef, cascade, notify_parent, open_childre
 from lockgate.runs._submit import check_params, queue_run
 from lockgate.stores._calls import call_store
 from lockgate.stores._types import TerminateOutcome, WaitOutcome, WaitSpec
-from lockgate.workflow._spec import WorkflowSpec, get_workflow, json_ready, spec_of
+from lockgate.workflow._spec import WorkflowSpec, json_ready
+from lockgate.workflow._targets import child_target
 
 if TYPE_CHECKING:
     from lockgate.attempt._attempt_core import AttemptCore
@@ -67,19 +68,6 @@ _ENDED = frozenset(
 
 
 # -- checking a call ---------------------------------------------------------------------------
-
-
-def child_target(what: str, target: object) -> tuple[str, WorkflowSpec | None]:
-    """The workflow name ``target`` (a decorated workflow, or its name) and its spec when it
-    is imported here."""
-    if isinstance(target, str):
-        check_name("workflow name", target)
-        return target, get_workflow(target)
-    spec = getattr(target, "__lockgate_workflow__", None)
-    if spec is None:
-        raise TypeError(f"{what} takes a @workflow function or a workflow name, not {target!r}")
-    spec = spec_of(target)
-    return spec.name, spec
 
 
 def child_params(name: str, spec: WorkflowSpec | None, params: object) -> dict[str, Any]:

@@ -30,7 +30,6 @@ from lockgate.attempt._children import (
     check_policy,
     child_error,
     child_params,
-    child_target,
     describe_child_error,
     drain_notices,
     park_on_children,
@@ -42,9 +41,10 @@ from lockgate.attempt._children import (
 from lockgate.attempt._unwind import describe_with_args, rebuild_error
 from lockgate.journal._events import EventKind, StepKind, payload_size
 from lockgate.runs._family import ChildRef
-from lockgate.workflow._context import StepContext
 from lockgate.workflow._retry import DEFAULT_RETRY
+from lockgate.workflow._runtime import StepContext
 from lockgate.workflow._step import StepSpec, step_spec_for
+from lockgate.workflow._targets import child_target, is_workflow
 
 if TYPE_CHECKING:
     from lockgate.attempt._attempt_core import AttemptCore
@@ -53,21 +53,6 @@ if TYPE_CHECKING:
 
 #: The reserved signal a fan-out's children tell their end by (``+ call position``).
 FANOUT_NOTICE = "lockgate.fanout:"
-
-
-def _is_workflow(target: object) -> bool:
-    return isinstance(target, str) or hasattr(target, "__lockgate_workflow__")
-
-
-def target_name(target: object) -> str:
-    """The name a fan-out of ``target`` is journaled under: the workflow's, or the step's."""
-    if _is_workflow(target):
-        return child_target("ctx.fan_out", target)[0]
-    if not callable(target):
-        raise TypeError(
-            f"ctx.fan_out takes a @workflow, a workflow name or a callable, not {target!r}"
-        )
-    return step_spec_for(target).name
 
 
 async def fan_out(
@@ -82,7 +67,7 @@ async def fan_out(
         raise ValueError(f"ctx.fan_out max_in_flight must be an int >= 1, not {max_in_flight!r}")
     policy = check_policy("ctx.fan_out", parent_close)
     listed = list(items)
-    if _is_workflow(target):
+    if is_workflow(target):
         name, spec = child_target("ctx.fan_out", target)
         params = [child_params(name, spec, item) for item in listed]
         index, record = core._next(StepKind.FANOUT, name)

@@ -29,7 +29,7 @@ from lockgate.stores._types import WaitOutcome, WaitSpec, interrupt_signal
 from lockgate.workflow._interrupt import InterruptResponse, interrupt_wait_id
 
 if TYPE_CHECKING:
-    from lockgate.attempt._attempt import Attempt
+    from lockgate.attempt._attempt_core import AttemptCore
 
 
 def _answered(record: CallRecord, wait_id: str) -> InterruptResponse:
@@ -57,7 +57,7 @@ def _timed_out(wait_id: str, index: int, deadline: float | None) -> WaitTimeout:
 
 
 async def interrupt(
-    attempt: Attempt, question: dict[str, Any], expects: str, timeout: float | None
+    attempt: AttemptCore, question: dict[str, Any], expects: str, timeout: float | None
 ) -> InterruptResponse:
     """Ask ``question`` and return its answer: journaled already on a replay, else taken from
     the buffer or waited for parked (see the module docstring)."""
@@ -127,7 +127,7 @@ async def interrupt(
             raise _Suspend()
 
 
-def _resume(attempt: Attempt, index: int, wait_id: str, buffered: dict[str, Any]) -> CallRecord:
+def _resume(attempt: AttemptCore, index: int, wait_id: str, buffered: dict[str, Any]) -> CallRecord:
     """Journal the buffered answer ``buffered`` (the answer signal) as ``run:resumed``, and
     return the call's record as a replay would fold it."""
     answer = buffered.get("payload")

@@ -10,7 +10,6 @@ met) is journaled and returned on every later replay without sending.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from lockgate import _failpoints as failpoints
@@ -21,7 +20,6 @@ from lockgate._errors import (
     StoreFileGone,
     StoreUnavailable,
 )
-from lockgate._names import check_name
 from lockgate.attempt._unwind import (
     _LeaseLost,
     _StoreFailed,
@@ -30,27 +28,9 @@ from lockgate.attempt._unwind import (
 )
 from lockgate.journal._events import EventKind, StepKind
 from lockgate.runs._signals import send_signal as runs_signal
-from lockgate.workflow._spec import check_text, json_ready
 
 if TYPE_CHECKING:
     from lockgate.attempt._attempt_core import AttemptCore
-
-
-def check_signal(
-    workflow: Callable[..., Any] | str, run_id: object, signal: object, payload: object
-) -> tuple[str, dict[str, Any]]:
-    """The target workflow's name and the payload, once the call's arguments are checked
-    (:class:`InvalidNameError`, ``TypeError``, ``ValueError``)."""
-    from lockgate.attempt._children import child_target
-
-    name, _ = child_target("ctx.signal", workflow)
-    check_name("run id", run_id, length=False)
-    check_name("signal name", signal)
-    payload = {} if payload is None else payload
-    check_text(payload, f"the payload of ctx.signal {signal!r}")
-    if not isinstance(payload, dict) or not json_ready(payload):
-        raise ValueError("a ctx.signal payload must be a JSON-serializable dict")
-    return name, payload
 
 
 async def send_signal(

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from lockgate._errors import StepResultTypeError
-from lockgate._names import check_name
 from lockgate.attempt._unwind import rebuild_error
 from lockgate.journal._events import EventKind, StepKind, payload_size
 from lockgate.journal._replay import CallRecord
@@ -32,7 +31,7 @@ from lockgate.workflow._retry import DEFAULT_RETRY, RetryPolicy
 from lockgate.workflow._source import Batch, Source, StreamProgress
 
 if TYPE_CHECKING:
-    from lockgate.attempt._attempt import Attempt
+    from lockgate.attempt._attempt_core import AttemptCore
 
 log = logging.getLogger("lockgate.streams")
 T = TypeVar("T")
@@ -64,14 +63,8 @@ class _Tally:
         return StreamProgress(self.batches, self.records, dict(self.positions))
 
 
-def stream_name(source: Any, name: str | None) -> str:
-    """The name a stream's positions are journaled under: ``name``, else the source's id."""
-    chosen = name if name is not None else getattr(source, "source_id", None)
-    return check_name("stream name", chosen)
-
-
 async def consume(
-    attempt: Attempt,
+    attempt: AttemptCore,
     source: Source[T],
     handler: Callable[[Batch[T]], Any],
     *,
@@ -142,7 +135,7 @@ class _Live:
 
     def __init__(
         self,
-        attempt: Attempt,
+        attempt: AttemptCore,
         source: Source[Any],
         handler: Callable[[Batch[Any]], Any],
         name: str,
