@@ -46,7 +46,7 @@ from lockgate import (
     workflow,
 )
 from lockgate.cli import main
-from lockgate.client import _interrupts as client_interrupts
+from lockgate.runs import _interrupts as runs_interrupts
 from lockgate.runs._chains import live_run
 from lockgate.stores._types import interrupt_signal
 from lockgate.worker import WorkerOptions, WorkflowWorker
@@ -970,7 +970,7 @@ async def test_one_resume_answers_one_question_when_the_run_moves_on_meanwhile(
             await runner.run("int_chain", "ic.c1")
         return await live_run(store, name, run_id)
 
-    monkeypatch.setattr(client_interrupts, "live_run", tail_with_a_fast_worker)
+    monkeypatch.setattr(runs_interrupts, "live_run", tail_with_a_fast_worker)
     await client.resume("int_chain", "ic", "approve")
     await runner.run("int_chain", "ic")
     await runner.run("int_chain", "ic.c1")

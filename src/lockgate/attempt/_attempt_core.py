@@ -30,10 +30,9 @@ from lockgate.attempt._unwind import (
     _StoreFailed,
     _Suspend,
     describe_with_args,
-    is_final,
 )
 from lockgate.journal._events import STEP_SECONDS_HEADER, EventKind, RunEvent, payload_size
-from lockgate.journal._replay import CallRecord, reconstruct_state
+from lockgate.journal._replay import CallRecord, is_final, reconstruct_state
 from lockgate.stores._base import Store
 from lockgate.stores._calls import call_store
 from lockgate.stores._types import RunControls, WaitOutcome, WaitSpec

@@ -14,7 +14,6 @@ from lockgate._errors import (
     UserFailure,
     describe_error,
 )
-from lockgate.journal._replay import CallRecord
 from lockgate.workflow._spec import json_ready
 
 
@@ -75,10 +74,6 @@ class _StoreFailed(_Unwind):
     def __init__(self, cause: Exception) -> None:
         super().__init__(str(cause))
         self.cause = cause
-
-
-def is_final(record: CallRecord | None) -> bool:
-    return record is not None and (record.done or record.failed or record.outcome is not None)
 
 
 def rebuild_error(error: dict[str, Any], step_id: str) -> Exception:

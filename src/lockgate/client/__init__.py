@@ -10,9 +10,9 @@ if TYPE_CHECKING:
     from lockgate.client._client import WorkflowClient
     from lockgate.client._handle import RunHandle, TerminateResult
     from lockgate.client._inline import GATE_TIMEOUT_S, InlineWorkflowRunner, run_and_await
-    from lockgate.client._retry import ExistingRetry, RetryPlan
     from lockgate.runs._chains import resolve_continuation
     from lockgate.runs._family import CloseResult
+    from lockgate.runs._retry import ExistingRetry, RetryPlan
 
 __all__ = [
     "GATE_TIMEOUT_S",
@@ -37,6 +37,6 @@ if not TYPE_CHECKING:  # a type checker sees the imports above, not a __getattr_
             "lockgate.client._client": ("WorkflowClient",),
             "lockgate.client._handle": ("RunHandle", "TerminateResult"),
             "lockgate.client._inline": ("GATE_TIMEOUT_S", "InlineWorkflowRunner", "run_and_await"),
-            "lockgate.client._retry": ("ExistingRetry", "RetryPlan"),
+            "lockgate.runs._retry": ("ExistingRetry", "RetryPlan"),
         },
     )

@@ -12,8 +12,6 @@ from lockgate._clock import Clock, as_clock, iso
 from lockgate._errors import (
     CapabilityMissing,
     ConfigurationError,
-    DurableInvocationCancelled,
-    DurableInvocationError,
     QueryError,
     RunFinishedError,
     RunNotFoundError,
@@ -24,15 +22,17 @@ from lockgate._errors import (
 )
 from lockgate._names import check_name, check_optional
 from lockgate.client._handle import RunHandle, TerminateResult
+from lockgate.client._interrupts import InterruptHandler, await_result
 from lockgate.client._trigger_key import trigger_key
 from lockgate.journal._events import (
-    EventKind,
     RunEvent,
     RunStatus,
 )
 from lockgate.runs._chains import live_run, on_live_run
 from lockgate.runs._family import after_terminate
 from lockgate.runs._grouping import SubmitGroup
+from lockgate.runs._interrupts import resume as answer_interrupt
+from lockgate.runs._retry import ExistingRetry, RetryPlan, find_retry, plan_retry, retry_run
 from lockgate.runs._signals import send_signal
 from lockgate.runs._submit import check_cap, known, submit_run
 from lockgate.stores import _notices as notices
@@ -52,8 +52,6 @@ from lockgate.workflow._spec import (
 )
 
 if TYPE_CHECKING:
-    from lockgate.client._interrupts import InterruptHandler
-    from lockgate.client._retry import ExistingRetry, RetryPlan
     from lockgate.workflow._interrupt import InterruptAction
 
 T = TypeVar("T")
@@ -144,27 +142,22 @@ class WorkflowClient:
         """Start a new run that carries on from where the run ``run_id`` stopped, when it
         ended without completing (in error, cancelled or terminated). It is created with the
         calls the failed run finished before its failure journaled (served, not run again),
-        and runs the failed step and what follows live; see ``client/_retry.py``. Its id is
+        and runs the failed step and what follows live; see ``runs/_retry.py``. Its id is
         ``{first id}.retry{n}``, so retrying again returns the same run. The failed run is
         left as it is. Raises :class:`RetryRefused` for a run still going, completed or
         handed on, :class:`RunNotFoundError` for no such run, and
         :class:`DuplicateRunError` when the retry's id belongs to another run."""
-        from lockgate.client._retry import retry_run
-
-        return await retry_run(self, name, run_id, group=self._submit_group())
+        retry_id = await retry_run(self.store, name, run_id, group=self._submit_group())
+        return RunHandle(self, name, retry_id)
 
     async def find_retry(self, name: str, run_id: str) -> ExistingRetry | None:
         """The retry already started for the run ``run_id``, or None. It reads the retry's
         own journal, not the failed run's, so it answers after that run has expired."""
-        from lockgate.client._retry import find_retry
-
-        return await find_retry(self, name, run_id)
+        return await find_retry(self.store, name, run_id)
 
     async def plan_retry(self, name: str, run_id: str) -> RetryPlan:
         """What :meth:`retry` would carry over and run again, starting nothing."""
-        from lockgate.client._retry import plan_retry
-
-        return await plan_retry(self, name, run_id)
+        return await plan_retry(self.store, name, run_id)
 
     async def trigger(
         self, name: str, event: dict[str, Any], *, key: str | None = None
@@ -317,9 +310,14 @@ class WorkflowClient:
         an action the question does not take, fails the question (the body's
         ``ctx.interrupt`` raises :class:`InterruptHandlerFailed`) and its exception
         propagates; one that raises :class:`DurableInterrupt` leaves the run waiting."""
-        from lockgate.client._interrupts import await_result
-
-        return await await_result(self, name, run_id, timeout=timeout, on_interrupt=on_interrupt)
+        return await await_result(
+            self,
+            name,
+            run_id,
+            timeout=timeout,
+            on_interrupt=on_interrupt,
+            advance=self._advance,
+        )
 
     async def resume(
         self,
@@ -341,9 +339,7 @@ class WorkflowClient:
         ended, it never asked it, it reached its deadline, or it was answered already (of
         two answers to one interrupt, the first one the store takes stands), and
         :class:`RunNotFoundError` for an unknown run."""
-        from lockgate.client._interrupts import resume
-
-        await resume(self, name, run_id, action, value, wait_id)
+        await answer_interrupt(self.store, self.clock, name, run_id, action, value, wait_id)
 
     # -- talking to a run ----------------------------------------------------------------------
 
@@ -520,21 +516,6 @@ def _may_be_handed_on(info: RunInfo) -> bool:
     if info.status in (RunStatus.PENDING, RunStatus.IN_PROGRESS):
         return True
     return info.status == RunStatus.SLEEPING and info.wait is not None and info.wait.kind == "start"
-
-
-def _outcome(name: str, run_id: str, last: RunEvent | None) -> Any:
-    if last is None:
-        raise RunNotFoundError(name, run_id)
-    if last.kind == EventKind.RUN_COMPLETE:
-        return last.payload.get("result")
-    payload = last.payload
-    detail = str(payload.get("message") or payload.get("code") or "failed")
-    error = dict(payload.get("error") or {})
-    if "user_code" in payload:
-        error.setdefault("user_code", payload["user_code"])
-    if payload.get("code") in ("cancelled", "terminated"):
-        raise DurableInvocationCancelled(name, run_id, detail, error=error)
-    raise DurableInvocationError(name, run_id, detail, error=error)
 
 
 def _update_outcome(update: str, update_id: str, outcome: dict[str, Any]) -> Any:
