@@ -33,20 +33,20 @@ from lockgate.attempt import _blocked as blocked
 from lockgate.attempt._attempt_core import step_seconds
 from lockgate.attempt._calls import BodyCalls
 from lockgate.attempt._cancel_timeout import arm_cancel_timeout
-from lockgate.attempt._chain import _Continued, close_if_chained
+from lockgate.attempt._chain import Continued, close_if_chained
 from lockgate.attempt._children import after_attempt, close_children
 from lockgate.attempt._handon import hand_on_if_regated
 from lockgate.attempt._unwind import (
+    Abort,
     AttemptOutcome,
-    _Abort,
-    _Cancelled,
-    _HandedBack,
-    _HandedOn,
-    _LeaseLost,
-    _ReplayExhausted,
-    _StoreFailed,
-    _Suspend,
-    _Unwind,
+    Cancelled,
+    HandedBack,
+    HandedOn,
+    LeaseLost,
+    ReplayExhausted,
+    StoreFailed,
+    Suspend,
+    Unwind,
     rebuild_error,
     run_error_payload,
 )
@@ -198,7 +198,7 @@ class Attempt(BodyCalls):
                     await self.flush()
                 return
             if await self._park(opening, wait) == WaitOutcome.PARKED:
-                raise _Suspend()
+                raise Suspend()
 
     async def wait_for_signal(self, signal: str, timeout: float | None) -> Any:
         index, record = self._next(StepKind.SIGNAL, signal)
@@ -280,7 +280,7 @@ class Attempt(BodyCalls):
                     await self.flush()
                 raise self._wait_timeout(signal, index, deadline)
             if await self._park(opening, wait) == WaitOutcome.PARKED:
-                raise _Suspend()
+                raise Suspend()
 
     def _wait_timeout(self, signal: str, index: int, deadline: float | None) -> WaitTimeout:
         when = datetime.fromtimestamp(deadline, UTC) if deadline is not None else None
@@ -304,7 +304,7 @@ class Attempt(BodyCalls):
         if record is not None and record.done:
             return record.result
         if self.mode == "query":
-            raise _ReplayExhausted()
+            raise ReplayExhausted()
         value = produce()
         self._record(
             EventKind.STEP_DONE,
@@ -377,7 +377,7 @@ class Attempt(BodyCalls):
                     self._cancel_seen = True
                     if self._cancel_timer is None:
                         self._cancel_timer = arm_cancel_timeout(self)
-            except _LeaseLost:
+            except LeaseLost:
                 self._lease_lost = True
                 if self._ending:
                     # Most likely the terminal's own release; cancelling now could cut the
@@ -392,7 +392,7 @@ class Attempt(BodyCalls):
                 if self._task is not None:
                     self._task.cancel()
                 return
-            except _StoreFailed as failed:
+            except StoreFailed as failed:
                 gone = isinstance(failed.cause, StoreFileGone)
                 # Debug: a worker tells a store outage once, not per run, and the attempt's
                 # end says what became of the run; a lease that lapses is acted on below.
@@ -413,19 +413,19 @@ class Attempt(BodyCalls):
         try:
             try:
                 return await self._body_to_terminal()
-            except _Suspend:
+            except Suspend:
                 return AttemptOutcome.SUSPENDED
-            except _HandedBack:
+            except HandedBack:
                 return AttemptOutcome.HANDED_BACK
-            except _HandedOn:
+            except HandedOn:
                 return AttemptOutcome.HANDED_ON
-            except _Continued:
+            except Continued:
                 return AttemptOutcome.CONTINUED
-            except _Cancelled:
+            except Cancelled:
                 return await self._finish_error(
                     await self._cancelled_payload(), AttemptOutcome.CANCELLED
                 )
-            except _Abort as abort:
+            except Abort as abort:
                 if abort.overflow:
                     cap = self.event_cap
                     self._buffer.append(
@@ -447,9 +447,9 @@ class Attempt(BodyCalls):
                 else:
                     payload = run_error_payload(abort.error)
                 return await self._finish_error(payload, AttemptOutcome.FAILED)
-        except _LeaseLost:
+        except LeaseLost:
             return AttemptOutcome.ABANDONED
-        except _StoreFailed as failed:
+        except StoreFailed as failed:
             await self._put_back(failed.cause)
             raise AssertionError("unreachable") from None
         finally:
@@ -509,9 +509,9 @@ class Attempt(BodyCalls):
         if not any(index >= 0 for index in self.state.calls):
             self._fresh = self._fresh or await self.poll()
             if self._fresh.cancel_requested_at is not None:
-                raise _Cancelled()
+                raise Cancelled()
             if not self._buffer and await hand_on_if_regated(self) is not None:
-                raise _HandedOn()
+                raise HandedOn()
 
     async def _body_to_terminal(self) -> AttemptOutcome:
         await self._start()
@@ -536,7 +536,7 @@ class Attempt(BodyCalls):
                 },
                 AttemptOutcome.FAILED,
             )
-        except _Unwind:
+        except Unwind:
             raise
         except Exception as exc:
             return await self._finish_error(run_error_payload(exc), AttemptOutcome.FAILED)
@@ -555,7 +555,7 @@ class Attempt(BodyCalls):
                 controls = await self._controls_now()
         await self._apply_new_updates(self.call_index, controls.updates_pending)
         if controls.cancel_requested_at is not None or self._cancel_raised:
-            raise _Cancelled()
+            raise Cancelled()
         if not json_ready(result):
             return await self._finish_error(
                 run_error_payload(
@@ -568,7 +568,7 @@ class Attempt(BodyCalls):
             )
         size, limit = payload_size(result), self.spec.max_event_payload_bytes
         if limit is not None and size > limit:
-            raise _Abort(
+            raise Abort(
                 PayloadTooLarge(
                     f"result of workflow {self.spec.name!r} is {size} "
                     f"bytes, over max_event_payload_bytes={limit}",
@@ -612,7 +612,7 @@ class Attempt(BodyCalls):
                 self.spec.name,
                 self.lease,
             )
-            raise _LeaseLost()
+            raise LeaseLost()
         self._appended(events if controls is None else events[:-1])
         if controls is None:
             # The run ended: what the heartbeat saw gone was the terminal's own release.
@@ -650,7 +650,7 @@ class Attempt(BodyCalls):
 
         token = bind_attempt(self)
         try:
-            with contextlib.suppress(_Unwind, Exception):
+            with contextlib.suppress(Unwind, Exception):
                 await self.spec.body(WorkflowContext(self), **self.params)
                 await self._replay_updates(self.call_index)
         finally:
@@ -675,17 +675,17 @@ class Attempt(BodyCalls):
         token = bind_attempt(self)
         try:
             await self.spec.body(WorkflowContext(self), **self.params)
-        except _Abort as abort:
+        except Abort as abort:
             if isinstance(abort.error, NonDeterminismError):
                 raise abort.error from None
-        except (_Unwind, Exception):
+        except (Unwind, Exception):
             pass  # the end of the journal, or the body's own recorded failure
         finally:
             unbind_attempt(token)
         if self.state.terminal is not None and self.state.terminal.kind == EventKind.RUN_COMPLETE:
             try:
                 self._check_body_reached_journal_end()
-            except _Abort as abort:
+            except Abort as abort:
                 raise abort.error from None
 
     def _check_body_reached_journal_end(self) -> None:
@@ -693,7 +693,7 @@ class Attempt(BodyCalls):
         extra = sorted(i for i in self.state.calls if i >= self.call_index)
         if extra:
             record = self.state.calls[extra[0]]
-            raise _Abort(
+            raise Abort(
                 NonDeterminismError(
                     f"the journal of run {self.run_id!r} records {record.fingerprint} at call "
                     f"{record.call_index}, which the body no longer makes",

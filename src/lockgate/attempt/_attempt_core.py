@@ -22,13 +22,13 @@ from lockgate._errors import (
     describe_error,
 )
 from lockgate.attempt._unwind import (
-    _Abort,
-    _Cancelled,
-    _HandedBack,
-    _LeaseLost,
-    _ReplayExhausted,
-    _StoreFailed,
-    _Suspend,
+    Abort,
+    Cancelled,
+    HandedBack,
+    LeaseLost,
+    ReplayExhausted,
+    StoreFailed,
+    Suspend,
     describe_with_args,
 )
 from lockgate.journal._events import STEP_SECONDS_HEADER, EventKind, RunEvent, payload_size
@@ -142,7 +142,7 @@ class AttemptCore:
             # No heartbeat got through for a whole lease: the store was unreachable (or this
             # process stalled). Nothing more is written for the body; the run goes back (as
             # store_unavailable) once the store answers, unless someone took it since.
-            raise _StoreFailed(
+            raise StoreFailed(
                 StoreUnavailable(
                     f"no heartbeat of run {self.run_id!r} got through for a whole lease (the "
                     f"store unreachable, or this process stalled)"
@@ -151,14 +151,14 @@ class AttemptCore:
         try:
             return await call_store(self.store, method, *args, **kwargs)
         except LockLost as exc:
-            raise _LeaseLost() from exc
+            raise LeaseLost() from exc
         except (StoreUnavailable, StoreFileGone) as exc:
             # Not the body's to catch: the attempt unwinds, and a file gone stops the worker.
-            raise _StoreFailed(exc) from exc
+            raise StoreFailed(exc) from exc
         except LockgateError:
             raise
         except Exception as exc:
-            raise _StoreFailed(exc) from exc
+            raise StoreFailed(exc) from exc
 
     def _event(
         self, kind: str, payload: dict[str, Any], headers: dict[str, str] | None = None
@@ -180,7 +180,7 @@ class AttemptCore:
         result), and ``what`` names the payload in the error when it is over the cap."""
         cap = self.event_cap
         if cap is not None and self.event_count + 1 > cap:
-            raise _Abort(
+            raise Abort(
                 LockgateError(
                     f"run has {self.event_count} events, the cap of max_event_count_per_run={cap}"
                 ),
@@ -190,7 +190,7 @@ class AttemptCore:
         if limit is not None:
             size = payload_size(payload) if size is None else size
         if limit is not None and size is not None and size > limit:
-            raise _Abort(
+            raise Abort(
                 PayloadTooLarge(
                     f"{what or kind + ' payload'} is {size} bytes, over "
                     f"max_event_payload_bytes={limit}",
@@ -285,12 +285,12 @@ class AttemptCore:
         if self._parked:
             # The run parked and this attempt is unwinding (a ``finally`` in the body): it no
             # longer holds the run, so any further durable call just keeps unwinding.
-            raise _Suspend()
+            raise Suspend()
         index = self.call_index
         self.call_index += 1
         record = self.state.calls.get(index)
         if record is not None and (record.kind != kind or record.name != name):
-            raise _Abort(
+            raise Abort(
                 NonDeterminismError(
                     f"run {self.run_id!r} of {self.spec.name!r} is not deterministic: call "
                     f"{index} is {kind} {name!r} in the body but {record.fingerprint} in the "
@@ -307,7 +307,7 @@ class AttemptCore:
         if is_final(record):
             return
         if self.mode == "query":
-            raise _ReplayExhausted()
+            raise ReplayExhausted()
         await self._hand_back_if_stopping()
         controls = await self._check_controls(index)
         await self._apply_new_updates(index, controls.updates_pending)
@@ -319,7 +319,7 @@ class AttemptCore:
             return
         await self.flush()
         await self._io(self.store.hand_back_run, self.spec.name, self.run_id, self.lease)
-        raise _HandedBack()
+        raise HandedBack()
 
     async def poll(self) -> RunControls:
         controls: RunControls = await self._io(self.store.poll_run, self.spec.name, self.run_id)
@@ -333,13 +333,13 @@ class AttemptCore:
                 if self._cancel_raised:
                     return controls  # the body is cleaning up after the cancel: let it
                 self._cancel_raised = True
-                raise _Cancelled()
+                raise Cancelled()
             if controls.pause_requested_at is None:
                 return controls
             wait_id = f"pause:{uuid.uuid4().hex[:12]}"
             paused = self._event(EventKind.RUN_PAUSED, {"wait_id": wait_id, "call_index": index})
             if await self._park([paused], WaitSpec("pause", wait_id, index)) == WaitOutcome.PARKED:
-                raise _Suspend()
+                raise Suspend()
 
     async def _park(self, events: list[RunEvent], wait: WaitSpec) -> WaitOutcome:
         """Park on ``wait``, appending the buffer and ``events`` with it. On SUPERSEDED nothing
@@ -366,7 +366,7 @@ class AttemptCore:
         if controls.cancel_requested_at is not None:
             # A run with a latched cancel cannot park, not even to clean up: it ends here.
             self._cancel_seen = self._cancel_raised = True
-            raise _Cancelled()
+            raise Cancelled()
         return WaitOutcome.SUPERSEDED
 
     # -- updates and queries -------------------------------------------------------------------

@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 
 from lockgate._errors import ConfigurationError
 from lockgate.attempt._attempt_core import AttemptCore
-from lockgate.attempt._unwind import _Abort, _ReplayExhausted, _Unwind
+from lockgate.attempt._unwind import Abort, ReplayExhausted, Unwind
 from lockgate.stores._calls import call_store
 from lockgate.stores._chains import ChainLink, chain_link, successor_run_id
 from lockgate.stores._gates import Gates
@@ -27,7 +27,7 @@ from lockgate.workflow._spec import policy_stamp
 log = logging.getLogger("lockgate.chains")
 
 
-class _Continued(_Unwind):
+class Continued(Unwind):
     """The run ended ``run:continued``: its successor carries the work on."""
 
     def __init__(self, successor: ChainLink) -> None:
@@ -38,9 +38,9 @@ class _Continued(_Unwind):
 async def continue_as_new(core: AttemptCore, params: dict[str, Any]) -> NoReturn:
     """End ``core``'s run and start its successor with ``params`` (see the module's doc)."""
     if core.mode == "query":
-        raise _ReplayExhausted()
+        raise ReplayExhausted()
     if core.reject_continue_as_new:
-        raise _Abort(
+        raise Abort(
             ConfigurationError(
                 f"run {core.run_id!r} of {core.spec.name!r} called ctx.continue_as_new, which "
                 f"this runner refuses (reject_continue_as_new=True)"
@@ -77,7 +77,7 @@ async def continue_as_new(core: AttemptCore, params: dict[str, Any]) -> NoReturn
         continuation,
     )
     await advance_tail(core, successor)
-    raise _Continued(successor)
+    raise Continued(successor)
 
 
 #: Provenance facts that belong to one run, not to the chain it starts: each successor

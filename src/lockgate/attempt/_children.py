@@ -33,7 +33,7 @@ from lockgate._errors import (
     StoreUnavailable,
 )
 from lockgate._names import check_name
-from lockgate.attempt._unwind import AttemptOutcome, _LeaseLost, _StoreFailed, _Suspend
+from lockgate.attempt._unwind import AttemptOutcome, LeaseLost, StoreFailed, Suspend
 from lockgate.journal._events import EventKind, StepKind, error_status
 from lockgate.runs._chains import live_tail
 from lockgate.runs._family import ChildRef, cascade, notify_parent, open_children
@@ -199,9 +199,9 @@ async def submit_child(
         if parent.get("run_id") != core.run_id:
             raise
     except LockLost as exc:
-        raise _LeaseLost() from exc
+        raise LeaseLost() from exc
     except (StoreUnavailable, StoreFileGone) as exc:
-        raise _StoreFailed(exc) from exc
+        raise StoreFailed(exc) from exc
 
 
 @dataclass(frozen=True)
@@ -355,7 +355,7 @@ async def park_on_children(
         "signal", f"children:{index}:{uuid.uuid4().hex[:8]}", index, due_at=due, signal=signal
     )
     if await core._park([], wait) == WaitOutcome.PARKED:
-        raise _Suspend()
+        raise Suspend()
 
 
 # -- ctx.run_child ----------------------------------------------------------------------------

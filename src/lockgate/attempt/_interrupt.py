@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from lockgate._errors import InterruptHandlerFailed, WaitTimeout
-from lockgate.attempt._unwind import _Suspend
+from lockgate.attempt._unwind import Suspend
 from lockgate.journal._events import EventKind, StepKind, payload_size
 from lockgate.journal._replay import CallRecord
 from lockgate.stores._types import WaitOutcome, WaitSpec, interrupt_signal
@@ -124,7 +124,7 @@ async def interrupt(
                 await attempt.flush()
             raise _timed_out(wait_id, index, deadline)
         if await attempt._park(opening, wait) == WaitOutcome.PARKED:
-            raise _Suspend()
+            raise Suspend()
 
 
 def _resume(attempt: AttemptCore, index: int, wait_id: str, buffered: dict[str, Any]) -> CallRecord:

@@ -21,8 +21,8 @@ from lockgate._errors import (
     StoreUnavailable,
 )
 from lockgate.attempt._unwind import (
-    _LeaseLost,
-    _StoreFailed,
+    LeaseLost,
+    StoreFailed,
     describe_with_args,
     rebuild_error,
 )
@@ -64,9 +64,9 @@ async def send_signal(
             signal_id=f"signal-send:{core.run_id}:{index}",
         )
     except LockLost as exc:
-        raise _LeaseLost() from exc
+        raise LeaseLost() from exc
     except (StoreUnavailable, StoreFileGone) as exc:
-        raise _StoreFailed(exc) from exc
+        raise StoreFailed(exc) from exc
     except LockgateError as exc:
         described = describe_with_args(exc)
         described["target"] = {"name": name, "run_id": run_id}
