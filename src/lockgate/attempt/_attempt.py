@@ -82,8 +82,8 @@ class Attempt(BodyCalls):
     # -- durable operations --------------------------------------------------------------------
 
     async def run_step(self, spec: StepSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        index, record = self._next(StepKind.NAMED, spec.name)
-        await self._before_call(index, record)
+        index, record = self.next_call(StepKind.NAMED, spec.name)
+        await self.before_call(index, record)
         if record is not None and record.done:
             return spec.from_journal(record.result)
         if record is not None and record.failed:
@@ -94,7 +94,7 @@ class Attempt(BodyCalls):
         base = {"call_index": index, "step_id": spec.name, "kind": StepKind.NAMED.value}
         while True:
             if spec.effect == "write":
-                self._record(EventKind.STEP_PENDING, {**base, "attempt": attempt})
+                self.record_event(EventKind.STEP_PENDING, {**base, "attempt": attempt})
             await self.step_boundary()
             step_ctx = StepContext(
                 run_id=self.run_id,
@@ -129,7 +129,7 @@ class Attempt(BodyCalls):
             attempt = await self.step_failed(base, attempt, failure, policy, took=took)
         assert outcome is not None  # the effect returned: its value, never None
         journaled, size = outcome
-        self._record(
+        self.record_event(
             EventKind.STEP_DONE,
             {**base, "attempt": attempt, "result": journaled},
             took,
@@ -140,14 +140,14 @@ class Attempt(BodyCalls):
             # The outcome goes with the attempt's next write, before the body's next durable
             # call or its end: only the body's plain code runs first, which leaves no trace
             # outside the process. The controls read before the effect are stale now.
-            self._fresh = None
+            self.fresh_controls = None
         else:
             await self.step_boundary()
         return spec.from_journal(journaled)
 
     async def sleep(self, seconds: float) -> None:
-        index, record = self._next(StepKind.SLEEP, "sleep")
-        await self._before_call(index, record)
+        index, record = self.next_call(StepKind.SLEEP, "sleep")
+        await self.before_call(index, record)
         if record is not None and record.outcome is not None:
             return
         if record is None and seconds <= 0:
@@ -162,7 +162,7 @@ class Attempt(BodyCalls):
             []
             if record is not None
             else [
-                self._event(
+                self.new_event(
                     EventKind.RUN_SLEEPING,
                     {
                         "call_index": index,
@@ -180,10 +180,10 @@ class Attempt(BodyCalls):
         while True:
             assert wait.due_at is not None
             if self.clock() >= wait.due_at:
-                self._buffer.extend(opening)
+                self.buffer.extend(opening)
                 self.event_count += len(opening)
                 await self.flush()
-                outcome = await self._io(
+                outcome = await self.io(
                     self.store.wake_run,
                     self.spec.name,
                     self.run_id,
@@ -191,18 +191,18 @@ class Attempt(BodyCalls):
                     lease=self.lease,
                 )
                 if outcome == WaitOutcome.SUPERSEDED:
-                    self._record(
+                    self.record_event(
                         EventKind.RUN_WOKEN,
                         {"call_index": wait.call_index, "wait_id": wait.wait_id},
                     )
                     await self.flush()
                 return
-            if await self._park(opening, wait) == WaitOutcome.PARKED:
+            if await self.park(opening, wait) == WaitOutcome.PARKED:
                 raise Suspend()
 
     async def wait_for_signal(self, signal: str, timeout: float | None) -> Any:
-        index, record = self._next(StepKind.SIGNAL, signal)
-        await self._before_call(index, record)
+        index, record = self.next_call(StepKind.SIGNAL, signal)
+        await self.before_call(index, record)
         if record is not None and record.outcome == "received":
             return record.payload
         wait_id = f"signal:{index}"
@@ -217,7 +217,7 @@ class Attempt(BodyCalls):
             []
             if record is not None
             else [
-                self._event(
+                self.new_event(
                     EventKind.RUN_SIGNAL_WAITING,
                     {
                         "call_index": index,
@@ -229,16 +229,16 @@ class Attempt(BodyCalls):
             ]
         )
         while True:
-            buffered = await self._io(self.store.peek_signal, self.spec.name, self.run_id, signal)
+            buffered = await self.io(self.store.peek_signal, self.spec.name, self.run_id, signal)
             if buffered is not None:
                 signal_id = str(buffered["signal_id"])
                 if signal_id in self.state.journaled_signal_ids:
                     # Journaled for an earlier wait by an attempt that died before popping it.
-                    await self._io(
+                    await self.io(
                         self.store.pop_signal_match, self.spec.name, self.run_id, signal, signal_id
                     )
                     continue
-                self._record(
+                self.record_event(
                     EventKind.RUN_SIGNAL_RECEIVED,
                     {
                         "call_index": index,
@@ -252,16 +252,16 @@ class Attempt(BodyCalls):
                 )
                 await self.flush()
                 self.state.journaled_signal_ids.add(signal_id)
-                await self._io(
+                await self.io(
                     self.store.pop_signal_match, self.spec.name, self.run_id, signal, signal_id
                 )
                 return buffered.get("payload")
             if deadline is not None and self.clock() >= deadline:
-                self._buffer.extend(opening)
+                self.buffer.extend(opening)
                 self.event_count += len(opening)
                 opening = []
                 await self.flush()
-                outcome = await self._io(
+                outcome = await self.io(
                     self.store.time_out_wait,
                     self.spec.name,
                     self.run_id,
@@ -270,16 +270,16 @@ class Attempt(BodyCalls):
                 )
                 if outcome == WaitOutcome.SUPERSEDED:
                     if (
-                        await self._io(self.store.peek_signal, self.spec.name, self.run_id, signal)
+                        await self.io(self.store.peek_signal, self.spec.name, self.run_id, signal)
                         is not None
                     ):
                         continue
-                    self._record(
+                    self.record_event(
                         EventKind.RUN_WAIT_TIMED_OUT, {"call_index": index, "wait_id": wait_id}
                     )
                     await self.flush()
                 raise self._wait_timeout(signal, index, deadline)
-            if await self._park(opening, wait) == WaitOutcome.PARKED:
+            if await self.park(opening, wait) == WaitOutcome.PARKED:
                 raise Suspend()
 
     def _wait_timeout(self, signal: str, index: int, deadline: float | None) -> WaitTimeout:
@@ -294,19 +294,19 @@ class Attempt(BodyCalls):
             )
         if not isinstance(payload, dict) or not json_ready(payload):
             raise TypeError("ctx.emit payload must be a JSON-serializable dict")
-        index, record = self._next(StepKind.EMIT, kind)
-        await self._before_call(index, record)
+        index, record = self.next_call(StepKind.EMIT, kind)
+        await self.before_call(index, record)
         if record is None:
-            self._record(kind, {"call_index": index, "data": payload}, {EMIT_HEADER: "1"})
+            self.record_event(kind, {"call_index": index, "data": payload}, {EMIT_HEADER: "1"})
 
     def _deterministic(self, name: str, produce: Callable[[], Any]) -> Any:
-        index, record = self._next(StepKind.DETERMINISTIC, name)
+        index, record = self.next_call(StepKind.DETERMINISTIC, name)
         if record is not None and record.done:
             return record.result
         if self.mode == "query":
             raise ReplayExhausted()
         value = produce()
-        self._record(
+        self.record_event(
             EventKind.STEP_DONE,
             {
                 "call_index": index,
@@ -334,7 +334,7 @@ class Attempt(BodyCalls):
         Any other ``BaseException`` (the task cancelled, the process dying) propagates with
         nothing more written; the lease is left to expire so another attempt resumes the run.
         """
-        self._task = asyncio.current_task()
+        self.task = asyncio.current_task()
         heartbeat = asyncio.create_task(self._heartbeat())
         try:
             outcome = await self._drive()
@@ -342,15 +342,15 @@ class Attempt(BodyCalls):
             return outcome
         except asyncio.CancelledError:
             lost = self._lease_lost or self._store_lost is not None
-            if self.cancel_forced and not lost and self._task is not None:
-                if self._task.uncancel() > 0:
+            if self.cancel_forced and not lost and self.task is not None:
+                if self.task.uncancel() > 0:
                     raise
                 forced = await self._finish_error(
                     await self._cancelled_payload(), AttemptOutcome.CANCELLED
                 )
                 await after_attempt(self, forced)
                 return forced
-            if self._task is None or not lost or self._task.uncancel() > 0:
+            if self.task is None or not lost or self.task.uncancel() > 0:
                 raise
             if self._store_lost is not None:
                 await self._put_back(self._store_lost)
@@ -369,7 +369,7 @@ class Attempt(BodyCalls):
             await self.clock.sleep(self.store.heartbeat_interval)
             asked_at = self.clock()
             try:
-                cancel_at, _ = await self._io(
+                cancel_at, _ = await self.io(
                     self.store.heartbeat, self.spec.name, self.run_id, self.lease
                 )
                 self.lease_renewed(asked_at)
@@ -389,8 +389,8 @@ class Attempt(BodyCalls):
                     self.spec.name,
                     self.lease,
                 )
-                if self._task is not None:
-                    self._task.cancel()
+                if self.task is not None:
+                    self.task.cancel()
                 return
             except StoreFailed as failed:
                 gone = isinstance(failed.cause, StoreFileGone)
@@ -402,8 +402,8 @@ class Attempt(BodyCalls):
                     # body (nothing it does can be journaled) and put the run back when the
                     # store answers (a file gone takes none: the worker stops).
                     self._store_lost = failed.cause
-                    if self._task is not None:
-                        self._task.cancel()
+                    if self.task is not None:
+                        self.task.cancel()
                     return
 
     async def _drive(self) -> AttemptOutcome:
@@ -428,8 +428,8 @@ class Attempt(BodyCalls):
             except Abort as abort:
                 if abort.overflow:
                     cap = self.event_cap
-                    self._buffer.append(
-                        self._event(
+                    self.buffer.append(
+                        self.new_event(
                             EventKind.STREAM_OVERFLOW, {"limit": cap, "count": self.event_count}
                         )
                     )
@@ -481,7 +481,7 @@ class Attempt(BodyCalls):
 
     async def _cancelled_payload(self) -> dict[str, Any]:
         """The cancelled terminal, carrying the detail of the ``run:cancel`` that asked."""
-        journal = await self._io(self.store.load_run, self.spec.name, self.run_id)
+        journal = await self.io(self.store.load_run, self.spec.name, self.run_id)
         detail: dict[str, Any] = {}
         for event in reversed(journal):
             if event.kind == EventKind.RUN_CANCEL:
@@ -507,10 +507,10 @@ class Attempt(BodyCalls):
         if start is not None and start.outcome is None and start.due_at is not None:
             await self._wait_out(WaitSpec("start", "start", -1, due_at=start.due_at), [])
         if not any(index >= 0 for index in self.state.calls):
-            self._fresh = self._fresh or await self.poll()
-            if self._fresh.cancel_requested_at is not None:
+            self.fresh_controls = self.fresh_controls or await self.poll()
+            if self.fresh_controls.cancel_requested_at is not None:
                 raise Cancelled()
-            if not self._buffer and await hand_on_if_regated(self) is not None:
+            if not self.buffer and await hand_on_if_regated(self) is not None:
                 raise HandedOn()
 
     async def _body_to_terminal(self) -> AttemptOutcome:
@@ -543,7 +543,7 @@ class Attempt(BodyCalls):
         await self._replay_updates(self.call_index)
         self._check_body_reached_journal_end()
         # The controls the last append read serve here too: since it, only plain code ran.
-        controls, self._fresh = self._fresh, None
+        controls, self.fresh_controls = self.fresh_controls, None
         if controls is None:
             ending = self._completion(result)
             if ending is not None:
@@ -577,7 +577,7 @@ class Attempt(BodyCalls):
                     limit=limit,
                 )
             )
-        await self._finish(self._event(EventKind.RUN_COMPLETE, {"result": result}))
+        await self._finish(self.new_event(EventKind.RUN_COMPLETE, {"result": result}))
         return AttemptOutcome.COMPLETED
 
     def _completion(self, result: Any) -> RunEvent | None:
@@ -588,17 +588,17 @@ class Attempt(BodyCalls):
         limit = self.spec.max_event_payload_bytes
         if limit is not None and payload_size(result) > limit:
             return None
-        return self._event(EventKind.RUN_COMPLETE, {"result": result})
+        return self.new_event(EventKind.RUN_COMPLETE, {"result": result})
 
     async def _finish_if_quiet(self, terminal: RunEvent) -> RunControls | None:
         """Append the buffer and ``terminal`` in one fenced write, unless the store finds a
         cancel latched or an update pending: then only the buffer, and its controls come
         back. None when the run ended."""
         await close_children(self, terminal.kind)
-        events, self._buffer = [*self._buffer, terminal], []
+        events, self.buffer = [*self.buffer, terminal], []
         self._ending = True
         try:
-            controls: RunControls | None = await self._io(
+            controls: RunControls | None = await self.io(
                 self.store.finish_if_quiet, self.spec.name, self.run_id, events, fence=self.lease
             )
         finally:
@@ -624,17 +624,17 @@ class Attempt(BodyCalls):
     async def _finish_error(
         self, payload: dict[str, Any], outcome: AttemptOutcome
     ) -> AttemptOutcome:
-        await self._finish(self._event(EventKind.RUN_ERROR, payload))
+        await self._finish(self.new_event(EventKind.RUN_ERROR, payload))
         return outcome
 
     async def _finish(self, terminal: RunEvent) -> None:
         """Append the buffer and the terminal in one fenced batch. The store drops the run's
         lock with the terminal (see ``EventLogStore.append_events``): no release follows."""
         await close_children(self, terminal.kind)
-        events, self._buffer = [*self._buffer, terminal], []
+        events, self.buffer = [*self.buffer, terminal], []
         self._ending = True
         try:
-            await self._io(
+            await self.io(
                 self.store.append_events, self.spec.name, self.run_id, events, fence=self.lease
             )
         finally:

@@ -85,7 +85,7 @@ class AttemptCore:
         #: Per stream name, where each partition stands after the batches handled so far in
         #: the run (``ctx.consume``, see ``_stream``).
         self.stream_positions: dict[str, dict[tuple[str, int], int]] = {}
-        self._buffer: list[RunEvent] = []
+        self.buffer: list[RunEvent] = []
         self._has_updates = "updates" in store.capabilities()
         # A store that keeps only so many events of a run lowers the cap to that, so a run ends
         # with stream:overflow instead of replaying a cut-off journal.
@@ -99,7 +99,7 @@ class AttemptCore:
         # Controls read at the attempt's start (by its claim, when the store reads them with
         # it) or by its last append, reused by its next live boundary: only the body's own
         # plain code runs in between, so one read serves both.
-        self._fresh: RunControls | None = controls
+        self.fresh_controls: RunControls | None = controls
         self._lease_lost = False
         # Set while a write that ends the run is in flight: the store drops the lock with the
         # terminal, so a heartbeat then finding no lock is no loss, and the write itself says
@@ -111,7 +111,7 @@ class AttemptCore:
         #: Whether the attempt, after the store failed under it, put its run back itself
         #: (else whoever runs it keeps trying while the store stays away).
         self.put_back = False
-        self._task: asyncio.Task[Any] | None = None
+        self.task: asyncio.Task[Any] | None = None
         # The attempt's own view of its lease: ``lock_ttl`` from before the claim was asked
         # for, renewed from before each heartbeat that succeeded. Past it, the attempt writes
         # nothing more, whatever the store would still accept.
@@ -137,7 +137,7 @@ class AttemptCore:
             and self.clock() >= self._lease_until
         )
 
-    async def _io(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    async def io(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if self.lease_lapsed():
             # No heartbeat got through for a whole lease: the store was unreachable (or this
             # process stalled). Nothing more is written for the body; the run goes back (as
@@ -160,12 +160,12 @@ class AttemptCore:
         except Exception as exc:
             raise StoreFailed(exc) from exc
 
-    def _event(
+    def new_event(
         self, kind: str, payload: dict[str, Any], headers: dict[str, str] | None = None
     ) -> RunEvent:
         return RunEvent(kind=kind, payload=payload, run_id=self.run_id, headers=headers or {})
 
-    def _record(
+    def record_event(
         self,
         kind: str,
         payload: dict[str, Any],
@@ -199,7 +199,7 @@ class AttemptCore:
                     limit=limit,
                 )
             )
-        self._buffer.append(self._event(kind, payload, headers))
+        self.buffer.append(self.new_event(kind, payload, headers))
         self.event_count += 1
 
     async def step_effect(
@@ -232,7 +232,7 @@ class AttemptCore:
         (``took``: the try's :func:`step_seconds` header); raise ``failure`` when ``policy``
         retries it no more, else wait out the backoff and return the next try's number."""
         retry = policy.should_retry(tries, failure)
-        self._record(
+        self.record_event(
             EventKind.STEP_ERROR,
             {**base, "attempt": tries, "final": not retry, "error": describe_with_args(failure)},
             took,
@@ -247,20 +247,20 @@ class AttemptCore:
         """Around a step's effect: make the buffer durable now when every step boundary must
         be, else only once it holds ``event_buffer_size`` events (a crash may then run steps
         whose outcome was still buffered again)."""
-        if self.step_boundary_durability or len(self._buffer) >= self.event_buffer_size:
+        if self.step_boundary_durability or len(self.buffer) >= self.event_buffer_size:
             await self.flush()
 
     async def flush(self) -> None:
         """Append the buffer, fenced by the lease. The store answers with the run's controls
         in the same step, and the next boundary uses them: only the body's own plain code
         runs before it."""
-        if not self._buffer:
+        if not self.buffer:
             return
-        events, self._buffer = self._buffer, []
+        events, self.buffer = self.buffer, []
         if self.lease is None:
-            await self._io(self.store.append_events, self.spec.name, self.run_id, events)
+            await self.io(self.store.append_events, self.spec.name, self.run_id, events)
             return
-        self._fresh = await self._io(
+        self.fresh_controls = await self.io(
             self.store.append_and_poll, self.spec.name, self.run_id, events, fence=self.lease
         )
         self._appended(events)
@@ -273,15 +273,15 @@ class AttemptCore:
     async def _controls_now(self) -> RunControls:
         """The run's controls: read by the write that makes a step's outcome durable when one
         waits in the buffer (with step-boundary durability), else by a poll."""
-        if self.step_boundary_durability and self._buffer and self.lease is not None:
+        if self.step_boundary_durability and self.buffer and self.lease is not None:
             await self.flush()
-            if self._fresh is not None:
-                return self._fresh
+            if self.fresh_controls is not None:
+                return self.fresh_controls
         return await self.poll()
 
     # -- call positions and boundaries ---------------------------------------------------------
 
-    def _next(self, kind: str, name: str) -> tuple[int, CallRecord | None]:
+    def next_call(self, kind: str, name: str) -> tuple[int, CallRecord | None]:
         if self._parked:
             # The run parked and this attempt is unwinding (a ``finally`` in the body): it no
             # longer holds the run, so any further durable call just keeps unwinding.
@@ -302,7 +302,7 @@ class AttemptCore:
             )
         return index, record
 
-    async def _before_call(self, index: int, record: CallRecord | None) -> None:
+    async def before_call(self, index: int, record: CallRecord | None) -> None:
         await self._replay_updates(index)
         if is_final(record):
             return
@@ -318,16 +318,16 @@ class AttemptCore:
         if not self.should_stop():
             return
         await self.flush()
-        await self._io(self.store.hand_back_run, self.spec.name, self.run_id, self.lease)
+        await self.io(self.store.hand_back_run, self.spec.name, self.run_id, self.lease)
         raise HandedBack()
 
     async def poll(self) -> RunControls:
-        controls: RunControls = await self._io(self.store.poll_run, self.spec.name, self.run_id)
+        controls: RunControls = await self.io(self.store.poll_run, self.spec.name, self.run_id)
         return controls
 
     async def _check_controls(self, index: int) -> RunControls:
         while True:
-            controls, self._fresh = self._fresh or await self._controls_now(), None
+            controls, self.fresh_controls = self.fresh_controls or await self._controls_now(), None
             if controls.cancel_requested_at is not None:
                 self._cancel_seen = True
                 if self._cancel_raised:
@@ -337,16 +337,16 @@ class AttemptCore:
             if controls.pause_requested_at is None:
                 return controls
             wait_id = f"pause:{uuid.uuid4().hex[:12]}"
-            paused = self._event(EventKind.RUN_PAUSED, {"wait_id": wait_id, "call_index": index})
-            if await self._park([paused], WaitSpec("pause", wait_id, index)) == WaitOutcome.PARKED:
+            paused = self.new_event(EventKind.RUN_PAUSED, {"wait_id": wait_id, "call_index": index})
+            if await self.park([paused], WaitSpec("pause", wait_id, index)) == WaitOutcome.PARKED:
                 raise Suspend()
 
-    async def _park(self, events: list[RunEvent], wait: WaitSpec) -> WaitOutcome:
+    async def park(self, events: list[RunEvent], wait: WaitSpec) -> WaitOutcome:
         """Park on ``wait``, appending the buffer and ``events`` with it. On SUPERSEDED nothing
         was written; pending updates are applied so the caller can try again."""
-        batch = self._buffer + events
+        batch = self.buffer + events
         outcome = WaitOutcome(
-            await self._io(
+            await self.io(
                 self.store.park_run,
                 self.spec.name,
                 self.run_id,
@@ -357,7 +357,7 @@ class AttemptCore:
         )
         if outcome == WaitOutcome.PARKED:
             self._appended(batch)
-            self._buffer = []
+            self.buffer = []
             self.event_count += len(events)
             self._parked = True
             return outcome
@@ -422,8 +422,8 @@ class AttemptCore:
             }
         return {"status": "completed", "result": result}
 
-    async def _settle(self, update_id: str, outcome: dict[str, Any]) -> None:
-        await self._io(
+    async def settle(self, update_id: str, outcome: dict[str, Any]) -> None:
+        await self.io(
             self.store.settle_update,
             self.spec.name,
             self.run_id,
@@ -438,10 +438,10 @@ class AttemptCore:
             if outcome["status"] == "completed"
             else EventKind.RUN_UPDATE_FAILED
         )
-        self._record(kind, {"update_id": update_id, **outcome})
+        self.record_event(kind, {"update_id": update_id, **outcome})
         self.state.journaled_update_outcomes[update_id] = outcome
         await self.flush()
-        await self._settle(update_id, outcome)
+        await self.settle(update_id, outcome)
 
     async def _replay_updates(self, frontier: int) -> None:
         for update in self.state.updates_by_frontier.pop(frontier, []):
@@ -455,14 +455,14 @@ class AttemptCore:
         poll said (False skips the read; None means look)."""
         if self.mode != "live" or not self._has_updates or pending is False:
             return
-        queued = await self._io(self.store.peek_pending_updates, self.spec.name, self.run_id)
+        queued = await self.io(self.store.peek_pending_updates, self.spec.name, self.run_id)
         for update in queued:
             update_id = str(update["update_id"])
             if update_id in self.state.journaled_update_ids:
                 journaled = self.state.journaled_update_outcomes.get(update_id)
                 if journaled is not None:
                     outcome = {k: v for k, v in journaled.items() if k != "update_id"}
-                    await self._settle(update_id, outcome)
+                    await self.settle(update_id, outcome)
                 continue
             handler = self.updates.get(str(update["update"]))
             if handler is not None and handler[1] is not None:
@@ -471,14 +471,14 @@ class AttemptCore:
                         "update validator", str(update["update"]), handler[1], update.get("payload")
                     )
                 except Exception as exc:
-                    await self._settle(
+                    await self.settle(
                         update_id, {"status": "rejected", "error": describe_error(exc)}
                     )
                     continue
             if handler is None:
-                await self._settle(update_id, await self._apply_update(update))
+                await self.settle(update_id, await self._apply_update(update))
                 continue
-            self._record(
+            self.record_event(
                 EventKind.RUN_UPDATE_RECEIVED,
                 {
                     "update_id": update_id,

@@ -68,7 +68,7 @@ async def continue_as_new(core: AttemptCore, params: dict[str, Any]) -> NoReturn
     )
     await core.flush()
     await _clear_what_was_delivered(core)
-    await core._io(
+    await core.io(
         core.store.continue_run,
         core.spec.name,
         core.run_id,
@@ -111,15 +111,15 @@ async def _clear_what_was_delivered(core: AttemptCore) -> None:
     name, run_id = core.spec.name, core.run_id
     for record in list(core.state.calls.values()):
         if record.outcome == "received" and record.signal_id:
-            await core._io(core.store.pop_signal_match, name, run_id, record.name, record.signal_id)
+            await core.io(core.store.pop_signal_match, name, run_id, record.name, record.signal_id)
     if not core.state.journaled_update_outcomes or "updates" not in core.store.capabilities():
         return
-    for update in await core._io(core.store.peek_pending_updates, name, run_id):
+    for update in await core.io(core.store.peek_pending_updates, name, run_id):
         update_id = str(update["update_id"])
         journaled = core.state.journaled_update_outcomes.get(update_id)
         if journaled is not None:
             outcome = {k: v for k, v in journaled.items() if k != "update_id"}
-            await core._settle(update_id, outcome)
+            await core.settle(update_id, outcome)
 
 
 async def advance_tail(core: AttemptCore, link: ChainLink) -> None:

@@ -70,16 +70,16 @@ async def fan_out(
     if is_workflow(target):
         name, spec = child_target("ctx.fan_out", target)
         params = [child_params(name, spec, item) for item in listed]
-        index, record = core._next(StepKind.FANOUT, name)
-        await core._before_call(index, record)
+        index, record = core.next_call(StepKind.FANOUT, name)
+        await core.before_call(index, record)
         if record is not None and record.failed:
             raise rebuild_child_error(record.errors[-1])
         if record is not None and record.done:
             return [record.members[i].get("result") for i in range(len(listed))]
         return await _children(core, index, record, name, spec, params, max_in_flight, policy)
     step = step_spec_for(target)  # type: ignore[arg-type]
-    index, record = core._next(StepKind.FANOUT, step.name)
-    await core._before_call(index, record)
+    index, record = core.next_call(StepKind.FANOUT, step.name)
+    await core.before_call(index, record)
     if record is not None and record.failed:
         raise rebuild_error(record.errors[-1], step.name)
     if record is not None and record.done:
@@ -100,12 +100,12 @@ def _record_facts(core: AttemptCore, kind: str, base: dict[str, Any], facts: lis
     for fact in facts:
         fact_size = payload_size(fact) if room is not None else 0
         if batch and room is not None and size + fact_size > room:
-            core._record(kind, {**base, "members": batch})
+            core.record_event(kind, {**base, "members": batch})
             batch, size = [], 0
         batch.append(fact)
         size += fact_size
     if batch:
-        core._record(kind, {**base, "members": batch})
+        core.record_event(kind, {**base, "members": batch})
 
 
 # -- children ---------------------------------------------------------------------------------
@@ -146,7 +146,7 @@ async def _children(
         if failed:
             return await _children_failed(core, base, refs, members, in_flight, failed[0])
         if all(members.get(i, {}).get("state") == "done" for i in range(count)):
-            core._record(EventKind.STEP_DONE, {**base, "result": None, "count": count})
+            core.record_event(EventKind.STEP_DONE, {**base, "result": None, "count": count})
             await core.flush()
             return [members[i].get("result") for i in range(count)]
         room = max_in_flight - len(in_flight)
@@ -220,7 +220,9 @@ async def _children_failed(
     error: ChildWorkflowError = child_error(refs[first], outcome)
     described = describe_child_error(error)
     described["member"] = first
-    core._record(EventKind.STEP_ERROR, {**base, "attempt": 1, "final": True, "error": described})
+    core.record_event(
+        EventKind.STEP_ERROR, {**base, "attempt": 1, "final": True, "error": described}
+    )
     await core.flush()
     raise error
 
@@ -285,7 +287,7 @@ async def _steps(
                         )
                         described = describe_with_args(failure)
                         described["member"] = i
-                        core._record(
+                        core.record_event(
                             EventKind.STEP_ERROR,
                             {**base, "attempt": tries, "final": True, "error": described},
                         )
@@ -306,6 +308,6 @@ async def _steps(
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
-    core._record(EventKind.STEP_DONE, {**base, "result": None, "count": len(items)})
+    core.record_event(EventKind.STEP_DONE, {**base, "result": None, "count": len(items)})
     await core.flush()
     return [step.from_journal(results[i]) for i in range(len(items))]

@@ -62,8 +62,8 @@ async def interrupt(
     """Ask ``question`` and return its answer: journaled already on a replay, else taken from
     the buffer or waited for parked (see the module docstring)."""
     attempt.spec.check_payload(payload_size(question), "question of ctx.interrupt")
-    index, record = attempt._next(StepKind.INTERRUPT, "interrupt")
-    await attempt._before_call(index, record)
+    index, record = attempt.next_call(StepKind.INTERRUPT, "interrupt")
+    await attempt.before_call(index, record)
     wait_id = (record.wait_id if record is not None else None) or interrupt_wait_id(
         attempt.run_id, index
     )
@@ -81,7 +81,7 @@ async def interrupt(
         []
         if record is not None
         else [
-            attempt._event(
+            attempt.new_event(
                 EventKind.RUN_INTERRUPTED,
                 {
                     "call_index": index,
@@ -95,35 +95,35 @@ async def interrupt(
     )
     name, run_id = attempt.spec.name, attempt.run_id
     while True:
-        buffered = await attempt._io(attempt.store.peek_signal, name, run_id, signal)
+        buffered = await attempt.io(attempt.store.peek_signal, name, run_id, signal)
         if buffered is not None:
             # Answered before the run parked on it (or while it was parked and then queued for
             # something else): the question goes into the journal first, then the answer.
-            attempt._buffer.extend(opening)
+            attempt.buffer.extend(opening)
             attempt.event_count += len(opening)
             record = _resume(attempt, index, wait_id, buffered)
             await attempt.flush()
-            await attempt._io(
+            await attempt.io(
                 attempt.store.pop_signal_match, name, run_id, signal, str(buffered["signal_id"])
             )
             return _answered(record, wait_id)
         if deadline is not None and attempt.clock() >= deadline:
-            attempt._buffer.extend(opening)
+            attempt.buffer.extend(opening)
             attempt.event_count += len(opening)
             opening = []
             await attempt.flush()
-            outcome = await attempt._io(
+            outcome = await attempt.io(
                 attempt.store.time_out_wait, name, run_id, wait_id=wait_id, lease=attempt.lease
             )
             if outcome == WaitOutcome.SUPERSEDED:
-                if await attempt._io(attempt.store.peek_signal, name, run_id, signal) is not None:
+                if await attempt.io(attempt.store.peek_signal, name, run_id, signal) is not None:
                     continue  # the answer came first
-                attempt._record(
+                attempt.record_event(
                     EventKind.RUN_WAIT_TIMED_OUT, {"call_index": index, "wait_id": wait_id}
                 )
                 await attempt.flush()
             raise _timed_out(wait_id, index, deadline)
-        if await attempt._park(opening, wait) == WaitOutcome.PARKED:
+        if await attempt.park(opening, wait) == WaitOutcome.PARKED:
             raise Suspend()
 
 
@@ -136,11 +136,11 @@ def _resume(attempt: AttemptCore, index: int, wait_id: str, buffered: dict[str, 
     record = CallRecord(index, StepKind.INTERRUPT, "interrupt", wait_id=wait_id)
     error = answer.get("error")
     if isinstance(error, dict):
-        attempt._record(EventKind.RUN_RESUMED, {**base, "error": error})
+        attempt.record_event(EventKind.RUN_RESUMED, {**base, "error": error})
         record.outcome, record.result = "failed", dict(error)
         return record
     action, value = answer.get("action"), answer.get("value")
-    attempt._record(
+    attempt.record_event(
         EventKind.RUN_RESUMED,
         {**base, "action": action, "value": value},
         size=payload_size(value),

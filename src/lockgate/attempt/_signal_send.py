@@ -37,8 +37,8 @@ async def send_signal(
     core: AttemptCore, name: str, run_id: str, signal: str, payload: dict[str, Any]
 ) -> str:
     """Send ``signal`` to the run ``run_id`` of ``name`` once; see ``ctx.signal``."""
-    index, record = core._next(StepKind.SIGNAL_SEND, signal)
-    await core._before_call(index, record)
+    index, record = core.next_call(StepKind.SIGNAL_SEND, signal)
+    await core.before_call(index, record)
     if record is not None and record.done:
         return str(record.result)
     if record is not None and record.failed:
@@ -70,12 +70,12 @@ async def send_signal(
     except LockgateError as exc:
         described = describe_with_args(exc)
         described["target"] = {"name": name, "run_id": run_id}
-        core._record(
+        core.record_event(
             EventKind.STEP_ERROR, {**base, "attempt": 1, "final": True, "error": described}
         )
         await core.flush()
         raise
     failpoints.hit("after_step_effect")  # sent; its outcome not yet journaled
-    core._record(EventKind.STEP_DONE, {**base, "attempt": 1, "result": answer})
+    core.record_event(EventKind.STEP_DONE, {**base, "attempt": 1, "result": answer})
     await core.flush()
     return answer

@@ -97,8 +97,8 @@ async def consume(
     tally = _Tally()
     sought = False
     while max_batches is None or tally.batches < max_batches:
-        index, record = attempt._next(StepKind.STREAM, name)
-        await attempt._before_call(index, record)
+        index, record = attempt.next_call(StepKind.STREAM, name)
+        await attempt.before_call(index, record)
         if record is not None and record.done:
             if record.result == IDLE:
                 break
@@ -165,9 +165,9 @@ class _Live:
             except Exception as exc:
                 tries = await self._failed(base, tries, exc)
         if batch is None:
-            attempt._record(EventKind.STEP_DONE, {**base, "attempt": tries, "result": IDLE})
+            attempt.record_event(EventKind.STEP_DONE, {**base, "attempt": tries, "result": IDLE})
             if attempt.step_boundary_durability:
-                attempt._fresh = None  # read before a poll that waited: stale now
+                attempt.fresh_controls = None  # read before a poll that waited: stale now
             else:
                 await attempt.step_boundary()
             return None
@@ -178,7 +178,7 @@ class _Live:
             "next_offset": batch.next_offset,
         }
         while True:
-            attempt._record(EventKind.STEP_PENDING, {**base, "attempt": tries, **place})
+            attempt.record_event(EventKind.STEP_PENDING, {**base, "attempt": tries, **place})
             await attempt.step_boundary()
 
             async def effect() -> dict[str, Any]:
@@ -190,7 +190,7 @@ class _Live:
                 break
             tries = await self._failed(base, tries, failure)
         assert result is not None
-        attempt._record(
+        attempt.record_event(
             EventKind.STEP_DONE,
             {**base, "attempt": tries, "result": result},
             size=payload_size(result),
