@@ -24,6 +24,7 @@ from lockgate._errors import (
     LockgateError,
     NonDeterminismError,
     PayloadTooLarge,
+    QueryError,
     StepResultTypeError,
     StoreFileGone,
     StoreUnavailable,
@@ -646,8 +647,6 @@ class Attempt(BodyCalls):
 
     async def query(self, query: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Replay the journal read-only, then call the ``query`` handler it registered."""
-        from lockgate._errors import QueryError
-
         token = bind_attempt(self)
         try:
             with contextlib.suppress(Unwind, Exception):

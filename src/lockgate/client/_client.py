@@ -21,6 +21,7 @@ from lockgate._errors import (
     UpdateTimeout,
 )
 from lockgate._names import check_name, check_optional
+from lockgate.attempt._attempt import Attempt
 from lockgate.client._handle import RunHandle, TerminateResult
 from lockgate.client._interrupts import InterruptHandler, await_result
 from lockgate.client._trigger_key import trigger_key
@@ -362,8 +363,6 @@ class WorkflowClient:
 
     async def query(self, name: str, run_id: str, query: str, *args: Any, **kwargs: Any) -> Any:
         """Call the run's ``ctx.on_query`` handler against its replayed state. Read-only."""
-        from lockgate.attempt._attempt import Attempt
-
         check_name("query name", query)
         spec = get_workflow(name)
         if spec is None or spec.fn is None:
