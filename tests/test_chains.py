@@ -27,6 +27,7 @@ from lockgate import (
     workflow,
 )
 from lockgate.client import resolve_continuation
+from lockgate.runs._chains import live_run
 from lockgate.stores import ChainLink, Gates, chain_link
 
 Drive = Callable[..., Awaitable[RunStatus]]
@@ -51,7 +52,7 @@ async def plain(ctx: WorkflowContext, tenant: str, left: int) -> Any:
 async def to_end(drive: Drive, handle: RunHandle, client: WorkflowClient) -> RunStatus:
     """Drive a chain from ``handle`` until its live run comes to rest."""
     for _ in range(200):
-        tail, _ = await client._tail(handle.name, handle.run_id)
+        tail, _ = await live_run(client.store, handle.name, handle.run_id)
         status = await drive(client.handle(handle.name, tail))
         if status != RunStatus.CONTINUED:
             return status
@@ -341,7 +342,7 @@ async def test_a_run_handed_on_to_new_gates_keeps_its_place_in_the_chain(
         gates=Gates(concurrency_key="new", concurrency_max=5),
     )
     assert await to_end(drive, handle, client) == RunStatus.SIGNAL_WAITING
-    tail, _ = await client._tail("chain_regated", handle.run_id)
+    tail, _ = await live_run(client.store, "chain_regated", handle.run_id)
     assert tail == f"{handle.run_id}.c3"
     counted = ReadCounter(store)
     assert resolve_continuation(counted, "chain_regated", handle.run_id)[1] == tail

@@ -42,7 +42,7 @@ from lockgate import (
     WorkflowContext,
     workflow,
 )
-from lockgate.workflow._children import BACKSTOP_MOST
+from lockgate.attempt._children import BACKSTOP_MOST
 
 NAMES = ("cm_top", "cm_mid", "cm_leaf")
 

@@ -36,6 +36,7 @@ from lockgate import (
     step,
     workflow,
 )
+from lockgate.runs._chains import live_run
 from valkey_server import shared_url
 
 NO_RETRY = RetryPolicy(max_attempts=1)
@@ -489,7 +490,7 @@ async def test_a_child_the_store_quarantines_tells_its_parent_at_once(
     """A child whose worker keeps dying is ended by the store (quarantined) when a worker
     finds its lease lapsed; its own attempt never reached an end to send the notice, so the
     orphan scan sends it: the parent is queued at once, not at its backstop timer."""
-    from lockgate.client._cascade import after_store_ended
+    from lockgate.runs._family import after_store_ended
     from lockgate.stores._calls import call_store
     from lockgate.stores._poison import PoisonPolicy
 
@@ -532,7 +533,7 @@ async def test_a_parent_cancelled_cancels_its_child_where_the_child_continued_to
     that run, not the ended one it started."""
     handle = await client.submit("ch_parent_of_chain", run_id="pc")
     await settle(runner)
-    tail, info = await client._tail("ch_chain_child", "pc.child0")
+    tail, info = await live_run(client.store, "ch_chain_child", "pc.child0")
     assert (tail, info.status) == ("pc.child0.c1", RunStatus.SIGNAL_WAITING)
     await handle.cancel(reason="stop")
     await settle(runner)
@@ -545,7 +546,7 @@ async def test_a_parent_the_store_quarantines_closes_its_cancel_children(
 ) -> None:
     """A parent whose worker keeps dying is ended by the store, not by its attempt, so its
     own ``parent_close`` never ran: the worker that found the lapse cancels its children."""
-    from lockgate.client._cascade import after_store_ended
+    from lockgate.runs._family import after_store_ended
     from lockgate.stores._calls import call_store
     from lockgate.stores._poison import PoisonPolicy
 

@@ -36,8 +36,8 @@ from lockgate.http import TokenTable, create_app
 from lockgate.journal import RunStatus
 from lockgate.journal._events import STEP_SECONDS_HEADER
 from lockgate.stores import SQLiteStore
-from lockgate.streams._values import RECORD_METADATA, KafkaRecord
 from lockgate.worker import WorkerOptions, WorkflowWorker
+from lockgate.workflow._record import RECORD_METADATA, KafkaRecord
 
 
 @workflow(name="console_chain", version="1")

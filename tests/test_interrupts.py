@@ -46,6 +46,8 @@ from lockgate import (
     workflow,
 )
 from lockgate.cli import main
+from lockgate.runs import _interrupts as runs_interrupts
+from lockgate.runs._chains import live_run
 from lockgate.stores._types import interrupt_signal
 from lockgate.worker import WorkerOptions, WorkflowWorker
 from valkey_server import shared_url
@@ -951,7 +953,7 @@ async def int_chain(ctx: WorkflowContext, hop: int = 0) -> Any:
 
 
 async def test_one_resume_answers_one_question_when_the_run_moves_on_meanwhile(
-    runner: InlineWorkflowRunner, client: WorkflowClient
+    runner: InlineWorkflowRunner, client: WorkflowClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An answer queues the run; a fast worker takes it, continues as new, and the successor
     asks its own question, all before the client would look at the run again: the answer
@@ -959,23 +961,20 @@ async def test_one_resume_answers_one_question_when_the_run_moves_on_meanwhile(
     CHAIN_ANSWERS.clear()
     handle = await client.submit("int_chain", run_id="ic")
     await runner.run("int_chain", "ic")
-    real_tail = client._tail
     looks = {"n": 0}
 
-    async def tail_with_a_fast_worker(name: str, run_id: str) -> Any:
+    async def tail_with_a_fast_worker(store: Any, name: str, run_id: str) -> Any:
         looks["n"] += 1
         if looks["n"] == 2:
             await runner.run("int_chain", "ic")
             await runner.run("int_chain", "ic.c1")
-        return await real_tail(name, run_id)
+        return await live_run(store, name, run_id)
 
-    client._tail = tail_with_a_fast_worker  # type: ignore[method-assign]
-    try:
-        await client.resume("int_chain", "ic", "approve")
-        await runner.run("int_chain", "ic")
-        await runner.run("int_chain", "ic.c1")
-    finally:
-        client._tail = real_tail  # type: ignore[method-assign]
+    monkeypatch.setattr(runs_interrupts, "live_run", tail_with_a_fast_worker)
+    await client.resume("int_chain", "ic", "approve")
+    await runner.run("int_chain", "ic")
+    await runner.run("int_chain", "ic.c1")
+    monkeypatch.undo()
     assert CHAIN_ANSWERS == [("ic", "approve")]
     assert await handle.status() == RunStatus.INTERRUPTED  # hop 1 asks, unanswered
     await handle.resume("reject")

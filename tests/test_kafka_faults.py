@@ -506,9 +506,9 @@ def test_a_heartbeat_during_the_terminal_write_is_no_lost_lease(
     it: the lock it asks for is gone, released by the terminal. That is not a lost lease: the
     attempt is not cut short, it ends COMPLETED, and the topic holds the run:complete."""
     from lockgate import ManualClock
-    from lockgate.workflow._executor import Attempt
+    from lockgate.attempt._attempt import Attempt
+    from lockgate.attempt._unwind import AttemptOutcome
     from lockgate.workflow._spec import spec_of
-    from lockgate.workflow._unwind import AttemptOutcome
 
     lease = "worker-a/1"
     setup = deployment.store()

@@ -28,7 +28,7 @@ from confluent_kafka.cimpl import NewTopic
 
 from lockgate import Batch, ConfigurationError, EventKind, KafkaSource, RunEvent, StepKind
 from lockgate.streams._dead_letters import REASON_HEADER, SOURCE_HEADER
-from lockgate.streams._values import KafkaRecord
+from lockgate.workflow._record import KafkaRecord
 from test_worker_processes import DEADLINE, Cluster, wait_for
 
 PARTITIONS = 3

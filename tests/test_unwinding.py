@@ -263,9 +263,9 @@ async def hand_back(ctx: WorkflowContext) -> int:
 async def test_a_stopping_worker_hands_the_run_back_at_a_boundary(
     store: MemoryStore, clock: ManualClock
 ) -> None:
-    from lockgate.workflow._executor import Attempt
+    from lockgate.attempt._attempt import Attempt
+    from lockgate.attempt._unwind import AttemptOutcome
     from lockgate.workflow._spec import spec_of
-    from lockgate.workflow._unwind import AttemptOutcome
 
     runner = InlineWorkflowRunner(store=store, clock=clock)
     handle = await runner.client.submit("unwind_hand_back")

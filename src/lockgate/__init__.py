@@ -124,7 +124,6 @@ if TYPE_CHECKING:
         open_store,
         replay_journal,
     )
-    from lockgate.streams._values import KafkaRecord
     from lockgate.streams.sources import Batch, InMemorySource, KafkaSource, Source
     from lockgate.worker import StrandedPolicy, WorkerOptions, WorkflowWorker
     from lockgate.workflow import (
@@ -141,6 +140,7 @@ if TYPE_CHECKING:
         step,
         workflow,
     )
+    from lockgate.workflow._record import KafkaRecord
 
 __all__ = [
     "CAPABILITY_GROUPS",
@@ -376,7 +376,7 @@ if not TYPE_CHECKING:  # a type checker sees the imports above, not a __getattr_
                 "open_store",
                 "replay_journal",
             ),
-            "lockgate.streams._values": ("KafkaRecord",),
+            "lockgate.workflow._record": ("KafkaRecord",),
             "lockgate.streams.sources": ("Batch", "InMemorySource", "KafkaSource", "Source"),
             "lockgate.worker": ("StrandedPolicy", "WorkerOptions", "WorkflowWorker"),
             "lockgate.workflow": (

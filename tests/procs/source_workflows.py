@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from lockgate import Batch, InMemorySource, KafkaSource, WorkflowContext, workflow
-from lockgate.streams._values import KafkaRecord
+from lockgate.workflow._record import KafkaRecord
 
 RECORD_ENV = "LOCKGATE_TEST_RECORD"
 

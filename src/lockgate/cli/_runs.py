@@ -217,11 +217,11 @@ async def signal(args: argparse.Namespace, store: Store) -> int:
 async def resume(args: argparse.Namespace, store: Store) -> int:
     """Answer the interrupt the run waits on (or the one ``--wait-id`` names)."""
     value = json_value(args.value, "--value") if args.value is not None else None
-    from lockgate.client._interrupts import resume as answer_interrupt
+    from lockgate.runs._interrupts import resume as answer_interrupt
 
     client = _client(store)
     question = await answer_interrupt(
-        client, args.name, args.run_id, args.action, value, args.wait_id
+        client.store, client.clock, args.name, args.run_id, args.action, value, args.wait_id
     )
     out(
         f"{question.wait_id} of run {args.run_id} answered: {args.action}"

@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING
 from lockgate._lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from lockgate.client._cascade import CloseResult
-    from lockgate.client._chains import resolve_continuation
     from lockgate.client._client import WorkflowClient
     from lockgate.client._handle import RunHandle, TerminateResult
     from lockgate.client._inline import GATE_TIMEOUT_S, InlineWorkflowRunner, run_and_await
-    from lockgate.client._retry import ExistingRetry, RetryPlan
+    from lockgate.runs._chains import resolve_continuation
+    from lockgate.runs._family import CloseResult
+    from lockgate.runs._retry import ExistingRetry, RetryPlan
 
 __all__ = [
     "GATE_TIMEOUT_S",
@@ -32,11 +32,11 @@ if not TYPE_CHECKING:  # a type checker sees the imports above, not a __getattr_
     __getattr__, __dir__ = lazy_exports(
         __name__,
         {
-            "lockgate.client._cascade": ("CloseResult",),
-            "lockgate.client._chains": ("resolve_continuation",),
+            "lockgate.runs._family": ("CloseResult",),
+            "lockgate.runs._chains": ("resolve_continuation",),
             "lockgate.client._client": ("WorkflowClient",),
             "lockgate.client._handle": ("RunHandle", "TerminateResult"),
             "lockgate.client._inline": ("GATE_TIMEOUT_S", "InlineWorkflowRunner", "run_and_await"),
-            "lockgate.client._retry": ("ExistingRetry", "RetryPlan"),
+            "lockgate.runs._retry": ("ExistingRetry", "RetryPlan"),
         },
     )

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
-import math
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -15,10 +12,6 @@ from lockgate._clock import Clock, as_clock, iso
 from lockgate._errors import (
     CapabilityMissing,
     ConfigurationError,
-    ContinuationChainError,
-    DurableInvocationCancelled,
-    DurableInvocationError,
-    InvalidParamsError,
     QueryError,
     RunFinishedError,
     RunNotFoundError,
@@ -28,24 +21,27 @@ from lockgate._errors import (
     UpdateTimeout,
 )
 from lockgate._names import check_name, check_optional
-from lockgate.client._cascade import after_terminate
-from lockgate.client._chains import resolve_continuation
-from lockgate.client._grouping import SubmitGroup
+from lockgate.attempt._attempt import Attempt
 from lockgate.client._handle import RunHandle, TerminateResult
-from lockgate.client._recorded import recorded_cap, recorded_spec, recorded_stamp
+from lockgate.client._interrupts import InterruptHandler, await_result
 from lockgate.client._trigger_key import trigger_key
 from lockgate.journal._events import (
-    EventKind,
     RunEvent,
     RunStatus,
-    payload_size,
 )
+from lockgate.runs._chains import live_run, on_live_run
+from lockgate.runs._family import after_terminate
+from lockgate.runs._grouping import SubmitGroup
+from lockgate.runs._interrupts import resume as answer_interrupt
+from lockgate.runs._retry import ExistingRetry, RetryPlan, find_retry, plan_retry, retry_run
+from lockgate.runs._signals import send_signal
+from lockgate.runs._submit import check_cap, known, submit_run
 from lockgate.stores import _notices as notices
 from lockgate.stores._base import Store
-from lockgate.stores._batch import GroupCommitStore, new_run
+from lockgate.stores._batch import GroupCommitStore
 from lockgate.stores._calls import call_store
 from lockgate.stores._gates import WaitReason
-from lockgate.stores._types import INTERRUPT_SIGNAL_PREFIX, RunInfo, TerminateOutcome
+from lockgate.stores._types import RunInfo, TerminateOutcome
 from lockgate.streams._topics import kafka_journal, trigger_topic
 from lockgate.streams.triggers._produce import producer_for
 from lockgate.workflow._spec import (
@@ -53,51 +49,13 @@ from lockgate.workflow._spec import (
     check_text,
     get_workflow,
     json_ready,
-    policy_stamp,
     trigger_policy,
 )
 
-MAX_START_DELAY = 365 * 86_400.0
-#: Times a resolve may find its tail moved on again before it gives up.
-MAX_CHAIN_HOPS = 64
-
 if TYPE_CHECKING:
-    from lockgate.client._interrupts import InterruptHandler
-    from lockgate.client._retry import ExistingRetry, RetryPlan
     from lockgate.workflow._interrupt import InterruptAction
 
 T = TypeVar("T")
-
-
-def _delay_seconds(delay: float | timedelta) -> float:
-    if isinstance(delay, timedelta):
-        return delay.total_seconds()
-    if isinstance(delay, bool) or not isinstance(delay, int | float):
-        raise ValueError(f"delay must be seconds or a timedelta, not {delay!r}")
-    return float(delay)
-
-
-def _start_time(
-    now: float, start_at: datetime | None, delay: float | timedelta | None
-) -> tuple[float | None, Any]:
-    """When the body may start (None: now) and the timing as spelled, for idempotency."""
-    if start_at is not None and delay is not None:
-        raise ValueError("give start_at or delay, not both")
-    if start_at is not None:
-        if not isinstance(start_at, datetime) or start_at.tzinfo is None:
-            raise ValueError("start_at must be a timezone-aware datetime")
-        when = start_at.timestamp()
-        spelled: Any = {"start_at": start_at.isoformat()}
-    elif delay is not None:
-        seconds = _delay_seconds(delay)
-        if not math.isfinite(seconds) or seconds < 0:
-            raise ValueError(f"delay must be a finite number of seconds >= 0, got {delay!r}")
-        when, spelled = now + seconds, {"delay": seconds}
-    else:
-        return None, None
-    if when - now > MAX_START_DELAY:
-        raise ValueError("a run can be started at most 365 days ahead")
-    return (when if when > now else None), spelled
 
 
 class WorkflowClient:
@@ -113,7 +71,7 @@ class WorkflowClient:
         group_submits: bool = False,
     ) -> None:
         """``group_submits`` gathers submits made at once into one store call when the store
-        can write them so (SQLite; see ``client/_grouping.py``): for a process that takes many
+        can write them so (SQLite; see ``runs/_grouping.py``): for a process that takes many
         submits concurrently, as ``lockgate serve`` does. Each submit's answer is its own."""
         self.store = store
         self.poll_interval = poll_interval
@@ -121,9 +79,11 @@ class WorkflowClient:
         self._grouped = group_submits and isinstance(store, GroupCommitStore)
         self._group: tuple[asyncio.AbstractEventLoop, SubmitGroup] | None = None
 
-    def _submit_group(self) -> SubmitGroup:
+    def _submit_group(self) -> SubmitGroup | None:
         """This event loop's group of submits (a client may be used from one loop, then
-        another)."""
+        another), or None for a client that does not group them."""
+        if not self._grouped:
+            return None
         loop = asyncio.get_running_loop()
         group = self._group
         if group is None or group[0] is not loop:
@@ -163,123 +123,42 @@ class WorkflowClient:
         :class:`DuplicateRunError` unless the idempotency key already maps to it. A name, id
         or key the naming rules refuse raises :class:`InvalidNameError` (see docs/concepts.md).
         """
-        check_name("workflow name", name)
-        check_optional("run id", run_id)
-        check_optional("idempotency key", idempotency_key)
-        spec = get_workflow(name)
-        if spec is None and not allow_unregistered:
-            raise ConfigurationError(f"workflow {name!r} is not imported in this process")
-        params = dict(params or {}) if params is None or isinstance(params, dict) else params
-        if spec is not None:
-            params = spec.validate_params(params)
-        else:
-            _check_unregistered(name, params)
-        check_text(metadata, f"metadata of a run of {name!r}")
-        if metadata is not None and (not isinstance(metadata, dict) or not json_ready(metadata)):
-            raise ValueError("metadata must be a JSON-serializable dict")
-        when, timing = _start_time(self.clock(), start_at, delay)
-        body_hash = None
-        if idempotency_key is not None:
-            if not isinstance(idempotency_key, str) or not idempotency_key:
-                raise ValueError("idempotency_key must be a non-empty string")
-            body_hash = hashlib.sha256(
-                json.dumps({"params": params, "timing": timing}, sort_keys=True).encode()
-            ).hexdigest()
-        return await self._queue(
+        run_id = await submit_run(
+            self.store,
+            self.clock,
             name,
-            run_id or uuid.uuid4().hex,
             params,
-            spec,
-            metadata=metadata,
-            owner=owner,
             idempotency_key=idempotency_key,
-            idempotency_body_hash=body_hash,
-            start_at=when,
+            owner=owner,
+            metadata=metadata,
+            allow_unregistered=allow_unregistered,
+            start_at=start_at,
+            delay=delay,
+            run_id=run_id,
+            group=self._submit_group(),
         )
-
-    async def _queue(
-        self,
-        name: str,
-        run_id: str,
-        params: dict[str, Any],
-        spec: WorkflowSpec | None,
-        **submit: Any,
-    ) -> RunHandle:
-        """Submit checked ``params`` as the run ``run_id``, stamped with the version and
-        gates of ``spec`` (else those its workers recorded); ``submit`` is the rest of
-        ``Store.submit_run``'s keywords."""
-        version, behavior, recorded = await self._recorded_for(name, spec)
-        if spec is None:
-            # Not imported here: hold the params to the cap the workers recorded, as their
-            # attempt would hold its own journal.
-            capped = WorkflowSpec(name=name, max_event_payload_bytes=recorded_cap(name, recorded))
-            capped.check_payload(payload_size(params), f"params of {name!r}")
-        fields = {
-            "version": version,
-            "version_behavior": behavior,
-            **submit,
-            **(policy_stamp(spec, params) if spec else recorded_stamp(name, recorded, params)),
-        }
-        if self._grouped:
-            submitted = await self._submit_group().create(new_run(name, run_id, params, **fields))
-        else:
-            submitted = await self._io(self.store.submit_run, name, run_id, params, **fields)
-        if submit.get("start_at") is not None:
-            notices.post(self.store, notices.WAITS)  # parked until then: a timer to arm
-        return RunHandle(self, name, str(submitted))
+        return RunHandle(self, name, run_id)
 
     async def retry(self, name: str, run_id: str) -> RunHandle:
         """Start a new run that carries on from where the run ``run_id`` stopped, when it
         ended without completing (in error, cancelled or terminated). It is created with the
         calls the failed run finished before its failure journaled (served, not run again),
-        and runs the failed step and what follows live; see ``client/_retry.py``. Its id is
+        and runs the failed step and what follows live; see ``runs/_retry.py``. Its id is
         ``{first id}.retry{n}``, so retrying again returns the same run. The failed run is
         left as it is. Raises :class:`RetryRefused` for a run still going, completed or
         handed on, :class:`RunNotFoundError` for no such run, and
         :class:`DuplicateRunError` when the retry's id belongs to another run."""
-        from lockgate.client._retry import retry_run
-
-        return await retry_run(self, name, run_id)
+        retry_id = await retry_run(self.store, name, run_id, group=self._submit_group())
+        return RunHandle(self, name, retry_id)
 
     async def find_retry(self, name: str, run_id: str) -> ExistingRetry | None:
         """The retry already started for the run ``run_id``, or None. It reads the retry's
         own journal, not the failed run's, so it answers after that run has expired."""
-        from lockgate.client._retry import find_retry
-
-        return await find_retry(self, name, run_id)
+        return await find_retry(self.store, name, run_id)
 
     async def plan_retry(self, name: str, run_id: str) -> RetryPlan:
         """What :meth:`retry` would carry over and run again, starting nothing."""
-        from lockgate.client._retry import plan_retry
-
-        return await plan_retry(self, name, run_id)
-
-    async def _recorded_for(
-        self, name: str, spec: WorkflowSpec | None
-    ) -> tuple[str, str, dict[str, Any] | None]:
-        """The version a run is stamped with: the imported workflow's, else the one the workers
-        serving ``name`` recorded in the store (with the policy record), else none (any worker
-        may take it, and it is stamped with no gates)."""
-        if spec is not None:
-            return spec.version, spec.version_behavior, None
-        if "policies" in self.store.capabilities():
-            record = await self._io(self.store.get_workflow_policy, name)
-            if record is not None and isinstance(record.get("version"), str):
-                behavior = str(record.get("version_behavior") or "auto_upgrade")
-                return record["version"], behavior, record
-        return "", "auto_upgrade", None
-
-    async def _check_cap(self, name: str, payload: Any, what: str) -> None:
-        """Refuse a payload the run would have to journal over its workflow's cap, before
-        anything is sent: the imported workflow's cap, else the one its workers recorded, else
-        the default."""
-        spec = get_workflow(name)
-        if spec is None:
-            record = None
-            if "policies" in self.store.capabilities():
-                record = await self._io(self.store.get_workflow_policy, name)
-            spec = WorkflowSpec(name=name, max_event_payload_bytes=recorded_cap(name, record))
-        spec.check_payload(payload_size(payload), what)
+        return await plan_retry(self.store, name, run_id)
 
     async def trigger(
         self, name: str, event: dict[str, Any], *, key: str | None = None
@@ -359,10 +238,7 @@ class WorkflowClient:
         """The ``Collect`` or ``Debounce`` workflow ``name``: as imported here, else as its
         workers recorded it. :class:`ConfigurationError` for a workflow with no trigger."""
         check_name("workflow name", name)
-        spec = get_workflow(name)
-        if spec is None and "policies" in self.store.capabilities():
-            record = await self._io(self.store.get_workflow_policy, name)
-            spec = recorded_spec(name, record) if record is not None else None
+        spec = (await known(self.store, name, get_workflow(name))).trigger_spec()
         if spec is None or spec.trigger is None:
             raise ConfigurationError(
                 f"workflow {name!r} has no Collect or Debounce trigger"
@@ -380,64 +256,16 @@ class WorkflowClient:
 
     # -- reading -------------------------------------------------------------------------------
 
-    async def _info(self, name: str, run_id: str) -> RunInfo:
-        info = await self._io(self.store.get_run, name, run_id)
-        if info is None:
-            raise RunNotFoundError(name, run_id)
-        assert isinstance(info, RunInfo)
-        return info
-
-    async def _tail(self, name: str, run_id: str) -> tuple[str, RunInfo]:
-        """The run that carries ``run_id``'s work now: itself, or the live end of the chain
-        it started or joined (a ``continue_as_new`` successor, or one it was handed on to),
-        found in a constant number of reads (``resolve_continuation``)."""
-        for _ in range(MAX_CHAIN_HOPS):
-            _, tail, _ = await self._io(resolve_continuation, self.store, name, run_id)
-            info = await self._info(name, tail)
-            if info.status != RunStatus.CONTINUED:
-                return tail, info
-            run_id = tail  # it continued between the two reads: follow it on
-        raise ContinuationChainError(
-            f"run {run_id!r} of {name!r} kept moving on while it was being resolved",
-            reason="too_long",
-        )
-
-    async def _on_tail(
-        self,
-        name: str,
-        run_id: str,
-        act: Callable[[str], Awaitable[T]],
-        *,
-        landed: Callable[[T], bool] | None = None,
-    ) -> T:
-        """Apply ``act`` to the run carrying ``run_id``'s work. The run may move on between
-        finding it and acting on it (a hand-on, or a ``continue_as_new``): the store moves
-        what ``act`` left on it (a buffered signal, a latched cancel) to the successor, or
-        ``act`` found it ended; either way, act again on the new tail. ``landed`` says from
-        ``act``'s answer that it took effect where it was kept (a signal buffered), which
-        spares the look again: the store moves it with the run if the run moves on."""
-        tail, info = await self._tail(name, run_id)
-        while True:
-            result = await act(tail)
-            if info.status.is_terminal:
-                return result  # it ended for good: nothing follows it
-            if landed is not None and landed(result):
-                return result  # kept where it was sent: a hand-over moves it with the run
-            moved, info = await self._tail(name, tail)
-            if moved == tail:
-                return result
-            tail = moved
-
     async def status(self, name: str, run_id: str) -> RunStatus:
         """The run's status now: a run handed on to a successor reports the successor's."""
-        return (await self._tail(name, run_id))[1].status
+        return (await live_run(self.store, name, run_id))[1].status
 
     async def why_waiting(self, name: str, run_id: str) -> str | None:
         """Why a queued run has not started yet, in one line, e.g.
         ``Limit tenant_id="acme" 2/2 running, 7th in line`` or
         ``Rate tenant_id="acme" next token in 0.18s, 1st in line``; None when it is not queued.
         """
-        run_id, _ = await self._tail(name, run_id)
+        run_id, _ = await live_run(self.store, name, run_id)
         reason = await self._io(self.store.explain_wait, name, run_id)
         if reason is None:
             return None
@@ -446,17 +274,14 @@ class WorkflowClient:
 
     async def _key_param(self, name: str, gate: str) -> str | None:
         """The parameter a gate keys on, from the imported workflow or the recorded policy."""
-        spec = get_workflow(name)
-        if spec is not None:
-            policy = spec.concurrency if gate == "limit" else spec.rate_limit
+        workflow = await known(self.store, name, get_workflow(name))
+        if workflow.spec is not None:
+            policy = workflow.spec.concurrency if gate == "limit" else workflow.spec.rate_limit
             key = policy.key if policy is not None else None
             return key if isinstance(key, str) else None
-        if "policies" in self.store.capabilities():
-            record = await self._io(self.store.get_workflow_policy, name) or {}
-            entry = record.get("concurrency" if gate == "limit" else "rate") or {}
-            key = entry.get("key") if isinstance(entry, dict) else None
-            return key if isinstance(key, str) else None
-        return None
+        entry = (workflow.record or {}).get("concurrency" if gate == "limit" else "rate") or {}
+        key = entry.get("key") if isinstance(entry, dict) else None
+        return key if isinstance(key, str) else None
 
     async def events(self, name: str, run_id: str) -> list[RunEvent]:
         """The run's own journal, oldest first. A run handed on ends ``run:continued``; the
@@ -486,9 +311,14 @@ class WorkflowClient:
         an action the question does not take, fails the question (the body's
         ``ctx.interrupt`` raises :class:`InterruptHandlerFailed`) and its exception
         propagates; one that raises :class:`DurableInterrupt` leaves the run waiting."""
-        from lockgate.client._interrupts import await_result
-
-        return await await_result(self, name, run_id, timeout=timeout, on_interrupt=on_interrupt)
+        return await await_result(
+            self,
+            name,
+            run_id,
+            timeout=timeout,
+            on_interrupt=on_interrupt,
+            advance=self._advance,
+        )
 
     async def resume(
         self,
@@ -510,9 +340,7 @@ class WorkflowClient:
         ended, it never asked it, it reached its deadline, or it was answered already (of
         two answers to one interrupt, the first one the store takes stands), and
         :class:`RunNotFoundError` for an unknown run."""
-        from lockgate.client._interrupts import resume
-
-        await resume(self, name, run_id, action, value, wait_id)
+        await answer_interrupt(self.store, self.clock, name, run_id, action, value, wait_id)
 
     # -- talking to a run ----------------------------------------------------------------------
 
@@ -529,57 +357,17 @@ class WorkflowClient:
         retried send apply once: a repeat returns ``"duplicate"`` and keeps nothing (its
         payload is not compared; the first send's stands). Raises :class:`RunFinishedError`
         once the run has ended or a cancel is latched."""
-        check_name("signal name", signal)
-        check_optional("signal id", signal_id)
-        if signal.startswith(INTERRUPT_SIGNAL_PREFIX):
-            raise ValueError(
-                f"signal name {signal!r} is reserved for the answers of ctx.interrupt; "
-                f"answer an interrupt with resume"
-            )
-        payload = {} if payload is None else payload
-        check_text(payload, f"the payload of signal {signal!r}")
-        if not isinstance(payload, dict) or not json_ready(payload):
-            raise ValueError("a signal payload must be a JSON-serializable dict")
-        await self._check_cap(name, payload, f"payload of signal {signal!r}")
-        # One id for every send this call makes: a send repeated on a successor (a hand-on
-        # landed meanwhile, moving the buffered signal with the run) is then a repeat, not a
-        # second signal. The answer is the first send's: its signal is the one kept.
-        key = signal_id if signal_id is not None else uuid.uuid4().hex
-        answers: list[Any] = []
-
-        async def send(tail: str) -> Any:
-            answer = await self._io(
-                self.store.send_signal,
-                name,
-                tail,
-                signal,
-                payload,
-                iso(self.clock()),
-                idempotency_key=key,
-            )
-            if answer == "duplicate" and answers:
-                return answers[0]  # kept by this call's earlier send, before the run moved on
-            if answer not in ("duplicate", "rejected"):
-                answers.append(answer)
-            return answer
-
-        result = await self._on_tail(name, run_id, send, landed=lambda sent: sent != "rejected")
-        if result == "rejected":
-            raise RunFinishedError(
-                f"run {run_id!r} of {name!r} has ended or is being "
-                f"cancelled; signal {signal!r} was not kept"
-            )
-        return str(result)
+        return await send_signal(
+            self.store, self.clock, name, run_id, signal, payload, signal_id=signal_id
+        )
 
     async def query(self, name: str, run_id: str, query: str, *args: Any, **kwargs: Any) -> Any:
         """Call the run's ``ctx.on_query`` handler against its replayed state. Read-only."""
-        from lockgate.workflow._executor import Attempt
-
         check_name("query name", query)
         spec = get_workflow(name)
         if spec is None or spec.fn is None:
             raise QueryError(f"workflow {name!r} is not imported here; a query replays its body")
-        run_id, _ = await self._tail(name, run_id)
+        run_id, _ = await live_run(self.store, name, run_id)
         events = await self.events(name, run_id)
         attempt = Attempt(
             store=self.store,
@@ -613,8 +401,8 @@ class WorkflowClient:
         check_text(payload, f"the payload of update {update!r}")
         if not json_ready(payload):
             raise ValueError("an update payload must be JSON-serializable")
-        await self._check_cap(name, payload, f"payload of update {update!r}")
-        run_id, info = await self._tail(name, run_id)
+        await check_cap(self.store, name, payload, f"payload of update {update!r}")
+        run_id, info = await live_run(self.store, name, run_id)
         update_id = update_id or uuid.uuid4().hex
         existing = await self._io(self.store.read_update_result, name, run_id, update_id)
         if existing is None:
@@ -634,7 +422,7 @@ class WorkflowClient:
                 iso(self.clock()),
             )
             if delivered == "rejected":
-                if (await self._tail(name, run_id))[0] != run_id:
+                if (await live_run(self.store, name, run_id))[0] != run_id:
                     # Handed on in between: deliver to the successor instead.
                     return await self.update(
                         name, run_id, update, payload, update_id=update_id, timeout=timeout
@@ -649,7 +437,7 @@ class WorkflowClient:
                 outcome = await self._io(self.store.read_update_result, name, holder, update_id)
                 if outcome is not None:
                     return _update_outcome(update, update_id, outcome)
-            run_id, info = await self._tail(name, run_id)
+            run_id, info = await live_run(self.store, name, run_id)
             if run_id not in held_by:
                 held_by.append(run_id)
                 continue
@@ -679,14 +467,14 @@ class WorkflowClient:
                 detail={"reason": reason, "requested_by": requested_by},
             )
 
-        await self._on_tail(name, run_id, cancel)
+        await on_live_run(self.store, name, run_id, cancel)
 
     async def terminate(
         self, name: str, run_id: str, *, reason: str | None = None, requested_by: str | None = None
     ) -> TerminateResult:
         """End the run now, with no worker involved. A holder still running is fenced out.
         Then each open child's ``parent_close`` policy is applied, grandchildren included
-        (``client/_cascade.py``); a repeat on a run already terminated finishes that."""
+        (``runs/_family.py``); a repeat on a run already terminated finishes that."""
         if "terminate" not in self.store.capabilities():
             raise CapabilityMissing(type(self.store).__name__, "terminate")
         if await self._io(self.store.get_run, name, run_id) is None:
@@ -698,8 +486,10 @@ class WorkflowClient:
             )
             return tail, TerminateOutcome(outcome)
 
-        tail, outcome = await self._on_tail(name, run_id, terminate)
-        children, ended = await after_terminate(self, name, tail, outcome, reason, requested_by)
+        tail, outcome = await on_live_run(self.store, name, run_id, terminate)
+        children, ended = await after_terminate(
+            self.store, self.clock, name, tail, outcome, reason, requested_by
+        )
         return TerminateResult(outcome=outcome, children=children, run_id=tail, ended=ended)
 
     async def pause(self, name: str, run_id: str) -> None:
@@ -708,7 +498,7 @@ class WorkflowClient:
         async def pause(tail: str) -> None:
             await self._io(self.store.request_pause, name, tail)
 
-        await self._on_tail(name, run_id, pause)
+        await on_live_run(self.store, name, run_id, pause)
 
     async def unpause(self, name: str, run_id: str) -> None:
         """Lift a pause and queue the run."""
@@ -716,7 +506,7 @@ class WorkflowClient:
         async def unpause(tail: str) -> None:
             await self._io(self.store.resume_paused_run, name, tail)
 
-        await self._on_tail(name, run_id, unpause)
+        await on_live_run(self.store, name, run_id, unpause)
 
 
 def _may_be_handed_on(info: RunInfo) -> bool:
@@ -725,31 +515,6 @@ def _may_be_handed_on(info: RunInfo) -> bool:
     if info.status in (RunStatus.PENDING, RunStatus.IN_PROGRESS):
         return True
     return info.status == RunStatus.SLEEPING and info.wait is not None and info.wait.kind == "start"
-
-
-def _check_unregistered(name: str, params: Any) -> None:
-    if not isinstance(params, dict) or not all(isinstance(k, str) for k in params):
-        raise InvalidParamsError(
-            f"params for {name!r} must be a dict with string keys", workflow=name
-        )
-    check_text(params, f"params of {name!r}")
-    if not json_ready(params):
-        raise InvalidParamsError(f"params for {name!r} are not JSON-serializable", workflow=name)
-
-
-def _outcome(name: str, run_id: str, last: RunEvent | None) -> Any:
-    if last is None:
-        raise RunNotFoundError(name, run_id)
-    if last.kind == EventKind.RUN_COMPLETE:
-        return last.payload.get("result")
-    payload = last.payload
-    detail = str(payload.get("message") or payload.get("code") or "failed")
-    error = dict(payload.get("error") or {})
-    if "user_code" in payload:
-        error.setdefault("user_code", payload["user_code"])
-    if payload.get("code") in ("cancelled", "terminated"):
-        raise DurableInvocationCancelled(name, run_id, detail, error=error)
-    raise DurableInvocationError(name, run_id, detail, error=error)
 
 
 def _update_outcome(update: str, update_id: str, outcome: dict[str, Any]) -> Any:

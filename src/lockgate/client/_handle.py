@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from lockgate.client._cascade import CloseResult
 from lockgate.journal._events import RunEvent, RunStatus
+from lockgate.runs._family import CloseResult
 from lockgate.stores._types import TerminateOutcome
 
 if TYPE_CHECKING:

@@ -14,16 +14,18 @@ from lockgate._errors import (
     RunGatedError,
     RunOwnedError,
 )
-from lockgate.client._cascade import live_tail, open_children
+from lockgate.attempt._attempt import Attempt
+from lockgate.attempt._unwind import AttemptOutcome
 from lockgate.client._client import WorkflowClient
 from lockgate.client._handle import RunHandle
+from lockgate.client._interrupts import await_result
 from lockgate.journal._events import RunEvent, RunStatus
 from lockgate.journal._replay import reconstruct_state
+from lockgate.runs._chains import live_tail
+from lockgate.runs._family import open_children
 from lockgate.stores._base import Store
 from lockgate.stores._calls import call_store
-from lockgate.workflow._executor import Attempt
 from lockgate.workflow._spec import WorkflowSpec, get_workflow, spec_of, trigger_policy
-from lockgate.workflow._unwind import AttemptOutcome
 
 if TYPE_CHECKING:
     from lockgate.client._interrupts import InterruptHandler
@@ -289,8 +291,6 @@ async def run_and_await(
     in the body by ``ctx.interrupt``; uncaught, the run ends in error with that code) and its
     exception propagates, unless it is a :class:`DurableInterrupt` or an instance of one of
     ``suspend_on``: those leave the run parked on the question, for the caller to resume."""
-    from lockgate.client._interrupts import await_result
-
     if not isinstance(suspend_on, tuple) or not all(
         isinstance(kind, type) and issubclass(kind, BaseException) for kind in suspend_on
     ):

@@ -1,16 +1,6 @@
-"""The caller's side of ``ctx.interrupt``: answering a run's question (``client.resume``), and
-awaiting a run that may ask some (``client.result`` and ``run_and_await`` with
-``on_interrupt``).
-
-Which interrupt a run waits on, and whether it is still open, is read from its journal: an
-interrupt is open from its ``run:interrupted`` until its ``run:resumed`` or its
-``run:wait_timed_out``, while the run has not ended. An answer is the signal the interrupt
-takes (see ``workflow/_interrupt.py``), sent with the idempotency key ``resume:{wait_id}``,
-so of two answers racing for one interrupt the store keeps the first and refuses the other.
-An answer sent while the run is not parked on the interrupt is buffered for it; should the
-interrupt have reached its deadline between the journal read and the send, the answer is
-taken back out of the buffer and refused, so an answer is applied or refused, never kept for
-nothing.
+"""Awaiting a run that may ask questions (``client.result`` and ``run_and_await`` with
+``on_interrupt``): each question the run waits on is put to the caller's handler and its
+answer sent (``runs/_interrupts.py``), until the run ends or the timeout passes.
 """
 
 from __future__ import annotations
@@ -18,34 +8,30 @@ from __future__ import annotations
 import contextlib
 import inspect
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from lockgate._clock import iso
 from lockgate._errors import (
     DurableInterrupt,
+    DurableInvocationCancelled,
+    DurableInvocationError,
     DurableInvocationTimeout,
-    ErrorCode,
     RunNotFoundError,
     RunNotWaitingError,
-    describe_error,
 )
-from lockgate._names import check_name, check_optional
 from lockgate.journal._events import EventKind, RunEvent, RunStatus
-from lockgate.stores._types import interrupt_signal
-from lockgate.workflow._interrupt import (
-    InterruptAction,
-    InterruptResponse,
-    check_answer,
-    parse_action,
+from lockgate.runs._chains import live_run
+from lockgate.runs._interrupts import (
+    Question,
+    fail_interrupt,
+    journal_of,
+    open_question,
+    send_answer,
 )
-from lockgate.workflow._spec import check_text, json_ready
+from lockgate.stores._calls import call_store
+from lockgate.workflow._interrupt import InterruptAction, InterruptResponse, check_answer
 
 if TYPE_CHECKING:
     from lockgate.client._client import WorkflowClient
-
-#: Times a resume follows a run that moved on (continued) between finding it and reading it.
-MAX_MOVES = 64
 
 #: What answers a run's interrupts for a caller awaiting it: called with the question (the
 #: ``payload`` the body gave ``ctx.interrupt``), sync or async; an :class:`InterruptResponse`
@@ -53,159 +39,20 @@ MAX_MOVES = 64
 InterruptHandler = Callable[[dict[str, Any]], Any | Awaitable[Any]]
 
 
-@dataclass(frozen=True)
-class Question:
-    """An interrupt a run asked, as its ``run:interrupted`` journals it. ``event_id`` is
-    that event's place in the run's journal (its ``run_seq``)."""
-
-    wait_id: str
-    call_index: int
-    payload: dict[str, Any]
-    expects: str
-    deadline: float | None
-    event_id: str | None
-
-
-def _question(event: RunEvent) -> Question:
-    p = event.payload
-    payload = p.get("payload")
-    deadline = p.get("deadline")
-    return Question(
-        wait_id=str(p["wait_id"]),
-        call_index=int(p.get("call_index", -1)),
-        payload=dict(payload) if isinstance(payload, dict) else {},
-        expects=str(p.get("expects") or "approval"),
-        deadline=float(deadline) if deadline is not None else None,
-        event_id=str(event.run_seq) if event.run_seq is not None else None,
-    )
-
-
-def open_question(name: str, run_id: str, events: list[RunEvent], wait_id: str | None) -> Question:
-    """The interrupt ``wait_id`` of the run, or the one it waits on now when None, while it is
-    open; else :class:`RunNotWaitingError` saying why not."""
-    asked: dict[str, RunEvent] = {}
-    closed: dict[str, str] = {}
-    for event in events:
-        key = event.payload.get("wait_id")
-        if event.kind == EventKind.RUN_INTERRUPTED:
-            asked[str(key)] = event
-        elif event.kind == EventKind.RUN_RESUMED and str(key) in asked:
-            closed.setdefault(str(key), "was answered already")
-        elif event.kind == EventKind.RUN_WAIT_TIMED_OUT and str(key) in asked:
-            closed.setdefault(str(key), "reached its deadline unanswered")
-        elif event.is_terminal:
-            raise RunNotWaitingError(
-                f"run {run_id!r} of {name!r} has ended: it waits on no interrupt"
-            )
-    waiting = [event for key, event in asked.items() if key not in closed]
-    now = _question(waiting[-1]) if waiting else None
-    if wait_id is None:
-        if now is None:
-            last = next(reversed(asked), None)
-            why = f" (its last, {last}, {closed[last]})" if last is not None else ""
-            raise RunNotWaitingError(
-                f"run {run_id!r} of {name!r} is not waiting on an interrupt{why}"
-            )
-        return now
-    if now is not None and now.wait_id == wait_id:
-        return now
-    if wait_id in closed:
-        why = f"{wait_id} of run {run_id!r} {closed[wait_id]}"
-    else:
-        why = f"run {run_id!r} of {name!r} never asked {wait_id}"
-    also = f"; it waits on {now.wait_id} now" if now is not None else ""
-    raise RunNotWaitingError(why + also)
-
-
-async def _journal(client: WorkflowClient, name: str, run_id: str) -> list[RunEvent]:
-    events: list[RunEvent] = await client._io(client.store.load_run, name, run_id)
-    if not events:
+def run_outcome(name: str, run_id: str, last: RunEvent | None) -> Any:
+    """The result the run's last event ``last`` holds, or the error it ended with."""
+    if last is None:
         raise RunNotFoundError(name, run_id)
-    return events
-
-
-async def resume(
-    client: WorkflowClient,
-    name: str,
-    run_id: str,
-    action: InterruptAction | str,
-    value: Any,
-    wait_id: str | None,
-) -> Question:
-    """See :meth:`WorkflowClient.resume`; returns the question answered."""
-    check_name("workflow name", name)
-    check_name("run id", run_id, length=False)
-    check_optional("wait id", wait_id)
-    parse_action(action)  # the action and value alone, before anything is read
-    check_text(value, "the value of an answer to an interrupt")
-    if not json_ready(value):
-        raise ValueError("the value of an answer to an interrupt must be JSON data")
-    await client._check_cap(name, value, "value of an answer to an interrupt")
-
-    # The answer goes to the run that asked, once: not through ``_on_tail``, which acts
-    # again on a successor, where it could answer a later question no one answered. A run
-    # that moved on before its journal was read is followed to the run carrying the work.
-    for _ in range(MAX_MOVES):
-        tail, _ = await client._tail(name, run_id)
-        events = await _journal(client, name, tail)
-        if events[-1].kind == EventKind.RUN_CONTINUED:
-            run_id = tail
-            continue
-        question = open_question(name, tail, events, wait_id)
-        chosen = check_answer(question.expects, question.wait_id, action, value)
-        await send_answer(
-            client, name, tail, question.wait_id, {"action": chosen.value, "value": value}
-        )
-        return question
-    raise RunNotWaitingError(f"run {run_id!r} of {name!r} kept moving on; it was not answered")
-
-
-async def send_answer(
-    client: WorkflowClient, name: str, run_id: str, wait_id: str, answer: dict[str, Any]
-) -> None:
-    """Send ``answer`` to the open interrupt ``wait_id`` (see the module docstring)."""
-    signal, key = interrupt_signal(wait_id), f"resume:{wait_id}"
-    sent = await client._io(
-        client.store.send_signal,
-        name,
-        run_id,
-        signal,
-        answer,
-        iso(client.clock()),
-        idempotency_key=key,
-    )
-    if sent == "duplicate":
-        raise RunNotWaitingError(f"{wait_id} of run {run_id!r} was answered already")
-    if sent == "rejected":
-        raise RunNotWaitingError(
-            f"run {run_id!r} of {name!r} has ended or is being cancelled; {wait_id} takes no answer"
-        )
-    if sent != "buffered":
-        return  # delivered: the run was parked on it, and is queued with its answer
-    events = await _journal(client, name, run_id)
-    try:
-        open_question(name, run_id, events, wait_id)
-    except RunNotWaitingError:
-        if any(
-            e.kind == EventKind.RUN_RESUMED
-            and e.payload.get("wait_id") == wait_id
-            and e.payload.get("signal_id") == key
-            for e in events
-        ):
-            return  # the run took this answer already
-        await client._io(client.store.pop_signal_match, name, run_id, signal, key)
-        raise
-
-
-async def fail_interrupt(
-    client: WorkflowClient, name: str, run_id: str, wait_id: str, exc: BaseException
-) -> None:
-    """Answer the interrupt ``wait_id`` with the failure of the handler that could not: the
-    body's ``ctx.interrupt`` raises :class:`InterruptHandlerFailed`. An interrupt no longer
-    open is left as it is."""
-    error = {**describe_error(exc), "code": ErrorCode.INTERRUPT_HANDLER_FAILED.value}
-    with contextlib.suppress(RunNotWaitingError):
-        await send_answer(client, name, run_id, wait_id, {"error": error})
+    if last.kind == EventKind.RUN_COMPLETE:
+        return last.payload.get("result")
+    payload = last.payload
+    detail = str(payload.get("message") or payload.get("code") or "failed")
+    error = dict(payload.get("error") or {})
+    if "user_code" in payload:
+        error.setdefault("user_code", payload["user_code"])
+    if payload.get("code") in ("cancelled", "terminated"):
+        raise DurableInvocationCancelled(name, run_id, detail, error=error)
+    raise DurableInvocationError(name, run_id, detail, error=error)
 
 
 async def _answer_with(
@@ -232,12 +79,17 @@ async def _answer_with(
     except BaseException as exc:
         if isinstance(exc, (DurableInterrupt, *suspend_on)) or not isinstance(exc, Exception):
             raise
-        await fail_interrupt(client, name, run_id, question.wait_id, exc)
+        await fail_interrupt(client.store, client.clock, name, run_id, question.wait_id, exc)
         raise
     # Answered by someone else meanwhile, or past its deadline: either way, wait on.
     with contextlib.suppress(RunNotWaitingError):
         await send_answer(
-            client, name, run_id, question.wait_id, {"action": chosen.value, "value": value}
+            client.store,
+            client.clock,
+            name,
+            run_id,
+            question.wait_id,
+            {"action": chosen.value, "value": value},
         )
 
 
@@ -249,23 +101,24 @@ async def await_result(
     timeout: float | None = None,
     on_interrupt: InterruptHandler | None = None,
     suspend_on: tuple[type[BaseException], ...] = (),
+    advance: Callable[[str, str], Awaitable[None]] | None = None,
 ) -> Any:
-    """See :meth:`WorkflowClient.result`; ``suspend_on`` as ``run_and_await`` takes it."""
-    from lockgate.client._client import _outcome
-
+    """See :meth:`WorkflowClient.result`; ``suspend_on`` as ``run_and_await`` takes it.
+    ``advance(name, run_id)`` is awaited between looks (the client's poll interval by
+    default; an inline runner's client drives the run instead)."""
     if on_interrupt is not None and not callable(on_interrupt):
         raise TypeError(f"on_interrupt must be callable, not {on_interrupt!r}")
     deadline = None if timeout is None else client.clock() + timeout
     answered: set[tuple[str, str]] = set()
     while True:
-        run_id, info = await client._tail(name, run_id)
+        run_id, info = await live_run(client.store, name, run_id)
         if info.status.is_terminal:
-            last = await client._io(client.store.get_last_event, name, run_id)
-            return _outcome(name, run_id, last)
+            last = await call_store(client.store, client.store.get_last_event, name, run_id)
+            return run_outcome(name, run_id, last)
         if info.status == RunStatus.INTERRUPTED:
             try:
                 question: Question | None = open_question(
-                    name, run_id, await _journal(client, name, run_id), None
+                    name, run_id, await journal_of(client.store, name, run_id), None
                 )
             except RunNotWaitingError:
                 question = None  # answered or ended since the status was read
@@ -281,4 +134,7 @@ async def await_result(
             raise DurableInvocationTimeout(
                 name, run_id, f"still {info.status.value} after {timeout:g}s"
             )
-        await client._advance(name, run_id)
+        if advance is not None:
+            await advance(name, run_id)
+        else:
+            await client.clock.sleep(client.poll_interval)

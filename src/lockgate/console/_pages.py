@@ -10,7 +10,6 @@ from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import Response
 
 from lockgate._errors import LockgateError
-from lockgate.client._chains import resolve_continuation
 from lockgate.console._queries import (
     MAX_GATE_READS,
     MAX_LIST_READS,
@@ -39,9 +38,10 @@ from lockgate.console._web import (
     viewer,
 )
 from lockgate.journal._events import EventKind, RunEvent, RunStatus
+from lockgate.runs._chains import resolve_continuation
 from lockgate.stores._calls import call_store
 from lockgate.stores._types import RunInfo
-from lockgate.streams._values import RECORD_METADATA
+from lockgate.workflow._record import RECORD_METADATA
 from lockgate.workflow._spec import WorkflowSpec
 
 #: Journal events a run page shows at most (the first ones; the run's end is always shown).

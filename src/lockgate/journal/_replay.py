@@ -57,6 +57,12 @@ class CallRecord:
         return f"{self.kind} {self.name!r}"
 
 
+def is_final(record: CallRecord | None) -> bool:
+    """Whether the journal holds the call's outcome: done, failed for good, or ended (a
+    wait's outcome); an attempt replays it without running it, a retry carries it over."""
+    return record is not None and (record.done or record.failed or record.outcome is not None)
+
+
 @dataclass
 class ReplayState:
     """A run's journal, folded: what every durable call returned, which waits are open, which

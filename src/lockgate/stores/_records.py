@@ -73,7 +73,7 @@ class Submit:
     #: so the runs of one partition share a shard (None: its run id).
     shard_key: str | None = None
     #: Events journaled right after ``run:init``, in the same step: a retry's copy of what the
-    #: run it retries recorded (see ``client/_retry.py``).
+    #: run it retries recorded (see ``runs/_retry.py``).
     seed: tuple[RunEvent, ...] = ()
 
     @property

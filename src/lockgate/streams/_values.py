@@ -1,13 +1,11 @@
-"""Records of a user's topic as lockgate hands them on: :class:`KafkaRecord`, its value decoded
-as JSON (the default) or as Avro against a schema file, and :class:`Undecodable` for a record
-whose value is neither (the caller sends it to the dead-letter topic). A JSON value must also
-be one lockgate can carry on: no lone surrogate (UTF-8 has none), no nesting deeper than
-:data:`MAX_DEPTH` (each later step, a params check, the store's encoding, the journal's,
-recurses through it).
+"""Records of a user's topic as lockgate hands them on: a :class:`KafkaRecord` (defined in
+``workflow/_record.py``, since bodies receive it) with its value decoded as JSON (the default)
+or as Avro against a schema file, and :class:`Undecodable` for a record whose value is neither
+(the caller sends it to the dead-letter topic). A JSON value must also be one lockgate can
+carry on: no lone surrogate (UTF-8 has none), no nesting deeper than :data:`MAX_DEPTH` (each
+later step, a params check, the store's encoding, the journal's, recurses through it).
 
-A bound workflow's run carries its record's place and key in its metadata
-(:meth:`KafkaRecord.to_metadata`), and :class:`~lockgate.streams.sources.KafkaSource` hands
-these records to a stream's batches.
+:class:`~lockgate.streams.sources.KafkaSource` hands these records to a stream's batches.
 """
 
 from __future__ import annotations
@@ -15,18 +13,14 @@ from __future__ import annotations
 import io
 import json
 import math
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
-from lockgate._errors import ConfigurationError
+from lockgate.workflow._record import KafkaRecord, read_avro_schema
 
 T = TypeVar("T")
-
-#: The run metadata key a bound run's record is kept under.
-RECORD_METADATA = "lockgate.record"
 
 #: Why a record was not decoded: the ``lockgate.dlq.reason`` header of its dead-letter copy.
 NOT_JSON = "not-json"
@@ -47,49 +41,6 @@ class Undecodable(Exception):
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
-
-
-@dataclass(frozen=True)
-class KafkaRecord(Generic[T]):
-    """One record of a topic: where it was read, its key, its decoded value, its timestamp
-    (None when the producer set none) and its headers. A key or header value that is not
-    UTF-8 is kept with its undecodable bytes escaped (``\\xNN``); a header sent twice keeps
-    its last value."""
-
-    topic: str
-    partition: int
-    offset: int
-    value: T
-    key: str | None = None
-    timestamp: datetime | None = None
-    headers: Mapping[str, str] = field(default_factory=dict)
-
-    def to_metadata(self) -> dict[str, Any]:
-        """The record without its value, as JSON a run's metadata holds."""
-        return {
-            "topic": self.topic,
-            "partition": self.partition,
-            "offset": self.offset,
-            "key": self.key,
-            "timestamp_ms": None
-            if self.timestamp is None
-            else round(self.timestamp.timestamp() * 1000),
-            "headers": dict(self.headers),
-        }
-
-    @classmethod
-    def from_metadata(cls, meta: Mapping[str, Any], value: Any) -> KafkaRecord[Any]:
-        """The record :meth:`to_metadata` described, with ``value``."""
-        stamp = meta.get("timestamp_ms")
-        return KafkaRecord(
-            topic=str(meta["topic"]),
-            partition=int(meta["partition"]),
-            offset=int(meta["offset"]),
-            value=value,
-            key=meta.get("key"),
-            timestamp=None if stamp is None else datetime.fromtimestamp(stamp / 1000, UTC),
-            headers=dict(meta.get("headers") or {}),
-        )
 
 
 def text_of(raw: bytes | str | None) -> str | None:
@@ -205,19 +156,8 @@ def avro_decoder(schema_file: str | Path) -> Decoder:
     """A decoder of values written as Avro binary (no container, no schema registry framing)
     with the schema in ``schema_file``. Raises :class:`ConfigurationError` when the file is
     missing, is no Avro schema, or fastavro is not installed."""
-    try:
-        import fastavro
-    except ImportError as exc:  # pragma: no cover - the extra is missing
-        raise ConfigurationError(
-            "Avro values need fastavro: pip install 'lockgate[kafka]'"
-        ) from exc
-    path = Path(schema_file)
-    try:
-        schema = fastavro.parse_schema(json.loads(path.read_text()))
-    except OSError as exc:
-        raise ConfigurationError(f"Avro schema file {str(path)!r} cannot be read: {exc}") from exc
-    except (ValueError, TypeError, KeyError, fastavro.schema.SchemaParseException) as exc:
-        raise ConfigurationError(f"{str(path)!r} is not an Avro schema: {exc}") from exc
+    schema = read_avro_schema(schema_file)
+    import fastavro  # read_avro_schema found it installed
 
     def decode(raw: bytes | None) -> Any:
         if raw is None:

@@ -9,16 +9,16 @@ import logging
 from dataclasses import dataclass
 
 from lockgate._errors import RunNotFoundError, StoreFileGone, StoreUnavailable
+from lockgate.attempt import _blocked as blocked
+from lockgate.attempt._attempt import Attempt
+from lockgate.attempt._unwind import AttemptOutcome
 from lockgate.metrics import _hooks as metrics
 from lockgate.stores import _notices as notices
 from lockgate.stores._types import ClaimedRun
 from lockgate.worker._marker import lost_with_store
 from lockgate.worker._runtime import Runtime, wait_all
 from lockgate.worker._status import backoff
-from lockgate.workflow import _blocked as blocked
-from lockgate.workflow._executor import Attempt
 from lockgate.workflow._spec import WorkflowSpec
-from lockgate.workflow._unwind import AttemptOutcome
 
 log = logging.getLogger("lockgate.worker")
 

@@ -15,8 +15,8 @@ from typing import NamedTuple
 
 from lockgate._clock import PRECISE_TAIL, iso
 from lockgate._errors import StoreUnavailable
-from lockgate.client._cascade import after_store_ended
 from lockgate.metrics import _hooks as metrics
+from lockgate.runs._family import after_store_ended
 from lockgate.stores._types import WaitOutcome
 from lockgate.worker._attempts import AttemptPool
 from lockgate.worker._runtime import Runtime

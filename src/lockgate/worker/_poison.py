@@ -19,8 +19,8 @@ import logging
 
 from lockgate._clock import iso
 from lockgate._errors import ErrorCode, LockgateError
-from lockgate.client._cascade import after_store_ended
 from lockgate.journal._events import EventKind, RunEvent, RunStatus
+from lockgate.runs._family import after_store_ended
 from lockgate.worker._attempts import AttemptPool
 from lockgate.worker._options import StrandedPolicy
 from lockgate.worker._runtime import Runtime

@@ -18,8 +18,8 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+from lockgate.attempt import _blocked as blocked
 from lockgate.stores._base import Store
-from lockgate.workflow import _blocked as blocked
 
 log = logging.getLogger("lockgate.worker")
 

@@ -7,11 +7,13 @@ from typing import TYPE_CHECKING
 from lockgate._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from lockgate.attempt._attempt import check_replay
     from lockgate.workflow._binding import KafkaTopic
-    from lockgate.workflow._context import StepContext, WorkflowContext
-    from lockgate.workflow._executor import check_replay
+    from lockgate.workflow._context import WorkflowContext
     from lockgate.workflow._interrupt import InterruptAction, InterruptResponse
     from lockgate.workflow._retry import RetryPolicy
+    from lockgate.workflow._runtime import StepContext
+    from lockgate.workflow._source import StreamProgress
     from lockgate.workflow._spec import (
         DuplicateWorkflowWarning,
         WorkflowSpec,
@@ -19,7 +21,6 @@ if TYPE_CHECKING:
         workflow,
     )
     from lockgate.workflow._step import step
-    from lockgate.workflow._stream import StreamProgress
 
 __all__ = [
     "DuplicateWorkflowWarning",
@@ -43,10 +44,11 @@ if not TYPE_CHECKING:  # a type checker sees the imports above, not a __getattr_
         __name__,
         {
             "lockgate.workflow._binding": ("KafkaTopic",),
-            "lockgate.workflow._context": ("StepContext", "WorkflowContext"),
-            "lockgate.workflow._executor": ("check_replay",),
+            "lockgate.workflow._context": ("WorkflowContext",),
+            "lockgate.attempt._attempt": ("check_replay",),
             "lockgate.workflow._interrupt": ("InterruptAction", "InterruptResponse"),
             "lockgate.workflow._retry": ("RetryPolicy",),
+            "lockgate.workflow._runtime": ("StepContext",),
             "lockgate.workflow._spec": (
                 "DuplicateWorkflowWarning",
                 "WorkflowSpec",
@@ -54,6 +56,6 @@ if not TYPE_CHECKING:  # a type checker sees the imports above, not a __getattr_
                 "workflow",
             ),
             "lockgate.workflow._step": ("step",),
-            "lockgate.workflow._stream": ("StreamProgress",),
+            "lockgate.workflow._source": ("StreamProgress",),
         },
     )

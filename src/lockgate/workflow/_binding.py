@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lockgate._errors import ConfigurationError
+from lockgate.workflow._record import read_avro_schema
 
 #: What Kafka takes in a topic name.
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
@@ -64,9 +65,7 @@ class KafkaTopic:
                     f"KafkaTopic(avro_schema=...) must be the path of an .avsc file, "
                     f"got {self.avro_schema!r}"
                 )
-            from lockgate.streams._values import avro_decoder
-
-            avro_decoder(self.avro_schema)  # the file is read and parsed now, not at a record
+            read_avro_schema(self.avro_schema)  # the file is read and parsed now, not at a record
 
     @property
     def dlq(self) -> str:

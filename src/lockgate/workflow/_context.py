@@ -1,75 +1,27 @@
-"""What a workflow body and its steps see: the run context, the step context, and the context
-variables that bind them to the attempt executing the run."""
+"""What a workflow body sees: :class:`WorkflowContext`, whose calls reach the attempt running
+the body through the :class:`~lockgate.workflow._runtime.Runtime` protocol (implemented by
+``attempt.Attempt``), after checking their arguments here."""
 
 from __future__ import annotations
 
-import contextvars
 import math
 import uuid
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from lockgate._errors import ConfigurationError, NestedDurableOperationError, UnboundContextError
+from lockgate._errors import ConfigurationError, UnboundContextError
 from lockgate.stores._types import INTERRUPT_SIGNAL_PREFIX
+from lockgate.workflow._interrupt import check_question
+from lockgate.workflow._record import RECORD_METADATA, KafkaRecord
+from lockgate.workflow._runtime import Runtime, bound_attempt
+from lockgate.workflow._step import step_spec_for
+from lockgate.workflow._targets import check_signal, child_target, stream_name, target_name
 
 if TYPE_CHECKING:
-    from lockgate.streams._values import KafkaRecord
-    from lockgate.streams.sources._source import Batch, Source
-    from lockgate.workflow._executor import Attempt
     from lockgate.workflow._interrupt import Expects, InterruptResponse
     from lockgate.workflow._retry import RetryPolicy
-    from lockgate.workflow._stream import StreamProgress
-
-
-@dataclass(frozen=True)
-class Boundary:
-    """An atomic region a durable operation may not be started from."""
-
-    kind: str
-    name: str
-
-
-_attempt: contextvars.ContextVar[Attempt | None] = contextvars.ContextVar(
-    "lockgate_attempt", default=None
-)
-_boundary: contextvars.ContextVar[Boundary | None] = contextvars.ContextVar(
-    "lockgate_boundary", default=None
-)
-
-
-def bound_attempt(operation: str, name: str) -> Attempt:
-    """The attempt running this task, for a durable ``operation`` called ``name``.
-
-    Raises :class:`UnboundContextError` outside a run and
-    :class:`NestedDurableOperationError` inside a step or an update handler."""
-    boundary = _boundary.get()
-    if boundary is not None:
-        raise NestedDurableOperationError(operation, name, boundary.kind, boundary.name)
-    attempt = _attempt.get()
-    if attempt is None:
-        raise UnboundContextError(
-            f"{operation} {name!r} was called outside a workflow run; "
-            f"call it from a workflow body (await it there)"
-        )
-    return attempt
-
-
-def enter_boundary(kind: str, name: str) -> contextvars.Token[Boundary | None]:
-    return _boundary.set(Boundary(kind, name))
-
-
-def exit_boundary(token: contextvars.Token[Boundary | None]) -> None:
-    _boundary.reset(token)
-
-
-def bind_attempt(attempt: Attempt | None) -> contextvars.Token[Attempt | None]:
-    return _attempt.set(attempt)
-
-
-def unbind_attempt(token: contextvars.Token[Attempt | None]) -> None:
-    _attempt.reset(token)
+    from lockgate.workflow._source import Batch, Source, StreamProgress
 
 
 def _seconds(what: str, duration: object) -> float:
@@ -82,31 +34,6 @@ def _seconds(what: str, duration: object) -> float:
     return float(seconds)
 
 
-@dataclass(frozen=True)
-class StepContext:
-    """What a step sees when it declares a parameter annotated ``StepContext``.
-
-    ``idempotency_key`` is stable across every attempt and replay of this call: pass it to an
-    external API so a retried effect is applied once there."""
-
-    run_id: str
-    run_name: str
-    step_id: str
-    call_index: int
-    attempt: int
-    metadata: Mapping[str, Any] = field(default_factory=dict)
-    _is_cancelled: Callable[[], bool] = field(default=lambda: False, repr=False)
-
-    @property
-    def idempotency_key(self) -> str:
-        return f"{self.run_id}:{self.call_index}:{self.step_id}"
-
-    @property
-    def cancelled(self) -> bool:
-        """True once a cancel of the run has been seen; a long step may stop early."""
-        return self._is_cancelled()
-
-
 class WorkflowContext:
     """The durable context a workflow body receives first.
 
@@ -117,10 +44,10 @@ class WorkflowContext:
 
     __slots__ = ("_attempt",)
 
-    def __init__(self, attempt: Attempt) -> None:
+    def __init__(self, attempt: Runtime) -> None:
         self._attempt = attempt
 
-    def _bound(self, operation: str, name: str) -> Attempt:
+    def _bound(self, operation: str, name: str) -> Runtime:
         attempt = bound_attempt(operation, name)
         if attempt is not self._attempt:
             raise UnboundContextError(
@@ -151,8 +78,6 @@ class WorkflowContext:
         (``@workflow(topic=...)``): its topic, partition, offset, key, timestamp and headers,
         and its decoded ``value`` (the body's ``value`` parameter too). Raises
         :class:`ConfigurationError` in a run that no record started."""
-        from lockgate.streams._values import RECORD_METADATA, KafkaRecord
-
         meta = self._attempt.metadata.get(RECORD_METADATA)
         if not isinstance(meta, dict):
             raise ConfigurationError(
@@ -171,8 +96,6 @@ class WorkflowContext:
         **kwargs: Any,
     ) -> Any:
         """Run ``fn(*args, **kwargs)`` as a journaled step (sync or async callable)."""
-        from lockgate.workflow._step import step_spec_for
-
         spec = step_spec_for(fn, name=name, retry=retry)
         return await self._bound("step", spec.name).run_step(spec, args, kwargs)
 
@@ -197,9 +120,7 @@ class WorkflowContext:
         (params checked and gates stamped as at submit) takes over its buffered signals,
         pending updates and a latched cancel or pause. Callers keep the id they hold: status,
         result, signals and the rest follow the chain to its live run. Never returns."""
-        from lockgate.workflow._chain import continue_as_new
-
-        await continue_as_new(self._bound("continue_as_new", self.name), dict(params or {}))
+        await self._bound("continue_as_new", self.name).continue_as_new(dict(params or {}))
 
     async def interrupt(
         self,
@@ -219,11 +140,9 @@ class WorkflowContext:
         for it. The run reads ``interrupted`` while it waits. Raises :class:`WaitTimeout` at
         the deadline ``timeout`` sets, and :class:`InterruptHandlerFailed` when the caller's
         ``on_interrupt`` handler could not answer."""
-        from lockgate.workflow._interrupt import check_question, interrupt
-
         question = check_question(payload, expects)
         seconds = None if timeout is None else _seconds("ctx.interrupt timeout", timeout)
-        return await interrupt(self._bound("interrupt", "interrupt"), question, expects, seconds)
+        return await self._bound("interrupt", "interrupt").interrupt(question, expects, seconds)
 
     def on_query(self, name: str, fn: Callable[..., Any]) -> None:
         """Serve ``client.query(name, ...)`` with ``fn`` from the run's replayed state."""
@@ -270,11 +189,8 @@ class WorkflowContext:
         so each batch is journaled once (its handler may run again if the run dies while it
         is in flight). ``name`` (the source's id by default) names the stream in the
         journal; ``retry`` retries a failing poll or handler. Returns what was handled."""
-        from lockgate.workflow._stream import consume, stream_name
-
         stream = stream_name(source, name)
-        return await consume(
-            self._bound("consume", stream),
+        return await self._bound("consume", stream).consume(
             source,
             handler,
             name=stream,
@@ -301,11 +217,8 @@ class WorkflowContext:
         :class:`ChildWorkflowError` when the child fails, is cancelled or terminated, or
         (status ``timed_out``) is still running ``timeout`` after it was started: it is
         terminated then."""
-        from lockgate.workflow._children import child_target, run_child
-
         name, _ = child_target("ctx.run_child", workflow)
-        return await run_child(
-            self._bound("run_child", name),
+        return await self._bound("run_child", name).run_child(
             workflow,
             params,
             run_id=run_id,
@@ -330,10 +243,7 @@ class WorkflowContext:
         to fail (lowest item index among those found failed together) raises: a child's
         :class:`ChildWorkflowError`, a step's own error; members still running are then
         cancelled (children with ``parent_close="cancel"``) or dropped (steps)."""
-        from lockgate.workflow._fanout import fan_out, target_name
-
-        return await fan_out(
-            self._bound("fan_out", target_name(target)),
+        return await self._bound("fan_out", target_name(target)).fan_out(
             target,
             items,
             max_in_flight=max_in_flight,
@@ -354,7 +264,5 @@ class WorkflowContext:
         a crashed attempt had made); raises :class:`RunFinishedError` when the target has
         ended, :class:`RunNotFoundError` for no such run (both journaled: a replay raises
         them again)."""
-        from lockgate.workflow._signal_send import check_signal, send_signal
-
         name, payload = check_signal(workflow, run_id, signal, payload)
-        return await send_signal(self._bound("signal", signal), name, run_id, signal, payload)
+        return await self._bound("signal", signal).signal(name, run_id, signal, payload)

@@ -1,21 +1,12 @@
-"""``ctx.interrupt``: a question put to a person, the run parked until ``client.resume``
-answers it.
+"""What ``ctx.interrupt`` asks and how it is answered: :class:`InterruptAction`, what a
+question ``expects`` and the actions each takes, :class:`InterruptResponse`, the checks of a
+question and of an answer (shared by the body and ``client.resume``), and the wait id an
+interrupt is known by.
 
-The call takes a call position of kind ``interrupt``. Its wait id names that position and the
-run (``interrupt:{call_index}@{8 hex digits of the run id's hash}``): the same on every replay,
-and never the id of another run's interrupt, not even a successor's in a ``continue_as_new``
-chain, so an answer meant for one interrupt cannot land on a later one.
-
-An interrupt is a signal wait underneath, on a signal of its own
-(:func:`~lockgate.stores._types.interrupt_signal` of the wait id): an answer sent while the run
-is not parked on it (running, or queued by an update) is buffered for that interrupt alone, and
-the run takes it when it reaches the interrupt again, so no answer is lost. Live, the attempt
-journals ``run:interrupted`` (the question, what it expects, its deadline) in the same step as
-it parks on a wait of kind ``interrupt``, which every store reports as ``interrupted``. The
-answer, ``{"action", "value"}`` or ``{"error"}`` when the caller's ``on_interrupt`` handler
-could not give one, is journaled ``run:resumed`` before the body sees it; a replay returns the
-journaled answer. With a timeout the interrupt ends at its deadline, as a signal wait does,
-with ``run:wait_timed_out`` and :class:`WaitTimeout` raised in the body.
+The wait id names the call position and the run (``interrupt:{call_index}@{8 hex digits of
+the run id's hash}``): the same on every replay, and never the id of another run's interrupt,
+not even a successor's in a ``continue_as_new`` chain, so an answer meant for one interrupt
+cannot land on a later one. Asking and waiting is the runtime's (``attempt/_interrupt.py``).
 """
 
 from __future__ import annotations
@@ -23,18 +14,9 @@ from __future__ import annotations
 import enum
 import hashlib
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import Any, Literal, get_args
 
-from lockgate._errors import InterruptHandlerFailed, WaitTimeout
-from lockgate.journal._events import EventKind, StepKind, payload_size
-from lockgate.journal._replay import CallRecord
-from lockgate.stores._types import WaitOutcome, WaitSpec, interrupt_signal
 from lockgate.workflow._spec import json_ready
-from lockgate.workflow._unwind import _Suspend
-
-if TYPE_CHECKING:
-    from lockgate.workflow._executor import Attempt
 
 
 class InterruptAction(enum.StrEnum):
@@ -125,121 +107,3 @@ def check_answer(expects: str, wait_id: str, action: object, value: Any) -> Inte
     if chosen == InterruptAction.EDIT and value is None:
         raise ValueError(f"an edit of {wait_id} needs the edited proposal as its value")
     return chosen
-
-
-def _answered(record: CallRecord, wait_id: str) -> InterruptResponse:
-    """The body's side of a journaled answer: the response, or the handler's failure."""
-    result = record.result if isinstance(record.result, dict) else {}
-    if record.outcome == "failed":
-        kind = str(result.get("type") or "an error").rpartition(":")[2]
-        detail = f"{kind}: {result['message']}" if result.get("message") else kind
-        raise InterruptHandlerFailed(
-            f"{wait_id} got no answer: the caller's on_interrupt handler failed ({detail})",
-            error=result,
-        )
-    return InterruptResponse(str(result.get("action")), result.get("value"))
-
-
-def _timed_out(wait_id: str, index: int, deadline: float | None) -> WaitTimeout:
-    when = datetime.fromtimestamp(deadline, UTC) if deadline is not None else None
-    return WaitTimeout(
-        "interrupt",
-        "interrupt",
-        index,
-        when,
-        message=f"{wait_id} got no answer by its deadline",
-    )
-
-
-async def interrupt(
-    attempt: Attempt, question: dict[str, Any], expects: str, timeout: float | None
-) -> InterruptResponse:
-    """Ask ``question`` and return its answer: journaled already on a replay, else taken from
-    the buffer or waited for parked (see the module docstring)."""
-    attempt.spec.check_payload(payload_size(question), "question of ctx.interrupt")
-    index, record = attempt._next(StepKind.INTERRUPT, "interrupt")
-    await attempt._before_call(index, record)
-    wait_id = (record.wait_id if record is not None else None) or interrupt_wait_id(
-        attempt.run_id, index
-    )
-    if record is not None and record.outcome in ("resumed", "failed"):
-        return _answered(record, wait_id)
-    if record is not None:
-        deadline = record.due_at
-    else:
-        deadline = attempt.clock() + timeout if timeout is not None else None
-    if record is not None and record.outcome == "timed_out":
-        raise _timed_out(wait_id, index, deadline)
-    signal = interrupt_signal(wait_id)
-    wait = WaitSpec("interrupt", wait_id, index, due_at=deadline, signal=signal)
-    opening = (
-        []
-        if record is not None
-        else [
-            attempt._event(
-                EventKind.RUN_INTERRUPTED,
-                {
-                    "call_index": index,
-                    "wait_id": wait_id,
-                    "payload": question,
-                    "expects": expects,
-                    "deadline": deadline,
-                },
-            )
-        ]
-    )
-    name, run_id = attempt.spec.name, attempt.run_id
-    while True:
-        buffered = await attempt._io(attempt.store.peek_signal, name, run_id, signal)
-        if buffered is not None:
-            # Answered before the run parked on it (or while it was parked and then queued for
-            # something else): the question goes into the journal first, then the answer.
-            attempt._buffer.extend(opening)
-            attempt.event_count += len(opening)
-            record = _resume(attempt, index, wait_id, buffered)
-            await attempt.flush()
-            await attempt._io(
-                attempt.store.pop_signal_match, name, run_id, signal, str(buffered["signal_id"])
-            )
-            return _answered(record, wait_id)
-        if deadline is not None and attempt.clock() >= deadline:
-            attempt._buffer.extend(opening)
-            attempt.event_count += len(opening)
-            opening = []
-            await attempt.flush()
-            outcome = await attempt._io(
-                attempt.store.time_out_wait, name, run_id, wait_id=wait_id, lease=attempt.lease
-            )
-            if outcome == WaitOutcome.SUPERSEDED:
-                if await attempt._io(attempt.store.peek_signal, name, run_id, signal) is not None:
-                    continue  # the answer came first
-                attempt._record(
-                    EventKind.RUN_WAIT_TIMED_OUT, {"call_index": index, "wait_id": wait_id}
-                )
-                await attempt.flush()
-            raise _timed_out(wait_id, index, deadline)
-        if await attempt._park(opening, wait) == WaitOutcome.PARKED:
-            raise _Suspend()
-
-
-def _resume(attempt: Attempt, index: int, wait_id: str, buffered: dict[str, Any]) -> CallRecord:
-    """Journal the buffered answer ``buffered`` (the answer signal) as ``run:resumed``, and
-    return the call's record as a replay would fold it."""
-    answer = buffered.get("payload")
-    answer = answer if isinstance(answer, dict) else {}
-    base = {"call_index": index, "wait_id": wait_id, "signal_id": str(buffered["signal_id"])}
-    record = CallRecord(index, StepKind.INTERRUPT, "interrupt", wait_id=wait_id)
-    error = answer.get("error")
-    if isinstance(error, dict):
-        attempt._record(EventKind.RUN_RESUMED, {**base, "error": error})
-        record.outcome, record.result = "failed", dict(error)
-        return record
-    action, value = answer.get("action"), answer.get("value")
-    attempt._record(
-        EventKind.RUN_RESUMED,
-        {**base, "action": action, "value": value},
-        size=payload_size(value),
-        what=f"value of the answer to {wait_id}",
-    )
-    record.outcome, record.result = "resumed", {"action": action, "value": value}
-    return record

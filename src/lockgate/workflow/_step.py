@@ -16,8 +16,8 @@ from typing import Any, Literal, TypeVar, overload
 from pydantic import TypeAdapter, ValidationError
 
 from lockgate._errors import ConfigurationError, StepResultTypeError
-from lockgate.workflow._context import StepContext, bound_attempt
 from lockgate.workflow._retry import RetryPolicy
+from lockgate.workflow._runtime import StepContext, bound_attempt
 
 Effect = Literal["read", "write"]
 F = TypeVar("F", bound=Callable[..., Any])

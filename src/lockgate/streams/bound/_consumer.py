@@ -50,8 +50,9 @@ from lockgate.stores.kafka import KafkaEventLogStore
 from lockgate.stores.kafka._topic import prepare_topic
 from lockgate.streams._dead_letters import place_of
 from lockgate.streams._member import GroupMember
-from lockgate.streams._values import RECORD_METADATA, Undecodable, decoder_for, record_of
+from lockgate.streams._values import Undecodable, decoder_for, record_of
 from lockgate.streams.bound._flow import PartitionFlow, Pending
+from lockgate.workflow._record import RECORD_METADATA
 from lockgate.workflow._spec import WorkflowSpec
 
 with contextlib.suppress(ImportError):  # the extra may be missing: no journal is made then

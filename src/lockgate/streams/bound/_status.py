@@ -36,8 +36,8 @@ from lockgate.streams._dead_letters import SOURCE_HEADER
 from lockgate.streams._group_view import GroupViewer
 from lockgate.streams._topic_admin import admin_for_journal, create_command
 from lockgate.streams._topics import dlq_topic
-from lockgate.streams._values import RECORD_METADATA
 from lockgate.streams.bound._consumer import bound_group
+from lockgate.workflow._record import RECORD_METADATA
 
 with contextlib.suppress(ImportError):  # the extra may be missing: no journal is made then
     from confluent_kafka import Consumer, KafkaException, TopicPartition

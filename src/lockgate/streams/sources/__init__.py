@@ -15,7 +15,7 @@ from lockgate._lazy import lazy_exports
 if TYPE_CHECKING:
     from lockgate.streams.sources._kafka import KafkaSource
     from lockgate.streams.sources._memory import InMemorySource
-    from lockgate.streams.sources._source import Batch, Source
+    from lockgate.workflow._source import Batch, Source
 
 __all__ = ["Batch", "InMemorySource", "KafkaSource", "Source"]
 
@@ -26,6 +26,6 @@ if not TYPE_CHECKING:  # a type checker sees the imports above, not a __getattr_
         {
             "lockgate.streams.sources._kafka": ("KafkaSource",),
             "lockgate.streams.sources._memory": ("InMemorySource",),
-            "lockgate.streams.sources._source": ("Batch", "Source"),
+            "lockgate.workflow._source": ("Batch", "Source"),
         },
     )

@@ -20,10 +20,11 @@ from typing import Any
 
 from lockgate._errors import ConfigurationError, StoreUnavailable
 from lockgate.streams._topics import TOPIC_NAME, committed_offsets, dlq_topic
-from lockgate.streams._values import KafkaRecord, Undecodable, decoder_for, record_of
+from lockgate.streams._values import Undecodable, decoder_for, record_of
 from lockgate.streams.sources._kafka_dead import SourceDeadLetters
 from lockgate.streams.sources._memory import check_offset, check_timeout
-from lockgate.streams.sources._source import Batch
+from lockgate.workflow._record import KafkaRecord
+from lockgate.workflow._source import Batch
 
 with contextlib.suppress(ImportError):  # the extra may be missing: KafkaSource() says so
     from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition

@@ -6,7 +6,7 @@ import threading
 from typing import Generic, TypeVar
 
 from lockgate._errors import ConfigurationError
-from lockgate.streams.sources._source import Batch
+from lockgate.workflow._source import Batch
 
 T = TypeVar("T")
 

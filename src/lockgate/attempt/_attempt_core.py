@@ -21,25 +21,24 @@ from lockgate._errors import (
     UpdateError,
     describe_error,
 )
+from lockgate.attempt._unwind import (
+    Abort,
+    Cancelled,
+    HandedBack,
+    LeaseLost,
+    ReplayExhausted,
+    StoreFailed,
+    Suspend,
+    describe_with_args,
+)
 from lockgate.journal._events import STEP_SECONDS_HEADER, EventKind, RunEvent, payload_size
-from lockgate.journal._replay import CallRecord, reconstruct_state
+from lockgate.journal._replay import CallRecord, is_final, reconstruct_state
 from lockgate.stores._base import Store
 from lockgate.stores._calls import call_store
 from lockgate.stores._types import RunControls, WaitOutcome, WaitSpec
-from lockgate.workflow._context import enter_boundary, exit_boundary
 from lockgate.workflow._retry import RetryPolicy
+from lockgate.workflow._runtime import enter_boundary, exit_boundary
 from lockgate.workflow._spec import WorkflowSpec, json_ready
-from lockgate.workflow._unwind import (
-    _Abort,
-    _Cancelled,
-    _HandedBack,
-    _LeaseLost,
-    _ReplayExhausted,
-    _StoreFailed,
-    _Suspend,
-    describe_with_args,
-    is_final,
-)
 
 T = TypeVar("T")
 
@@ -86,7 +85,7 @@ class AttemptCore:
         #: Per stream name, where each partition stands after the batches handled so far in
         #: the run (``ctx.consume``, see ``_stream``).
         self.stream_positions: dict[str, dict[tuple[str, int], int]] = {}
-        self._buffer: list[RunEvent] = []
+        self.buffer: list[RunEvent] = []
         self._has_updates = "updates" in store.capabilities()
         # A store that keeps only so many events of a run lowers the cap to that, so a run ends
         # with stream:overflow instead of replaying a cut-off journal.
@@ -100,7 +99,7 @@ class AttemptCore:
         # Controls read at the attempt's start (by its claim, when the store reads them with
         # it) or by its last append, reused by its next live boundary: only the body's own
         # plain code runs in between, so one read serves both.
-        self._fresh: RunControls | None = controls
+        self.fresh_controls: RunControls | None = controls
         self._lease_lost = False
         # Set while a write that ends the run is in flight: the store drops the lock with the
         # terminal, so a heartbeat then finding no lock is no loss, and the write itself says
@@ -112,7 +111,7 @@ class AttemptCore:
         #: Whether the attempt, after the store failed under it, put its run back itself
         #: (else whoever runs it keeps trying while the store stays away).
         self.put_back = False
-        self._task: asyncio.Task[Any] | None = None
+        self.task: asyncio.Task[Any] | None = None
         # The attempt's own view of its lease: ``lock_ttl`` from before the claim was asked
         # for, renewed from before each heartbeat that succeeded. Past it, the attempt writes
         # nothing more, whatever the store would still accept.
@@ -138,12 +137,12 @@ class AttemptCore:
             and self.clock() >= self._lease_until
         )
 
-    async def _io(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    async def io(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if self.lease_lapsed():
             # No heartbeat got through for a whole lease: the store was unreachable (or this
             # process stalled). Nothing more is written for the body; the run goes back (as
             # store_unavailable) once the store answers, unless someone took it since.
-            raise _StoreFailed(
+            raise StoreFailed(
                 StoreUnavailable(
                     f"no heartbeat of run {self.run_id!r} got through for a whole lease (the "
                     f"store unreachable, or this process stalled)"
@@ -152,21 +151,21 @@ class AttemptCore:
         try:
             return await call_store(self.store, method, *args, **kwargs)
         except LockLost as exc:
-            raise _LeaseLost() from exc
+            raise LeaseLost() from exc
         except StoreFault as exc:
             # Not the body's to catch: the attempt unwinds, and a file gone stops the worker.
-            raise _StoreFailed(exc) from exc
+            raise StoreFailed(exc) from exc
         except LockgateError:
             raise
         except Exception as exc:
-            raise _StoreFailed(exc) from exc
+            raise StoreFailed(exc) from exc
 
-    def _event(
+    def new_event(
         self, kind: str, payload: dict[str, Any], headers: dict[str, str] | None = None
     ) -> RunEvent:
         return RunEvent(kind=kind, payload=payload, run_id=self.run_id, headers=headers or {})
 
-    def _record(
+    def record_event(
         self,
         kind: str,
         payload: dict[str, Any],
@@ -181,7 +180,7 @@ class AttemptCore:
         result), and ``what`` names the payload in the error when it is over the cap."""
         cap = self.event_cap
         if cap is not None and self.event_count + 1 > cap:
-            raise _Abort(
+            raise Abort(
                 LockgateError(
                     f"run has {self.event_count} events, the cap of max_event_count_per_run={cap}"
                 ),
@@ -191,7 +190,7 @@ class AttemptCore:
         if limit is not None:
             size = payload_size(payload) if size is None else size
         if limit is not None and size is not None and size > limit:
-            raise _Abort(
+            raise Abort(
                 PayloadTooLarge(
                     f"{what or kind + ' payload'} is {size} bytes, over "
                     f"max_event_payload_bytes={limit}",
@@ -200,7 +199,7 @@ class AttemptCore:
                     limit=limit,
                 )
             )
-        self._buffer.append(self._event(kind, payload, headers))
+        self.buffer.append(self.new_event(kind, payload, headers))
         self.event_count += 1
 
     async def step_effect(
@@ -233,7 +232,7 @@ class AttemptCore:
         (``took``: the try's :func:`step_seconds` header); raise ``failure`` when ``policy``
         retries it no more, else wait out the backoff and return the next try's number."""
         retry = policy.should_retry(tries, failure)
-        self._record(
+        self.record_event(
             EventKind.STEP_ERROR,
             {**base, "attempt": tries, "final": not retry, "error": describe_with_args(failure)},
             took,
@@ -248,20 +247,20 @@ class AttemptCore:
         """Around a step's effect: make the buffer durable now when every step boundary must
         be, else only once it holds ``event_buffer_size`` events (a crash may then run steps
         whose outcome was still buffered again)."""
-        if self.step_boundary_durability or len(self._buffer) >= self.event_buffer_size:
+        if self.step_boundary_durability or len(self.buffer) >= self.event_buffer_size:
             await self.flush()
 
     async def flush(self) -> None:
         """Append the buffer, fenced by the lease. The store answers with the run's controls
         in the same step, and the next boundary uses them: only the body's own plain code
         runs before it."""
-        if not self._buffer:
+        if not self.buffer:
             return
-        events, self._buffer = self._buffer, []
+        events, self.buffer = self.buffer, []
         if self.lease is None:
-            await self._io(self.store.append_events, self.spec.name, self.run_id, events)
+            await self.io(self.store.append_events, self.spec.name, self.run_id, events)
             return
-        self._fresh = await self._io(
+        self.fresh_controls = await self.io(
             self.store.append_and_poll, self.spec.name, self.run_id, events, fence=self.lease
         )
         self._appended(events)
@@ -274,24 +273,24 @@ class AttemptCore:
     async def _controls_now(self) -> RunControls:
         """The run's controls: read by the write that makes a step's outcome durable when one
         waits in the buffer (with step-boundary durability), else by a poll."""
-        if self.step_boundary_durability and self._buffer and self.lease is not None:
+        if self.step_boundary_durability and self.buffer and self.lease is not None:
             await self.flush()
-            if self._fresh is not None:
-                return self._fresh
+            if self.fresh_controls is not None:
+                return self.fresh_controls
         return await self.poll()
 
     # -- call positions and boundaries ---------------------------------------------------------
 
-    def _next(self, kind: str, name: str) -> tuple[int, CallRecord | None]:
+    def next_call(self, kind: str, name: str) -> tuple[int, CallRecord | None]:
         if self._parked:
             # The run parked and this attempt is unwinding (a ``finally`` in the body): it no
             # longer holds the run, so any further durable call just keeps unwinding.
-            raise _Suspend()
+            raise Suspend()
         index = self.call_index
         self.call_index += 1
         record = self.state.calls.get(index)
         if record is not None and (record.kind != kind or record.name != name):
-            raise _Abort(
+            raise Abort(
                 NonDeterminismError(
                     f"run {self.run_id!r} of {self.spec.name!r} is not deterministic: call "
                     f"{index} is {kind} {name!r} in the body but {record.fingerprint} in the "
@@ -303,12 +302,12 @@ class AttemptCore:
             )
         return index, record
 
-    async def _before_call(self, index: int, record: CallRecord | None) -> None:
+    async def before_call(self, index: int, record: CallRecord | None) -> None:
         await self._replay_updates(index)
         if is_final(record):
             return
         if self.mode == "query":
-            raise _ReplayExhausted()
+            raise ReplayExhausted()
         await self._hand_back_if_stopping()
         controls = await self._check_controls(index)
         await self._apply_new_updates(index, controls.updates_pending)
@@ -319,35 +318,35 @@ class AttemptCore:
         if not self.should_stop():
             return
         await self.flush()
-        await self._io(self.store.hand_back_run, self.spec.name, self.run_id, self.lease)
-        raise _HandedBack()
+        await self.io(self.store.hand_back_run, self.spec.name, self.run_id, self.lease)
+        raise HandedBack()
 
     async def poll(self) -> RunControls:
-        controls: RunControls = await self._io(self.store.poll_run, self.spec.name, self.run_id)
+        controls: RunControls = await self.io(self.store.poll_run, self.spec.name, self.run_id)
         return controls
 
     async def _check_controls(self, index: int) -> RunControls:
         while True:
-            controls, self._fresh = self._fresh or await self._controls_now(), None
+            controls, self.fresh_controls = self.fresh_controls or await self._controls_now(), None
             if controls.cancel_requested_at is not None:
                 self._cancel_seen = True
                 if self._cancel_raised:
                     return controls  # the body is cleaning up after the cancel: let it
                 self._cancel_raised = True
-                raise _Cancelled()
+                raise Cancelled()
             if controls.pause_requested_at is None:
                 return controls
             wait_id = f"pause:{uuid.uuid4().hex[:12]}"
-            paused = self._event(EventKind.RUN_PAUSED, {"wait_id": wait_id, "call_index": index})
-            if await self._park([paused], WaitSpec("pause", wait_id, index)) == WaitOutcome.PARKED:
-                raise _Suspend()
+            paused = self.new_event(EventKind.RUN_PAUSED, {"wait_id": wait_id, "call_index": index})
+            if await self.park([paused], WaitSpec("pause", wait_id, index)) == WaitOutcome.PARKED:
+                raise Suspend()
 
-    async def _park(self, events: list[RunEvent], wait: WaitSpec) -> WaitOutcome:
+    async def park(self, events: list[RunEvent], wait: WaitSpec) -> WaitOutcome:
         """Park on ``wait``, appending the buffer and ``events`` with it. On SUPERSEDED nothing
         was written; pending updates are applied so the caller can try again."""
-        batch = self._buffer + events
+        batch = self.buffer + events
         outcome = WaitOutcome(
-            await self._io(
+            await self.io(
                 self.store.park_run,
                 self.spec.name,
                 self.run_id,
@@ -358,7 +357,7 @@ class AttemptCore:
         )
         if outcome == WaitOutcome.PARKED:
             self._appended(batch)
-            self._buffer = []
+            self.buffer = []
             self.event_count += len(events)
             self._parked = True
             return outcome
@@ -367,7 +366,7 @@ class AttemptCore:
         if controls.cancel_requested_at is not None:
             # A run with a latched cancel cannot park, not even to clean up: it ends here.
             self._cancel_seen = self._cancel_raised = True
-            raise _Cancelled()
+            raise Cancelled()
         return WaitOutcome.SUPERSEDED
 
     # -- updates and queries -------------------------------------------------------------------
@@ -423,8 +422,8 @@ class AttemptCore:
             }
         return {"status": "completed", "result": result}
 
-    async def _settle(self, update_id: str, outcome: dict[str, Any]) -> None:
-        await self._io(
+    async def settle(self, update_id: str, outcome: dict[str, Any]) -> None:
+        await self.io(
             self.store.settle_update,
             self.spec.name,
             self.run_id,
@@ -439,10 +438,10 @@ class AttemptCore:
             if outcome["status"] == "completed"
             else EventKind.RUN_UPDATE_FAILED
         )
-        self._record(kind, {"update_id": update_id, **outcome})
+        self.record_event(kind, {"update_id": update_id, **outcome})
         self.state.journaled_update_outcomes[update_id] = outcome
         await self.flush()
-        await self._settle(update_id, outcome)
+        await self.settle(update_id, outcome)
 
     async def _replay_updates(self, frontier: int) -> None:
         for update in self.state.updates_by_frontier.pop(frontier, []):
@@ -456,14 +455,14 @@ class AttemptCore:
         poll said (False skips the read; None means look)."""
         if self.mode != "live" or not self._has_updates or pending is False:
             return
-        queued = await self._io(self.store.peek_pending_updates, self.spec.name, self.run_id)
+        queued = await self.io(self.store.peek_pending_updates, self.spec.name, self.run_id)
         for update in queued:
             update_id = str(update["update_id"])
             if update_id in self.state.journaled_update_ids:
                 journaled = self.state.journaled_update_outcomes.get(update_id)
                 if journaled is not None:
                     outcome = {k: v for k, v in journaled.items() if k != "update_id"}
-                    await self._settle(update_id, outcome)
+                    await self.settle(update_id, outcome)
                 continue
             handler = self.updates.get(str(update["update"]))
             if handler is not None and handler[1] is not None:
@@ -472,14 +471,14 @@ class AttemptCore:
                         "update validator", str(update["update"]), handler[1], update.get("payload")
                     )
                 except Exception as exc:
-                    await self._settle(
+                    await self.settle(
                         update_id, {"status": "rejected", "error": describe_error(exc)}
                     )
                     continue
             if handler is None:
-                await self._settle(update_id, await self._apply_update(update))
+                await self.settle(update_id, await self._apply_update(update))
                 continue
-            self._record(
+            self.record_event(
                 EventKind.RUN_UPDATE_RECEIVED,
                 {
                     "update_id": update_id,

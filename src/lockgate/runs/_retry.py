@@ -21,17 +21,17 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from lockgate._errors import DuplicateRunError, ErrorCode, RetryRefused
 from lockgate.journal._events import EPOCH_HEADER, EventKind, RunEvent, RunStatus
-from lockgate.journal._replay import reconstruct_state
+from lockgate.journal._replay import is_final, reconstruct_state
+from lockgate.runs._chains import run_info
+from lockgate.runs._grouping import SubmitGroup
+from lockgate.runs._submit import queue_run
+from lockgate.stores._base import Store
+from lockgate.stores._calls import call_store
 from lockgate.workflow._spec import get_workflow
-from lockgate.workflow._unwind import is_final
-
-if TYPE_CHECKING:
-    from lockgate.client._client import WorkflowClient
-    from lockgate.client._handle import RunHandle
 
 log = logging.getLogger("lockgate.client")
 
@@ -84,17 +84,16 @@ class RetryPlan:
         }
 
 
-async def plan_retry(client: WorkflowClient, name: str, run_id: str) -> RetryPlan:
-    """See :meth:`WorkflowClient.plan_retry`."""
-    plan, _ = await _planned(client, name, run_id)
+async def plan_retry(store: Store, name: str, run_id: str) -> RetryPlan:
+    """What retrying the run ``run_id`` would carry over and run again, starting nothing
+    (:meth:`WorkflowClient.plan_retry <lockgate.WorkflowClient.plan_retry>`)."""
+    plan, _ = await _planned(store, name, run_id)
     return plan
 
 
-async def _planned(
-    client: WorkflowClient, name: str, run_id: str
-) -> tuple[RetryPlan, dict[str, Any]]:
+async def _planned(store: Store, name: str, run_id: str) -> tuple[RetryPlan, dict[str, Any]]:
     """The plan, and the failed run's ``run:init`` payload it was made from."""
-    info = await client._info(name, run_id)
+    info = await run_info(store, name, run_id)
     if info.status == RunStatus.COMPLETE:
         raise RetryRefused(
             ErrorCode.INVALID_REQUEST,
@@ -111,7 +110,7 @@ async def _planned(
             f"run {run_id} of {name!r} has not ended ({info.status}): only an ended run is "
             f"retried; cancel or terminate it first",
         )
-    events = await client._io(client.store.load_run, name, run_id)
+    events = await call_store(store, store.load_run, name, run_id)
     init = events[0].payload if events and events[0].kind == EventKind.RUN_INIT else {}
     source: dict[str, Any] = (init.get("provenance") or {}).get("source") or {}
     root = str(source.get(RETRY_ROOT) or run_id)
@@ -215,13 +214,14 @@ def retry_candidates(run_id: str) -> list[str]:
     return candidates
 
 
-async def find_retry(client: WorkflowClient, name: str, run_id: str) -> ExistingRetry | None:
-    """See :meth:`WorkflowClient.find_retry`."""
+async def find_retry(store: Store, name: str, run_id: str) -> ExistingRetry | None:
+    """The retry already started for the run ``run_id``, or None
+    (:meth:`WorkflowClient.find_retry <lockgate.WorkflowClient.find_retry>`)."""
     for candidate in retry_candidates(run_id):
-        opening = await client._io(client.store.load_run, name, candidate, max_events=1)
+        opening = await call_store(store, store.load_run, name, candidate, max_events=1)
         source = (opening[0].payload.get("provenance") or {}).get("source") if opening else None
         if isinstance(source, dict) and source.get(RETRY_OF) == run_id:
-            info = await client._io(client.store.get_run, name, candidate)
+            info = await call_store(store, store.get_run, name, candidate)
             if info is None:
                 continue
             return ExistingRetry(
@@ -230,9 +230,13 @@ async def find_retry(client: WorkflowClient, name: str, run_id: str) -> Existing
     return None
 
 
-async def retry_run(client: WorkflowClient, name: str, run_id: str) -> RunHandle:
-    """See :meth:`WorkflowClient.retry`."""
-    plan, init = await _planned(client, name, run_id)
+async def retry_run(
+    store: Store, name: str, run_id: str, *, group: SubmitGroup | None = None
+) -> str:
+    """Start the retry of the run ``run_id`` (:meth:`WorkflowClient.retry
+    <lockgate.WorkflowClient.retry>`), through ``group`` when given; returns its id, that of
+    the retry already started when there is one."""
+    plan, init = await _planned(store, name, run_id)
     spec = get_workflow(name)
     params = spec.validate_params(plan.params) if spec is not None else plan.params
     shard_key = init.get("shard_key")
@@ -245,19 +249,21 @@ async def retry_run(client: WorkflowClient, name: str, run_id: str) -> RunHandle
             ", ".join(plan.in_doubt),
         )
     try:
-        return await client._queue(
+        return await queue_run(
+            store,
             name,
             plan.retry_run_id,
             params,
             spec,
+            group=group,
             metadata=plan.metadata,
             provenance=plan.provenance(),
             shard_key=shard_key if isinstance(shard_key, str) else None,
             seed=plan.seed,
         )
     except DuplicateRunError:
-        existing = await client._io(client.store.load_run, name, plan.retry_run_id, max_events=1)
+        existing = await call_store(store, store.load_run, name, plan.retry_run_id, max_events=1)
         made_by = (existing[0].payload.get("provenance") or {}).get("source") if existing else None
         if isinstance(made_by, dict) and made_by.get(RETRY_OF) == run_id:
-            return client.handle(name, plan.retry_run_id)  # retried already: that retry
+            return plan.retry_run_id  # retried already: that retry
         raise

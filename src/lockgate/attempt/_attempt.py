@@ -24,10 +24,32 @@ from lockgate._errors import (
     LockgateError,
     NonDeterminismError,
     PayloadTooLarge,
+    QueryError,
     StepResultTypeError,
     StoreFileGone,
     StoreUnavailable,
     WaitTimeout,
+)
+from lockgate.attempt import _blocked as blocked
+from lockgate.attempt._attempt_core import step_seconds
+from lockgate.attempt._calls import BodyCalls
+from lockgate.attempt._cancel_timeout import arm_cancel_timeout
+from lockgate.attempt._chain import Continued, close_if_chained
+from lockgate.attempt._children import after_attempt, close_children
+from lockgate.attempt._handon import hand_on_if_regated
+from lockgate.attempt._unwind import (
+    Abort,
+    AttemptOutcome,
+    Cancelled,
+    HandedBack,
+    HandedOn,
+    LeaseLost,
+    ReplayExhausted,
+    StoreFailed,
+    Suspend,
+    Unwind,
+    rebuild_error,
+    run_error_payload,
 )
 from lockgate.journal._events import (
     EMIT_HEADER,
@@ -40,40 +62,16 @@ from lockgate.journal._events import (
 from lockgate.journal._replay import ReplayState
 from lockgate.stores._calls import call_store
 from lockgate.stores._types import RunControls, WaitOutcome, WaitSpec
-from lockgate.workflow import _blocked as blocked
-from lockgate.workflow._attempt_core import AttemptCore, step_seconds
-from lockgate.workflow._cancel_timeout import arm_cancel_timeout
-from lockgate.workflow._chain import _Continued, close_if_chained
-from lockgate.workflow._children import after_attempt, close_children
-from lockgate.workflow._context import (
-    StepContext,
-    WorkflowContext,
-    bind_attempt,
-    unbind_attempt,
-)
-from lockgate.workflow._handon import hand_on_if_regated
+from lockgate.workflow._context import WorkflowContext
 from lockgate.workflow._retry import DEFAULT_RETRY
+from lockgate.workflow._runtime import StepContext, bind_attempt, unbind_attempt
 from lockgate.workflow._spec import json_ready, spec_of
 from lockgate.workflow._step import StepSpec
-from lockgate.workflow._unwind import (
-    AttemptOutcome,
-    _Abort,
-    _Cancelled,
-    _HandedBack,
-    _HandedOn,
-    _LeaseLost,
-    _ReplayExhausted,
-    _StoreFailed,
-    _Suspend,
-    _Unwind,
-    rebuild_error,
-    run_error_payload,
-)
 
 log = logging.getLogger("lockgate.executor")
 
 
-class Attempt(AttemptCore):
+class Attempt(BodyCalls):
     """One attempt at one run under one lease (``mode="live"``), or a read-only replay that
     serves a query (``mode="query"``)."""
 
@@ -85,8 +83,8 @@ class Attempt(AttemptCore):
     # -- durable operations --------------------------------------------------------------------
 
     async def run_step(self, spec: StepSpec, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        index, record = self._next(StepKind.NAMED, spec.name)
-        await self._before_call(index, record)
+        index, record = self.next_call(StepKind.NAMED, spec.name)
+        await self.before_call(index, record)
         if record is not None and record.done:
             return spec.from_journal(record.result)
         if record is not None and record.failed:
@@ -97,7 +95,7 @@ class Attempt(AttemptCore):
         base = {"call_index": index, "step_id": spec.name, "kind": StepKind.NAMED.value}
         while True:
             if spec.effect == "write":
-                self._record(EventKind.STEP_PENDING, {**base, "attempt": attempt})
+                self.record_event(EventKind.STEP_PENDING, {**base, "attempt": attempt})
             await self.step_boundary()
             step_ctx = StepContext(
                 run_id=self.run_id,
@@ -132,7 +130,7 @@ class Attempt(AttemptCore):
             attempt = await self.step_failed(base, attempt, failure, policy, took=took)
         assert outcome is not None  # the effect returned: its value, never None
         journaled, size = outcome
-        self._record(
+        self.record_event(
             EventKind.STEP_DONE,
             {**base, "attempt": attempt, "result": journaled},
             took,
@@ -143,14 +141,14 @@ class Attempt(AttemptCore):
             # The outcome goes with the attempt's next write, before the body's next durable
             # call or its end: only the body's plain code runs first, which leaves no trace
             # outside the process. The controls read before the effect are stale now.
-            self._fresh = None
+            self.fresh_controls = None
         else:
             await self.step_boundary()
         return spec.from_journal(journaled)
 
     async def sleep(self, seconds: float) -> None:
-        index, record = self._next(StepKind.SLEEP, "sleep")
-        await self._before_call(index, record)
+        index, record = self.next_call(StepKind.SLEEP, "sleep")
+        await self.before_call(index, record)
         if record is not None and record.outcome is not None:
             return
         if record is None and seconds <= 0:
@@ -165,7 +163,7 @@ class Attempt(AttemptCore):
             []
             if record is not None
             else [
-                self._event(
+                self.new_event(
                     EventKind.RUN_SLEEPING,
                     {
                         "call_index": index,
@@ -183,10 +181,10 @@ class Attempt(AttemptCore):
         while True:
             assert wait.due_at is not None
             if self.clock() >= wait.due_at:
-                self._buffer.extend(opening)
+                self.buffer.extend(opening)
                 self.event_count += len(opening)
                 await self.flush()
-                outcome = await self._io(
+                outcome = await self.io(
                     self.store.wake_run,
                     self.spec.name,
                     self.run_id,
@@ -194,18 +192,18 @@ class Attempt(AttemptCore):
                     lease=self.lease,
                 )
                 if outcome == WaitOutcome.SUPERSEDED:
-                    self._record(
+                    self.record_event(
                         EventKind.RUN_WOKEN,
                         {"call_index": wait.call_index, "wait_id": wait.wait_id},
                     )
                     await self.flush()
                 return
-            if await self._park(opening, wait) == WaitOutcome.PARKED:
-                raise _Suspend()
+            if await self.park(opening, wait) == WaitOutcome.PARKED:
+                raise Suspend()
 
     async def wait_for_signal(self, signal: str, timeout: float | None) -> Any:
-        index, record = self._next(StepKind.SIGNAL, signal)
-        await self._before_call(index, record)
+        index, record = self.next_call(StepKind.SIGNAL, signal)
+        await self.before_call(index, record)
         if record is not None and record.outcome == "received":
             return record.payload
         wait_id = f"signal:{index}"
@@ -220,7 +218,7 @@ class Attempt(AttemptCore):
             []
             if record is not None
             else [
-                self._event(
+                self.new_event(
                     EventKind.RUN_SIGNAL_WAITING,
                     {
                         "call_index": index,
@@ -232,16 +230,16 @@ class Attempt(AttemptCore):
             ]
         )
         while True:
-            buffered = await self._io(self.store.peek_signal, self.spec.name, self.run_id, signal)
+            buffered = await self.io(self.store.peek_signal, self.spec.name, self.run_id, signal)
             if buffered is not None:
                 signal_id = str(buffered["signal_id"])
                 if signal_id in self.state.journaled_signal_ids:
                     # Journaled for an earlier wait by an attempt that died before popping it.
-                    await self._io(
+                    await self.io(
                         self.store.pop_signal_match, self.spec.name, self.run_id, signal, signal_id
                     )
                     continue
-                self._record(
+                self.record_event(
                     EventKind.RUN_SIGNAL_RECEIVED,
                     {
                         "call_index": index,
@@ -255,16 +253,16 @@ class Attempt(AttemptCore):
                 )
                 await self.flush()
                 self.state.journaled_signal_ids.add(signal_id)
-                await self._io(
+                await self.io(
                     self.store.pop_signal_match, self.spec.name, self.run_id, signal, signal_id
                 )
                 return buffered.get("payload")
             if deadline is not None and self.clock() >= deadline:
-                self._buffer.extend(opening)
+                self.buffer.extend(opening)
                 self.event_count += len(opening)
                 opening = []
                 await self.flush()
-                outcome = await self._io(
+                outcome = await self.io(
                     self.store.time_out_wait,
                     self.spec.name,
                     self.run_id,
@@ -273,17 +271,17 @@ class Attempt(AttemptCore):
                 )
                 if outcome == WaitOutcome.SUPERSEDED:
                     if (
-                        await self._io(self.store.peek_signal, self.spec.name, self.run_id, signal)
+                        await self.io(self.store.peek_signal, self.spec.name, self.run_id, signal)
                         is not None
                     ):
                         continue
-                    self._record(
+                    self.record_event(
                         EventKind.RUN_WAIT_TIMED_OUT, {"call_index": index, "wait_id": wait_id}
                     )
                     await self.flush()
                 raise self._wait_timeout(signal, index, deadline)
-            if await self._park(opening, wait) == WaitOutcome.PARKED:
-                raise _Suspend()
+            if await self.park(opening, wait) == WaitOutcome.PARKED:
+                raise Suspend()
 
     def _wait_timeout(self, signal: str, index: int, deadline: float | None) -> WaitTimeout:
         when = datetime.fromtimestamp(deadline, UTC) if deadline is not None else None
@@ -297,19 +295,19 @@ class Attempt(AttemptCore):
             )
         if not isinstance(payload, dict) or not json_ready(payload):
             raise TypeError("ctx.emit payload must be a JSON-serializable dict")
-        index, record = self._next(StepKind.EMIT, kind)
-        await self._before_call(index, record)
+        index, record = self.next_call(StepKind.EMIT, kind)
+        await self.before_call(index, record)
         if record is None:
-            self._record(kind, {"call_index": index, "data": payload}, {EMIT_HEADER: "1"})
+            self.record_event(kind, {"call_index": index, "data": payload}, {EMIT_HEADER: "1"})
 
     def _deterministic(self, name: str, produce: Callable[[], Any]) -> Any:
-        index, record = self._next(StepKind.DETERMINISTIC, name)
+        index, record = self.next_call(StepKind.DETERMINISTIC, name)
         if record is not None and record.done:
             return record.result
         if self.mode == "query":
-            raise _ReplayExhausted()
+            raise ReplayExhausted()
         value = produce()
-        self._record(
+        self.record_event(
             EventKind.STEP_DONE,
             {
                 "call_index": index,
@@ -337,7 +335,7 @@ class Attempt(AttemptCore):
         Any other ``BaseException`` (the task cancelled, the process dying) propagates with
         nothing more written; the lease is left to expire so another attempt resumes the run.
         """
-        self._task = asyncio.current_task()
+        self.task = asyncio.current_task()
         heartbeat = asyncio.create_task(self._heartbeat())
         try:
             outcome = await self._drive()
@@ -345,15 +343,15 @@ class Attempt(AttemptCore):
             return outcome
         except asyncio.CancelledError:
             lost = self._lease_lost or self._store_lost is not None
-            if self.cancel_forced and not lost and self._task is not None:
-                if self._task.uncancel() > 0:
+            if self.cancel_forced and not lost and self.task is not None:
+                if self.task.uncancel() > 0:
                     raise
                 forced = await self._finish_error(
                     await self._cancelled_payload(), AttemptOutcome.CANCELLED
                 )
                 await after_attempt(self, forced)
                 return forced
-            if self._task is None or not lost or self._task.uncancel() > 0:
+            if self.task is None or not lost or self.task.uncancel() > 0:
                 raise
             if self._store_lost is not None:
                 await self._put_back(self._store_lost)
@@ -372,7 +370,7 @@ class Attempt(AttemptCore):
             await self.clock.sleep(self.store.heartbeat_interval)
             asked_at = self.clock()
             try:
-                cancel_at, _ = await self._io(
+                cancel_at, _ = await self.io(
                     self.store.heartbeat, self.spec.name, self.run_id, self.lease
                 )
                 self.lease_renewed(asked_at)
@@ -380,7 +378,7 @@ class Attempt(AttemptCore):
                     self._cancel_seen = True
                     if self._cancel_timer is None:
                         self._cancel_timer = arm_cancel_timeout(self)
-            except _LeaseLost:
+            except LeaseLost:
                 self._lease_lost = True
                 if self._ending:
                     # Most likely the terminal's own release; cancelling now could cut the
@@ -392,10 +390,10 @@ class Attempt(AttemptCore):
                     self.spec.name,
                     self.lease,
                 )
-                if self._task is not None:
-                    self._task.cancel()
+                if self.task is not None:
+                    self.task.cancel()
                 return
-            except _StoreFailed as failed:
+            except StoreFailed as failed:
                 gone = isinstance(failed.cause, StoreFileGone)
                 # Debug: a worker tells a store outage once, not per run, and the attempt's
                 # end says what became of the run; a lease that lapses is acted on below.
@@ -405,8 +403,8 @@ class Attempt(AttemptCore):
                     # body (nothing it does can be journaled) and put the run back when the
                     # store answers (a file gone takes none: the worker stops).
                     self._store_lost = failed.cause
-                    if self._task is not None:
-                        self._task.cancel()
+                    if self.task is not None:
+                        self.task.cancel()
                     return
 
     async def _drive(self) -> AttemptOutcome:
@@ -416,23 +414,23 @@ class Attempt(AttemptCore):
         try:
             try:
                 return await self._body_to_terminal()
-            except _Suspend:
+            except Suspend:
                 return AttemptOutcome.SUSPENDED
-            except _HandedBack:
+            except HandedBack:
                 return AttemptOutcome.HANDED_BACK
-            except _HandedOn:
+            except HandedOn:
                 return AttemptOutcome.HANDED_ON
-            except _Continued:
+            except Continued:
                 return AttemptOutcome.CONTINUED
-            except _Cancelled:
+            except Cancelled:
                 return await self._finish_error(
                     await self._cancelled_payload(), AttemptOutcome.CANCELLED
                 )
-            except _Abort as abort:
+            except Abort as abort:
                 if abort.overflow:
                     cap = self.event_cap
-                    self._buffer.append(
-                        self._event(
+                    self.buffer.append(
+                        self.new_event(
                             EventKind.STREAM_OVERFLOW, {"limit": cap, "count": self.event_count}
                         )
                     )
@@ -450,9 +448,9 @@ class Attempt(AttemptCore):
                 else:
                     payload = run_error_payload(abort.error)
                 return await self._finish_error(payload, AttemptOutcome.FAILED)
-        except _LeaseLost:
+        except LeaseLost:
             return AttemptOutcome.ABANDONED
-        except _StoreFailed as failed:
+        except StoreFailed as failed:
             await self._put_back(failed.cause)
             raise AssertionError("unreachable") from None
         finally:
@@ -484,7 +482,7 @@ class Attempt(AttemptCore):
 
     async def _cancelled_payload(self) -> dict[str, Any]:
         """The cancelled terminal, carrying the detail of the ``run:cancel`` that asked."""
-        journal = await self._io(self.store.load_run, self.spec.name, self.run_id)
+        journal = await self.io(self.store.load_run, self.spec.name, self.run_id)
         detail: dict[str, Any] = {}
         for event in reversed(journal):
             if event.kind == EventKind.RUN_CANCEL:
@@ -510,11 +508,11 @@ class Attempt(AttemptCore):
         if start is not None and start.outcome is None and start.due_at is not None:
             await self._wait_out(WaitSpec("start", "start", -1, due_at=start.due_at), [])
         if not any(index >= 0 for index in self.state.calls):
-            self._fresh = self._fresh or await self.poll()
-            if self._fresh.cancel_requested_at is not None:
-                raise _Cancelled()
-            if not self._buffer and await hand_on_if_regated(self) is not None:
-                raise _HandedOn()
+            self.fresh_controls = self.fresh_controls or await self.poll()
+            if self.fresh_controls.cancel_requested_at is not None:
+                raise Cancelled()
+            if not self.buffer and await hand_on_if_regated(self) is not None:
+                raise HandedOn()
 
     async def _body_to_terminal(self) -> AttemptOutcome:
         await self._start()
@@ -539,14 +537,14 @@ class Attempt(AttemptCore):
                 },
                 AttemptOutcome.FAILED,
             )
-        except _Unwind:
+        except Unwind:
             raise
         except Exception as exc:
             return await self._finish_error(run_error_payload(exc), AttemptOutcome.FAILED)
         await self._replay_updates(self.call_index)
         self._check_body_reached_journal_end()
         # The controls the last append read serve here too: since it, only plain code ran.
-        controls, self._fresh = self._fresh, None
+        controls, self.fresh_controls = self.fresh_controls, None
         if controls is None:
             ending = self._completion(result)
             if ending is not None:
@@ -558,7 +556,7 @@ class Attempt(AttemptCore):
                 controls = await self._controls_now()
         await self._apply_new_updates(self.call_index, controls.updates_pending)
         if controls.cancel_requested_at is not None or self._cancel_raised:
-            raise _Cancelled()
+            raise Cancelled()
         if not json_ready(result):
             return await self._finish_error(
                 run_error_payload(
@@ -571,7 +569,7 @@ class Attempt(AttemptCore):
             )
         size, limit = payload_size(result), self.spec.max_event_payload_bytes
         if limit is not None and size > limit:
-            raise _Abort(
+            raise Abort(
                 PayloadTooLarge(
                     f"result of workflow {self.spec.name!r} is {size} "
                     f"bytes, over max_event_payload_bytes={limit}",
@@ -580,7 +578,7 @@ class Attempt(AttemptCore):
                     limit=limit,
                 )
             )
-        await self._finish(self._event(EventKind.RUN_COMPLETE, {"result": result}))
+        await self._finish(self.new_event(EventKind.RUN_COMPLETE, {"result": result}))
         return AttemptOutcome.COMPLETED
 
     def _completion(self, result: Any) -> RunEvent | None:
@@ -591,17 +589,17 @@ class Attempt(AttemptCore):
         limit = self.spec.max_event_payload_bytes
         if limit is not None and payload_size(result) > limit:
             return None
-        return self._event(EventKind.RUN_COMPLETE, {"result": result})
+        return self.new_event(EventKind.RUN_COMPLETE, {"result": result})
 
     async def _finish_if_quiet(self, terminal: RunEvent) -> RunControls | None:
         """Append the buffer and ``terminal`` in one fenced write, unless the store finds a
         cancel latched or an update pending: then only the buffer, and its controls come
         back. None when the run ended."""
         await close_children(self, terminal.kind)
-        events, self._buffer = [*self._buffer, terminal], []
+        events, self.buffer = [*self.buffer, terminal], []
         self._ending = True
         try:
-            controls: RunControls | None = await self._io(
+            controls: RunControls | None = await self.io(
                 self.store.finish_if_quiet, self.spec.name, self.run_id, events, fence=self.lease
             )
         finally:
@@ -615,7 +613,7 @@ class Attempt(AttemptCore):
                 self.spec.name,
                 self.lease,
             )
-            raise _LeaseLost()
+            raise LeaseLost()
         self._appended(events if controls is None else events[:-1])
         if controls is None:
             # The run ended: what the heartbeat saw gone was the terminal's own release.
@@ -627,17 +625,17 @@ class Attempt(AttemptCore):
     async def _finish_error(
         self, payload: dict[str, Any], outcome: AttemptOutcome
     ) -> AttemptOutcome:
-        await self._finish(self._event(EventKind.RUN_ERROR, payload))
+        await self._finish(self.new_event(EventKind.RUN_ERROR, payload))
         return outcome
 
     async def _finish(self, terminal: RunEvent) -> None:
         """Append the buffer and the terminal in one fenced batch. The store drops the run's
         lock with the terminal (see ``EventLogStore.append_events``): no release follows."""
         await close_children(self, terminal.kind)
-        events, self._buffer = [*self._buffer, terminal], []
+        events, self.buffer = [*self.buffer, terminal], []
         self._ending = True
         try:
-            await self._io(
+            await self.io(
                 self.store.append_events, self.spec.name, self.run_id, events, fence=self.lease
             )
         finally:
@@ -649,11 +647,9 @@ class Attempt(AttemptCore):
 
     async def query(self, query: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """Replay the journal read-only, then call the ``query`` handler it registered."""
-        from lockgate._errors import QueryError
-
         token = bind_attempt(self)
         try:
-            with contextlib.suppress(_Unwind, Exception):
+            with contextlib.suppress(Unwind, Exception):
                 await self.spec.body(WorkflowContext(self), **self.params)
                 await self._replay_updates(self.call_index)
         finally:
@@ -678,17 +674,17 @@ class Attempt(AttemptCore):
         token = bind_attempt(self)
         try:
             await self.spec.body(WorkflowContext(self), **self.params)
-        except _Abort as abort:
+        except Abort as abort:
             if isinstance(abort.error, NonDeterminismError):
                 raise abort.error from None
-        except (_Unwind, Exception):
+        except (Unwind, Exception):
             pass  # the end of the journal, or the body's own recorded failure
         finally:
             unbind_attempt(token)
         if self.state.terminal is not None and self.state.terminal.kind == EventKind.RUN_COMPLETE:
             try:
                 self._check_body_reached_journal_end()
-            except _Abort as abort:
+            except Abort as abort:
                 raise abort.error from None
 
     def _check_body_reached_journal_end(self) -> None:
@@ -696,7 +692,7 @@ class Attempt(AttemptCore):
         extra = sorted(i for i in self.state.calls if i >= self.call_index)
         if extra:
             record = self.state.calls[extra[0]]
-            raise _Abort(
+            raise Abort(
                 NonDeterminismError(
                     f"the journal of run {self.run_id!r} records {record.fingerprint} at call "
                     f"{record.call_index}, which the body no longer makes",

@@ -1,4 +1,6 @@
-"""What a workflow consumes a stream from: the :class:`Source` protocol and its :class:`Batch`.
+"""What a workflow consumes a stream from: the :class:`Source` protocol and its :class:`Batch`
+(values a body receives, so they live in `workflow/`; `streams/sources/` implements them), and
+the :class:`StreamProgress` ``ctx.consume`` returns.
 
 Offsets follow Kafka's convention throughout: a committed offset, like a batch's
 :attr:`Batch.next_offset`, is the offset of the next record to read, not of the last one read.
@@ -6,7 +8,7 @@ Offsets follow Kafka's convention throughout: a committed offset, like a batch's
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar, runtime_checkable
 
 T = TypeVar("T")
@@ -83,3 +85,14 @@ class Source(Protocol[T]):
     def partitions(self) -> list[tuple[str, int]]:
         """Every ``(source_id, partition)`` the source reads."""
         ...
+
+
+@dataclass(frozen=True)
+class StreamProgress:
+    """What one ``ctx.consume`` call handled: how many batches, how many records in them, and
+    per ``(source_id, partition)`` the offset after the last batch handled. It is made from
+    the journaled outcomes only, so a replay of the run returns the same value."""
+
+    batches: int
+    records: int
+    positions: dict[tuple[str, int], int] = field(default_factory=dict)

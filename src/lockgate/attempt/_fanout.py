@@ -22,9 +22,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from lockgate._errors import ChildWorkflowError, StepResultTypeError
-from lockgate.client._cascade import ChildRef
-from lockgate.journal._events import EventKind, StepKind, payload_size
-from lockgate.workflow._children import (
+from lockgate.attempt._children import (
     MISSING,
     ChildOutcome,
     book,
@@ -32,7 +30,6 @@ from lockgate.workflow._children import (
     check_policy,
     child_error,
     child_params,
-    child_target,
     describe_child_error,
     drain_notices,
     park_on_children,
@@ -41,33 +38,21 @@ from lockgate.workflow._children import (
     rebuild_child_error,
     submit_child,
 )
-from lockgate.workflow._context import StepContext
+from lockgate.attempt._unwind import describe_with_args, rebuild_error
+from lockgate.journal._events import EventKind, StepKind, payload_size
+from lockgate.runs._family import ChildRef
 from lockgate.workflow._retry import DEFAULT_RETRY
+from lockgate.workflow._runtime import StepContext
 from lockgate.workflow._step import StepSpec, step_spec_for
-from lockgate.workflow._unwind import describe_with_args, rebuild_error
+from lockgate.workflow._targets import child_target, is_workflow
 
 if TYPE_CHECKING:
+    from lockgate.attempt._attempt_core import AttemptCore
     from lockgate.journal._replay import CallRecord
-    from lockgate.workflow._attempt_core import AttemptCore
     from lockgate.workflow._spec import WorkflowSpec
 
 #: The reserved signal a fan-out's children tell their end by (``+ call position``).
 FANOUT_NOTICE = "lockgate.fanout:"
-
-
-def _is_workflow(target: object) -> bool:
-    return isinstance(target, str) or hasattr(target, "__lockgate_workflow__")
-
-
-def target_name(target: object) -> str:
-    """The name a fan-out of ``target`` is journaled under: the workflow's, or the step's."""
-    if _is_workflow(target):
-        return child_target("ctx.fan_out", target)[0]
-    if not callable(target):
-        raise TypeError(
-            f"ctx.fan_out takes a @workflow, a workflow name or a callable, not {target!r}"
-        )
-    return step_spec_for(target).name
 
 
 async def fan_out(
@@ -82,19 +67,19 @@ async def fan_out(
         raise ValueError(f"ctx.fan_out max_in_flight must be an int >= 1, not {max_in_flight!r}")
     policy = check_policy("ctx.fan_out", parent_close)
     listed = list(items)
-    if _is_workflow(target):
+    if is_workflow(target):
         name, spec = child_target("ctx.fan_out", target)
         params = [child_params(name, spec, item) for item in listed]
-        index, record = core._next(StepKind.FANOUT, name)
-        await core._before_call(index, record)
+        index, record = core.next_call(StepKind.FANOUT, name)
+        await core.before_call(index, record)
         if record is not None and record.failed:
             raise rebuild_child_error(record.errors[-1])
         if record is not None and record.done:
             return [record.members[i].get("result") for i in range(len(listed))]
         return await _children(core, index, record, name, spec, params, max_in_flight, policy)
     step = step_spec_for(target)  # type: ignore[arg-type]
-    index, record = core._next(StepKind.FANOUT, step.name)
-    await core._before_call(index, record)
+    index, record = core.next_call(StepKind.FANOUT, step.name)
+    await core.before_call(index, record)
     if record is not None and record.failed:
         raise rebuild_error(record.errors[-1], step.name)
     if record is not None and record.done:
@@ -115,12 +100,12 @@ def _record_facts(core: AttemptCore, kind: str, base: dict[str, Any], facts: lis
     for fact in facts:
         fact_size = payload_size(fact) if room is not None else 0
         if batch and room is not None and size + fact_size > room:
-            core._record(kind, {**base, "members": batch})
+            core.record_event(kind, {**base, "members": batch})
             batch, size = [], 0
         batch.append(fact)
         size += fact_size
     if batch:
-        core._record(kind, {**base, "members": batch})
+        core.record_event(kind, {**base, "members": batch})
 
 
 # -- children ---------------------------------------------------------------------------------
@@ -161,7 +146,7 @@ async def _children(
         if failed:
             return await _children_failed(core, base, refs, members, in_flight, failed[0])
         if all(members.get(i, {}).get("state") == "done" for i in range(count)):
-            core._record(EventKind.STEP_DONE, {**base, "result": None, "count": count})
+            core.record_event(EventKind.STEP_DONE, {**base, "result": None, "count": count})
             await core.flush()
             return [members[i].get("result") for i in range(count)]
         room = max_in_flight - len(in_flight)
@@ -235,7 +220,9 @@ async def _children_failed(
     error: ChildWorkflowError = child_error(refs[first], outcome)
     described = describe_child_error(error)
     described["member"] = first
-    core._record(EventKind.STEP_ERROR, {**base, "attempt": 1, "final": True, "error": described})
+    core.record_event(
+        EventKind.STEP_ERROR, {**base, "attempt": 1, "final": True, "error": described}
+    )
     await core.flush()
     raise error
 
@@ -300,7 +287,7 @@ async def _steps(
                         )
                         described = describe_with_args(failure)
                         described["member"] = i
-                        core._record(
+                        core.record_event(
                             EventKind.STEP_ERROR,
                             {**base, "attempt": tries, "final": True, "error": described},
                         )
@@ -321,6 +308,6 @@ async def _steps(
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
-    core._record(EventKind.STEP_DONE, {**base, "result": None, "count": len(items)})
+    core.record_event(EventKind.STEP_DONE, {**base, "result": None, "count": len(items)})
     await core.flush()
     return [step.from_journal(results[i]) for i in range(len(items))]

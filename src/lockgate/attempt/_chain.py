@@ -7,7 +7,7 @@ records its predecessor and its place in the chain (root and hop) in provenance,
 moves to it, in the same step that ends the run ``run:continued``, everything the run held
 undelivered: buffered signals and their send keys, pending updates, a latched cancel or pause.
 The chain's tail record is then moved forward, so any id of the chain finds the live run in a
-constant number of reads (``client/_chains.py``).
+constant number of reads (``runs/_chains.py``).
 """
 
 from __future__ import annotations
@@ -16,18 +16,18 @@ import logging
 from typing import Any, NoReturn
 
 from lockgate._errors import ConfigurationError
+from lockgate.attempt._attempt_core import AttemptCore
+from lockgate.attempt._unwind import Abort, ReplayExhausted, Unwind
 from lockgate.stores._calls import call_store
 from lockgate.stores._chains import ChainLink, chain_link, successor_run_id
 from lockgate.stores._gates import Gates
 from lockgate.stores._records import Continuation
-from lockgate.workflow._attempt_core import AttemptCore
 from lockgate.workflow._spec import policy_stamp
-from lockgate.workflow._unwind import _Abort, _ReplayExhausted, _Unwind
 
 log = logging.getLogger("lockgate.chains")
 
 
-class _Continued(_Unwind):
+class Continued(Unwind):
     """The run ended ``run:continued``: its successor carries the work on."""
 
     def __init__(self, successor: ChainLink) -> None:
@@ -38,9 +38,9 @@ class _Continued(_Unwind):
 async def continue_as_new(core: AttemptCore, params: dict[str, Any]) -> NoReturn:
     """End ``core``'s run and start its successor with ``params`` (see the module's doc)."""
     if core.mode == "query":
-        raise _ReplayExhausted()
+        raise ReplayExhausted()
     if core.reject_continue_as_new:
-        raise _Abort(
+        raise Abort(
             ConfigurationError(
                 f"run {core.run_id!r} of {core.spec.name!r} called ctx.continue_as_new, which "
                 f"this runner refuses (reject_continue_as_new=True)"
@@ -68,7 +68,7 @@ async def continue_as_new(core: AttemptCore, params: dict[str, Any]) -> NoReturn
     )
     await core.flush()
     await _clear_what_was_delivered(core)
-    await core._io(
+    await core.io(
         core.store.continue_run,
         core.spec.name,
         core.run_id,
@@ -77,7 +77,7 @@ async def continue_as_new(core: AttemptCore, params: dict[str, Any]) -> NoReturn
         continuation,
     )
     await advance_tail(core, successor)
-    raise _Continued(successor)
+    raise Continued(successor)
 
 
 #: Provenance facts that belong to one run, not to the chain it starts: each successor
@@ -111,15 +111,15 @@ async def _clear_what_was_delivered(core: AttemptCore) -> None:
     name, run_id = core.spec.name, core.run_id
     for record in list(core.state.calls.values()):
         if record.outcome == "received" and record.signal_id:
-            await core._io(core.store.pop_signal_match, name, run_id, record.name, record.signal_id)
+            await core.io(core.store.pop_signal_match, name, run_id, record.name, record.signal_id)
     if not core.state.journaled_update_outcomes or "updates" not in core.store.capabilities():
         return
-    for update in await core._io(core.store.peek_pending_updates, name, run_id):
+    for update in await core.io(core.store.peek_pending_updates, name, run_id):
         update_id = str(update["update_id"])
         journaled = core.state.journaled_update_outcomes.get(update_id)
         if journaled is not None:
             outcome = {k: v for k, v in journaled.items() if k != "update_id"}
-            await core._settle(update_id, outcome)
+            await core.settle(update_id, outcome)
 
 
 async def advance_tail(core: AttemptCore, link: ChainLink) -> None:

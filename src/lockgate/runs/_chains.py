@@ -18,15 +18,27 @@ no record; from wherever the record stands (or from the id given), the resolve f
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
-from lockgate._errors import ContinuationChainError
-from lockgate.journal._events import EventKind, RunEvent
+from lockgate._errors import ContinuationChainError, RunNotFoundError
+from lockgate.journal._events import EventKind, RunEvent, RunStatus
+from lockgate.stores._base import Store
+from lockgate.stores._calls import call_store
 from lockgate.stores._chains import CONTINUE_REASON, ChainLink, chain_link
+from lockgate.stores._types import RunInfo
 
 #: Links a resolve follows at most: past the tail record that is a hop or two, but a store that
 #: keeps no record is walked hop by hop. Only a corrupt journal (links in a loop) gets this far.
 MAX_LINKS_FOLLOWED = 10_000_000
+
+#: Times :func:`live_run` may find its tail moved on again before it gives up.
+MAX_CHAIN_HOPS = 64
+
+T = TypeVar("T")
+
+#: How a store method is called: ``await io(store.method, *args, **kwargs)``.
+Io = Callable[..., Awaitable[Any]]
 
 
 def resolve_continuation(store: Any, name: str, run_id: str) -> tuple[str, str, RunEvent | None]:
@@ -96,3 +108,65 @@ def _successor(last: RunEvent, name: str, run_id: str) -> tuple[str, str]:
             reason="unreadable_link",
         )
     return successor_name, successor_id
+
+
+async def live_tail(io: Io, store: Store, name: str, run_id: str) -> tuple[str, RunInfo | None]:
+    """The run carrying ``run_id``'s work: itself, or the live end of the chain it started
+    (``resolve_continuation``, a constant number of reads); with what the store says of it
+    (None: no such run)."""
+    _, tail, _ = await io(resolve_continuation, store, name, run_id)
+    info: RunInfo | None = await io(store.get_run, name, tail)
+    return tail, info
+
+
+async def run_info(store: Store, name: str, run_id: str) -> RunInfo:
+    """What the store says of the run ``run_id``; :class:`RunNotFoundError` for none."""
+    info = await call_store(store, store.get_run, name, run_id)
+    if info is None:
+        raise RunNotFoundError(name, run_id)
+    assert isinstance(info, RunInfo)
+    return info
+
+
+async def live_run(store: Store, name: str, run_id: str) -> tuple[str, RunInfo]:
+    """The run that carries ``run_id``'s work now: itself, or the live end of the chain it
+    started or joined (a ``continue_as_new`` successor, or one it was handed on to), found in
+    a constant number of reads (``resolve_continuation``). :class:`RunNotFoundError` for an
+    unknown run."""
+    for _ in range(MAX_CHAIN_HOPS):
+        _, tail, _ = await call_store(store, resolve_continuation, store, name, run_id)
+        info = await run_info(store, name, tail)
+        if info.status != RunStatus.CONTINUED:
+            return tail, info
+        run_id = tail  # it continued between the two reads: follow it on
+    raise ContinuationChainError(
+        f"run {run_id!r} of {name!r} kept moving on while it was being resolved",
+        reason="too_long",
+    )
+
+
+async def on_live_run(
+    store: Store,
+    name: str,
+    run_id: str,
+    act: Callable[[str], Awaitable[T]],
+    *,
+    landed: Callable[[T], bool] | None = None,
+) -> T:
+    """Apply ``act`` to the run carrying ``run_id``'s work. The run may move on between
+    finding it and acting on it (a hand-on, or a ``continue_as_new``): the store moves
+    what ``act`` left on it (a buffered signal, a latched cancel) to the successor, or
+    ``act`` found it ended; either way, act again on the new tail. ``landed`` says from
+    ``act``'s answer that it took effect where it was kept (a signal buffered), which
+    spares the look again: the store moves it with the run if the run moves on."""
+    tail, info = await live_run(store, name, run_id)
+    while True:
+        result = await act(tail)
+        if info.status.is_terminal:
+            return result  # it ended for good: nothing follows it
+        if landed is not None and landed(result):
+            return result  # kept where it was sent: a hand-over moves it with the run
+        moved, info = await live_run(store, name, tail)
+        if moved == tail:
+            return result
+        tail = moved

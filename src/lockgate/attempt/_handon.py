@@ -13,9 +13,9 @@ import logging
 from typing import Any
 
 from lockgate._errors import DuplicateRunError, LockgateError
+from lockgate.attempt._attempt_core import AttemptCore
 from lockgate.stores._gates import Gates
 from lockgate.stores._records import gates_payload
-from lockgate.workflow._attempt_core import AttemptCore
 from lockgate.workflow._spec import policy_stamp
 
 log = logging.getLogger("lockgate.flow")
@@ -41,7 +41,7 @@ async def hand_on_if_regated(core: AttemptCore) -> str | None:
         return None
     successor = successor_id(core.run_id)
     try:
-        await core._io(
+        await core.io(
             core.store.hand_on_run,
             core.spec.name,
             core.run_id,
@@ -112,8 +112,8 @@ async def _ranks_forward(core: AttemptCore) -> bool:
     if "versions" not in core.store.capabilities():
         return False
     # A worker registered its version at start; an inline runner does it here (idempotent).
-    own_rank = await core._io(core.store.register_version, core.spec.name, core.spec.version)
-    their_rank = await core._io(core.store.version_rank, core.spec.name, theirs)
+    own_rank = await core.io(core.store.register_version, core.spec.name, core.spec.version)
+    their_rank = await core.io(core.store.version_rank, core.spec.name, theirs)
     if their_rank is None or own_rank > their_rank:
         return True
     return bool(own_rank == their_rank and not handed_on)

@@ -1,5 +1,6 @@
-"""The terminate cascade: once a run is terminated, each open child's ``parent_close`` policy
-is applied, and so on down to its grandchildren.
+"""The family of a run: its open children, the terminate cascade, and the notice a run's end
+sends its parent. Once a run is terminated, each open child's ``parent_close`` policy is
+applied, and so on down to its grandchildren.
 
 A child is open when its parent's journal names it (the ``members`` facts of a ``ctx.run_child``
 or ``ctx.fan_out`` call, see ``journal/_members.py``) and records no outcome for it. Its policy:
@@ -15,23 +16,18 @@ cascade an earlier call did not (one that died half way).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from lockgate._clock import iso
-from lockgate.client._chains import resolve_continuation
+from lockgate._clock import Clock, iso
 from lockgate.journal._events import EventKind, RunEvent, RunStatus
 from lockgate.journal._members import WAITS_ON_RUNS
 from lockgate.journal._replay import ReplayState, reconstruct_state
+from lockgate.runs._chains import Io, live_tail
 from lockgate.stores._base import Store
+from lockgate.stores._calls import call_store
 from lockgate.stores._types import RunInfo, TerminateOutcome
-
-if TYPE_CHECKING:
-    from lockgate.client._client import WorkflowClient
-
-#: How a store method is called: ``await io(store.method, *args, **kwargs)``.
-Io = Callable[..., Awaitable[Any]]
 
 
 @dataclass(frozen=True)
@@ -87,15 +83,6 @@ def open_children(state: ReplayState) -> list[ChildRef]:
                 )
             )
     return refs
-
-
-async def live_tail(io: Io, store: Store, name: str, run_id: str) -> tuple[str, RunInfo | None]:
-    """The run carrying ``run_id``'s work: itself, or the live end of the chain it started
-    (``resolve_continuation``, a constant number of reads); with what the store says of it
-    (None: no such run)."""
-    _, tail, _ = await io(resolve_continuation, store, name, run_id)
-    info: RunInfo | None = await io(store.get_run, name, tail)
-    return tail, info
 
 
 async def was_terminated(io: Io, store: Store, name: str, run_id: str) -> bool:
@@ -236,21 +223,22 @@ async def after_store_ended(io: Io, store: Store, sent_at: str, name: str, run_i
 
 
 async def after_terminate(
-    client: WorkflowClient,
+    store: Store,
+    clock: Clock,
     name: str,
     run_id: str,
     outcome: TerminateOutcome,
     reason: str | None,
     requested_by: str | None,
 ) -> tuple[CloseResult, tuple[tuple[str, str], ...]]:
-    """What follows ``client.terminate`` of ``run_id``: its children's policies applied when
-    this call or an earlier one terminated it, and its own parent told it ended."""
-    io, store = client._io, client.store
+    """What follows a terminate of ``run_id``: its children's policies applied when this call
+    or an earlier one terminated it, and its own parent told it ended."""
+    io = functools.partial(call_store, store)
     if outcome != TerminateOutcome.TERMINATED and not await was_terminated(io, store, name, run_id):
         return CloseResult(), ()
     closed, ended = await cascade(io, store, name, run_id, reason=reason, requested_by=requested_by)
     if outcome == TerminateOutcome.TERMINATED:
         head = await io(store.load_run, name, run_id, max_events=1)
         if head:
-            await notify_parent(io, store, iso(client.clock()), run_id, head[0].payload)
+            await notify_parent(io, store, iso(clock()), run_id, head[0].payload)
     return closed, ended

@@ -26,19 +26,19 @@ class Cancellable(Protocol):
     clock: Clock
     cancel_timeout: float | None
     cancel_forced: bool
-    _task: asyncio.Task[object] | None
+    task: asyncio.Task[object] | None
 
 
 def arm_cancel_timeout(attempt: Cancellable) -> asyncio.Task[None] | None:
     """Start the timer of an attempt that just saw its cancel (None: no timeout set)."""
-    if attempt.cancel_timeout is None or attempt._task is None:
+    if attempt.cancel_timeout is None or attempt.task is None:
         return None
     return asyncio.create_task(_force_after(attempt, attempt.cancel_timeout))
 
 
 async def _force_after(attempt: Cancellable, seconds: float) -> None:
     await attempt.clock.sleep(seconds)
-    task = attempt._task
+    task = attempt.task
     if task is None or task.done():
         return
     log.warning(

@@ -24,15 +24,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from lockgate._errors import StepResultTypeError
-from lockgate._names import check_name
+from lockgate.attempt._unwind import rebuild_error
 from lockgate.journal._events import EventKind, StepKind, payload_size
 from lockgate.journal._replay import CallRecord
 from lockgate.workflow._retry import DEFAULT_RETRY, RetryPolicy
-from lockgate.workflow._unwind import rebuild_error
+from lockgate.workflow._source import Batch, Source, StreamProgress
 
 if TYPE_CHECKING:
-    from lockgate.streams.sources._source import Batch, Source
-    from lockgate.workflow._executor import Attempt
+    from lockgate.attempt._attempt_core import AttemptCore
 
 log = logging.getLogger("lockgate.streams")
 T = TypeVar("T")
@@ -43,17 +42,6 @@ IDLE: dict[str, Any] = {"idle": True}
 #: Where the stream of one name stands, per (source_id, partition): the offset after the
 #: last batch whose step finished.
 Positions = dict[tuple[str, int], int]
-
-
-@dataclass(frozen=True)
-class StreamProgress:
-    """What one ``ctx.consume`` call handled: how many batches, how many records in them, and
-    per ``(source_id, partition)`` the offset after the last batch handled. It is made from
-    the journaled outcomes only, so a replay of the run returns the same value."""
-
-    batches: int
-    records: int
-    positions: dict[tuple[str, int], int] = field(default_factory=dict)
 
 
 @dataclass
@@ -75,14 +63,8 @@ class _Tally:
         return StreamProgress(self.batches, self.records, dict(self.positions))
 
 
-def stream_name(source: Any, name: str | None) -> str:
-    """The name a stream's positions are journaled under: ``name``, else the source's id."""
-    chosen = name if name is not None else getattr(source, "source_id", None)
-    return check_name("stream name", chosen)
-
-
 async def consume(
-    attempt: Attempt,
+    attempt: AttemptCore,
     source: Source[T],
     handler: Callable[[Batch[T]], Any],
     *,
@@ -93,8 +75,6 @@ async def consume(
 ) -> StreamProgress:
     """Read ``source`` in batches until ``max_batches`` were handled or a poll finds nothing,
     handing each batch to ``handler`` in a step of its own (see the module docstring)."""
-    from lockgate.streams.sources._source import Source
-
     if not isinstance(source, Source):
         raise TypeError(f"ctx.consume needs a Source (poll, seek, commit, ...), not {source!r}")
     if not callable(handler):
@@ -117,8 +97,8 @@ async def consume(
     tally = _Tally()
     sought = False
     while max_batches is None or tally.batches < max_batches:
-        index, record = attempt._next(StepKind.STREAM, name)
-        await attempt._before_call(index, record)
+        index, record = attempt.next_call(StepKind.STREAM, name)
+        await attempt.before_call(index, record)
         if record is not None and record.done:
             if record.result == IDLE:
                 break
@@ -155,7 +135,7 @@ class _Live:
 
     def __init__(
         self,
-        attempt: Attempt,
+        attempt: AttemptCore,
         source: Source[Any],
         handler: Callable[[Batch[Any]], Any],
         name: str,
@@ -185,9 +165,9 @@ class _Live:
             except Exception as exc:
                 tries = await self._failed(base, tries, exc)
         if batch is None:
-            attempt._record(EventKind.STEP_DONE, {**base, "attempt": tries, "result": IDLE})
+            attempt.record_event(EventKind.STEP_DONE, {**base, "attempt": tries, "result": IDLE})
             if attempt.step_boundary_durability:
-                attempt._fresh = None  # read before a poll that waited: stale now
+                attempt.fresh_controls = None  # read before a poll that waited: stale now
             else:
                 await attempt.step_boundary()
             return None
@@ -198,7 +178,7 @@ class _Live:
             "next_offset": batch.next_offset,
         }
         while True:
-            attempt._record(EventKind.STEP_PENDING, {**base, "attempt": tries, **place})
+            attempt.record_event(EventKind.STEP_PENDING, {**base, "attempt": tries, **place})
             await attempt.step_boundary()
 
             async def effect() -> dict[str, Any]:
@@ -210,7 +190,7 @@ class _Live:
                 break
             tries = await self._failed(base, tries, failure)
         assert result is not None
-        attempt._record(
+        attempt.record_event(
             EventKind.STEP_DONE,
             {**base, "attempt": tries, "result": result},
             size=payload_size(result),
@@ -242,8 +222,6 @@ class _Live:
 
 
 def _checked(source: Source[T], batch: object) -> Batch[T] | None:
-    from lockgate.streams.sources._source import Batch
-
     if batch is not None and not isinstance(batch, Batch):
         raise TypeError(f"{source!r}.poll() returned {type(batch).__name__}, not a Batch or None")
     return batch

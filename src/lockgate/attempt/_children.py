@@ -10,7 +10,7 @@ replay reaches the same call, reads the child's outcome from the store and journ
 
 When the parent ends (completes, fails or is cancelled), before its terminal is written, each
 open child whose policy is ``cancel`` is asked to cancel (``close_children``); ``abandon``
-children run on. ``client.terminate`` applies the policies itself (``client/_cascade.py``).
+children run on. ``client.terminate`` applies the policies itself (``runs/_family.py``).
 """
 
 from __future__ import annotations
@@ -32,15 +32,18 @@ from lockgate._errors import (
     StoreFault,
 )
 from lockgate._names import check_name
-from lockgate.client._cascade import ChildRef, cascade, live_tail, notify_parent, open_children
+from lockgate.attempt._unwind import AttemptOutcome, LeaseLost, StoreFailed, Suspend
 from lockgate.journal._events import EventKind, StepKind, error_status
+from lockgate.runs._chains import live_tail
+from lockgate.runs._family import ChildRef, cascade, notify_parent, open_children
+from lockgate.runs._submit import check_params, queue_run
 from lockgate.stores._calls import call_store
 from lockgate.stores._types import TerminateOutcome, WaitOutcome, WaitSpec
-from lockgate.workflow._spec import WorkflowSpec, get_workflow, json_ready, spec_of
-from lockgate.workflow._unwind import AttemptOutcome, _LeaseLost, _StoreFailed, _Suspend
+from lockgate.workflow._spec import WorkflowSpec, json_ready
+from lockgate.workflow._targets import child_target
 
 if TYPE_CHECKING:
-    from lockgate.workflow._attempt_core import AttemptCore
+    from lockgate.attempt._attempt_core import AttemptCore
 
 log = logging.getLogger("lockgate.children")
 
@@ -66,29 +69,9 @@ _ENDED = frozenset(
 # -- checking a call ---------------------------------------------------------------------------
 
 
-def child_target(what: str, target: object) -> tuple[str, WorkflowSpec | None]:
-    """The workflow name ``target`` (a decorated workflow, or its name) and its spec when it
-    is imported here."""
-    if isinstance(target, str):
-        check_name("workflow name", target)
-        return target, get_workflow(target)
-    spec = getattr(target, "__lockgate_workflow__", None)
-    if spec is None:
-        raise TypeError(f"{what} takes a @workflow function or a workflow name, not {target!r}")
-    spec = spec_of(target)
-    return spec.name, spec
-
-
 def child_params(name: str, spec: WorkflowSpec | None, params: object) -> dict[str, Any]:
     """``params`` checked as a submit of ``name`` checks them (:class:`InvalidParamsError`)."""
-    from lockgate.client._client import _check_unregistered
-
-    params = {} if params is None else params
-    if spec is not None:
-        return spec.validate_params(params)  # type: ignore[arg-type]
-    _check_unregistered(name, params)
-    assert isinstance(params, dict)
-    return dict(params)
+    return check_params(name, spec, {} if params is None else params)
 
 
 def check_policy(what: str, parent_close: object) -> str:
@@ -206,21 +189,18 @@ async def submit_child(
     run), unless it already exists: a replay after a crash between the journal and the
     submit, or after it. An id taken by a run that is not this parent's child raises
     :class:`DuplicateRunError`."""
-    from lockgate.client._client import WorkflowClient
-
-    client = WorkflowClient(core.store, clock=core.clock)
     try:
-        await client._queue(ref.name, ref.run_id, params, spec, provenance=prov)
+        await queue_run(core.store, ref.name, ref.run_id, params, spec, provenance=prov)
     except DuplicateRunError:
-        events = await core._io(core.store.load_run, ref.name, ref.run_id, max_events=1)
+        events = await core.io(core.store.load_run, ref.name, ref.run_id, max_events=1)
         init = events[0].payload if events else {}
         parent = ((init.get("provenance") or {}).get("source") or {}).get("parent") or {}
         if parent.get("run_id") != core.run_id:
             raise
     except LockLost as exc:
-        raise _LeaseLost() from exc
+        raise LeaseLost() from exc
     except StoreFault as exc:
-        raise _StoreFailed(exc) from exc
+        raise StoreFailed(exc) from exc
 
 
 @dataclass(frozen=True)
@@ -249,12 +229,12 @@ MISSING = ChildOutcome("missing")
 async def read_child(core: AttemptCore, ref: ChildRef) -> ChildOutcome | None:
     """The outcome of the child ``ref`` (followed to its chain's live tail), None while it has
     not ended, :data:`MISSING` when there is no such run yet."""
-    tail, info = await live_tail(core._io, core.store, ref.name, ref.run_id)
+    tail, info = await live_tail(core.io, core.store, ref.name, ref.run_id)
     if info is None:
         return MISSING
     if not info.status.is_terminal:
         return None
-    last = await core._io(core.store.get_last_event, ref.name, tail)
+    last = await core.io(core.store.get_last_event, ref.name, tail)
     if last is None:
         return None
     if last.kind == EventKind.RUN_COMPLETE:
@@ -303,20 +283,20 @@ async def cancel_child(core: AttemptCore, ref: ChildRef, detail: dict[str, Any])
     """Ask the child ``ref`` to cancel: its live run, should it have continued as new (a
     cancel of the run it continued from would land on an ended run and do nothing), or its
     own id when its submit has not landed yet (the store holds the cancel for it)."""
-    tail, info = await live_tail(core._io, core.store, ref.name, ref.run_id)
+    tail, info = await live_tail(core.io, core.store, ref.name, ref.run_id)
     target = tail if info is not None else ref.run_id
-    await core._io(core.store.request_cancel, ref.name, target, detail=detail)
+    await core.io(core.store.request_cancel, ref.name, target, detail=detail)
 
 
 async def end_child(core: AttemptCore, ref: ChildRef, reason: str) -> ChildOutcome:
     """Terminate the child ``ref`` (its own cancel-policy children with it) and return how it
     ended: ``timed_out`` when this ended it, else the outcome it reached first."""
-    tail, info = await live_tail(core._io, core.store, ref.name, ref.run_id)
+    tail, info = await live_tail(core.io, core.store, ref.name, ref.run_id)
     if info is None:
-        await core._io(core.store.request_cancel, ref.name, ref.run_id, detail={"reason": reason})
+        await core.io(core.store.request_cancel, ref.name, ref.run_id, detail={"reason": reason})
         return ChildOutcome("timed_out", error={"code": "timed_out", "message": reason})
     if "terminate" in core.store.capabilities():
-        outcome = await core._io(
+        outcome = await core.io(
             core.store.terminate_run,
             ref.name,
             tail,
@@ -325,10 +305,10 @@ async def end_child(core: AttemptCore, ref: ChildRef, reason: str) -> ChildOutco
             cause={"parent": {"name": core.spec.name, "run_id": core.run_id}},
         )
         if TerminateOutcome(outcome) == TerminateOutcome.TERMINATED:
-            await cascade(core._io, core.store, ref.name, tail, reason=reason)
+            await cascade(core.io, core.store, ref.name, tail, reason=reason)
             return ChildOutcome("timed_out", error={"code": "timed_out", "message": reason})
     else:
-        await core._io(core.store.request_cancel, ref.name, tail, detail={"reason": reason})
+        await core.io(core.store.request_cancel, ref.name, tail, detail={"reason": reason})
         return ChildOutcome("timed_out", error={"code": "timed_out", "message": reason})
     ended = await read_child(core, ref)
     return ended if ended is not None and ended is not MISSING else ChildOutcome("timed_out")
@@ -342,10 +322,10 @@ async def drain_notices(core: AttemptCore, signal: str) -> int:
     read from the store next. How many there were."""
     taken = 0
     while True:
-        buffered = await core._io(core.store.peek_signal, core.spec.name, core.run_id, signal)
+        buffered = await core.io(core.store.peek_signal, core.spec.name, core.run_id, signal)
         if buffered is None:
             return taken
-        await core._io(
+        await core.io(
             core.store.pop_signal_match,
             core.spec.name,
             core.run_id,
@@ -373,8 +353,8 @@ async def park_on_children(
     wait = WaitSpec(
         "signal", f"children:{index}:{uuid.uuid4().hex[:8]}", index, due_at=due, signal=signal
     )
-    if await core._park([], wait) == WaitOutcome.PARKED:
-        raise _Suspend()
+    if await core.park([], wait) == WaitOutcome.PARKED:
+        raise Suspend()
 
 
 # -- ctx.run_child ----------------------------------------------------------------------------
@@ -398,8 +378,8 @@ async def run_child(
         check_name("run id", run_id)
     if not json_ready(checked):
         raise TypeError("ctx.run_child params must be JSON-serializable")
-    index, record = core._next(StepKind.CHILD, name)
-    await core._before_call(index, record)
+    index, record = core.next_call(StepKind.CHILD, name)
+    await core.before_call(index, record)
     if record is not None and record.done:
         return record.result
     if record is not None and record.failed:
@@ -417,7 +397,7 @@ async def run_child(
             "started_at": started,
             "deadline": started + seconds if seconds is not None else None,
         }
-        core._record(EventKind.STEP_PENDING, {**base, "members": [member]})
+        core.record_event(EventKind.STEP_PENDING, {**base, "members": [member]})
         await core.flush()
     ref = ChildRef(name, str(member["run_id"]), str(member.get("parent_close") or policy))
     book(core).open[ref.run_id] = ref
@@ -449,7 +429,7 @@ async def _journal_child_outcome(
     core: AttemptCore, base: dict[str, Any], ref: ChildRef, outcome: ChildOutcome
 ) -> Any:
     if outcome.ok:
-        core._record(
+        core.record_event(
             EventKind.STEP_DONE,
             {**base, "result": outcome.result},
             what=f"result of child run {ref.run_id!r}",
@@ -457,7 +437,7 @@ async def _journal_child_outcome(
         await core.flush()
         return outcome.result
     error = child_error(ref, outcome)
-    core._record(
+    core.record_event(
         EventKind.STEP_ERROR,
         {**base, "attempt": 1, "final": True, "error": describe_child_error(error)},
     )

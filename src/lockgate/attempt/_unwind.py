@@ -14,7 +14,6 @@ from lockgate._errors import (
     UserFailure,
     describe_error,
 )
-from lockgate.journal._replay import CallRecord
 from lockgate.workflow._spec import json_ready
 
 
@@ -32,37 +31,37 @@ class AttemptOutcome(enum.StrEnum):
     ALREADY_ENDED = "already_ended"
 
 
-class _Unwind(BaseException):
+class Unwind(BaseException):
     """Unwinds a body; a ``BaseException`` so a body's ``except Exception`` cannot hold it."""
 
 
-class _Suspend(_Unwind):
+class Suspend(Unwind):
     """The run parked on a wait; the attempt ends with nothing more to write."""
 
 
-class _HandedBack(_Unwind):
+class HandedBack(Unwind):
     """The worker is shutting down: the run went back on the queue at a boundary, unrun past
     it, with no retry counted."""
 
 
-class _HandedOn(_Unwind):
+class HandedOn(Unwind):
     """The run's gates were out of date: a successor stamped with this worker's took it over
     before the body ran, and the run ended ``run:continued``."""
 
 
-class _Cancelled(_Unwind):
+class Cancelled(Unwind):
     """A cancel is latched; the run ends cancelled."""
 
 
-class _LeaseLost(_Unwind):
+class LeaseLost(Unwind):
     """The attempt's lease no longer holds the run; it stops without writing."""
 
 
-class _ReplayExhausted(_Unwind):
+class ReplayExhausted(Unwind):
     """A read-only replay reached the end of the journal."""
 
 
-class _Abort(_Unwind):
+class Abort(Unwind):
     """The run ends in error whatever the body would do: over a cap, or non-deterministic."""
 
     def __init__(self, error: LockgateError, *, overflow: bool = False) -> None:
@@ -71,14 +70,10 @@ class _Abort(_Unwind):
         self.overflow = overflow
 
 
-class _StoreFailed(_Unwind):
+class StoreFailed(Unwind):
     def __init__(self, cause: Exception) -> None:
         super().__init__(str(cause))
         self.cause = cause
-
-
-def is_final(record: CallRecord | None) -> bool:
-    return record is not None and (record.done or record.failed or record.outcome is not None)
 
 
 def rebuild_error(error: dict[str, Any], step_id: str) -> Exception:
