@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from lockgate.stores._composite import CompositeStore
     from lockgate.stores._gates import Gates, WaitReason
     from lockgate.stores._insight import BufferInfo, InsightStore, LimitUsage, RateUsage, WorkerInfo
-    from lockgate.stores._open import JOURNAL_URL_ENV, STORE_URL_ENV, open_store
+    from lockgate.stores._open import open_store
     from lockgate.stores._poison import PoisonPolicy
     from lockgate.stores._records import Continuation
     from lockgate.stores._triggers import FiredBatch, TriggerPolicy, TriggerStore
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         WaitOutcome,
         WaitSpec,
     )
+    from lockgate.stores._urls import JOURNAL_URL_ENV, STORE_URL_ENV
     from lockgate.stores.kafka import (
         JournalRecord,
         JournalReplay,
@@ -134,10 +135,11 @@ if not TYPE_CHECKING:  # a type checker sees the imports above, not a __getattr_
                 "RateUsage",
                 "WorkerInfo",
             ),
-            "lockgate.stores._open": ("JOURNAL_URL_ENV", "STORE_URL_ENV", "open_store"),
+            "lockgate.stores._open": ("open_store",),
             "lockgate.stores._poison": ("PoisonPolicy",),
             "lockgate.stores._records": ("Continuation",),
             "lockgate.stores._triggers": ("FiredBatch", "TriggerPolicy", "TriggerStore"),
+            "lockgate.stores._urls": ("JOURNAL_URL_ENV", "STORE_URL_ENV"),
             "lockgate.stores._types": (
                 "ClaimedRun",
                 "Claims",
