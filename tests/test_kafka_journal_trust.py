@@ -652,7 +652,7 @@ def test_a_journal_key_is_never_quoted_in_an_error(kafka_bootstrap: str) -> None
         assert secret not in line, line
         assert "journal_key=***" in line, line
     from lockgate import ConfigurationError
-    from lockgate.stores._open import open_store
+    from lockgate.stores.opener._open import open_store
 
     with pytest.raises(ConfigurationError) as caught:
         open_store(shared_url(), journal=f"kafka://{kafka_bootstrap}?journal_key={secret}#frag")

@@ -18,8 +18,8 @@ from lockgate import (
     StoreUnavailable,
 )
 from lockgate.stores import SQLiteStore, ValkeyStore
-from lockgate.stores._open import is_valkey_url, open_store
 from lockgate.stores._urls import STORE_URL_ENV, from_text
+from lockgate.stores.opener._open import is_valkey_url, open_store
 from valkey_server import ValkeyServer, free_port, http_server, shared_url
 
 

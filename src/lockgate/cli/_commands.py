@@ -29,8 +29,8 @@ from lockgate.cli._params import (
     seconds,
 )
 from lockgate.cli._rebuild import add_rebuild_parser
-from lockgate.stores._open import open_store
 from lockgate.stores._urls import STORE_URL_ENV
+from lockgate.stores.opener._open import open_store
 from lockgate.worker._options import WorkerOptions
 
 if TYPE_CHECKING:

@@ -22,8 +22,8 @@ from typing import IO, TYPE_CHECKING, Any
 
 from lockgate.cli._exits import FAILED, OK, Failure
 from lockgate.cli._params import Subparsers
-from lockgate.stores._open import is_valkey_url, open_store
 from lockgate.stores._urls import JOURNAL_URL_ENV
+from lockgate.stores.opener._open import is_valkey_url, open_store
 
 if TYPE_CHECKING:  # imported where used: the parser below is built for every command line
     from lockgate.stores._composite import CompositeStore

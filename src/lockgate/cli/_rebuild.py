@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 from lockgate.cli._exits import FAILED, OK, Failure
 from lockgate.cli._output import out
 from lockgate.cli._params import Subparsers
-from lockgate.stores._open import is_valkey_url, open_store
 from lockgate.stores._urls import JOURNAL_URL_ENV, STORE_URL_ENV
+from lockgate.stores.opener._open import is_valkey_url, open_store
 
 if TYPE_CHECKING:
     from lockgate.stores.kafka._rebuild import Progress

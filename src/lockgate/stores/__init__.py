@@ -25,7 +25,6 @@ if TYPE_CHECKING:
     from lockgate.stores._composite import CompositeStore
     from lockgate.stores._gates import Gates, WaitReason
     from lockgate.stores._insight import BufferInfo, InsightStore, LimitUsage, RateUsage, WorkerInfo
-    from lockgate.stores._open import open_store
     from lockgate.stores._poison import PoisonPolicy
     from lockgate.stores._records import Continuation
     from lockgate.stores._triggers import FiredBatch, TriggerPolicy, TriggerStore
@@ -49,6 +48,7 @@ if TYPE_CHECKING:
     )
     from lockgate.stores.kafka._rebuild import RebuildReport, rebuild_lifecycle
     from lockgate.stores.memory import MemoryStore
+    from lockgate.stores.opener._open import open_store
     from lockgate.stores.sqlite import SQLiteStore
     from lockgate.stores.valkey import ValkeyLifecycleStore, ValkeyStore
 
@@ -135,7 +135,7 @@ if not TYPE_CHECKING:  # a type checker sees the imports above, not a __getattr_
                 "RateUsage",
                 "WorkerInfo",
             ),
-            "lockgate.stores._open": ("open_store",),
+            "lockgate.stores.opener._open": ("open_store",),
             "lockgate.stores._poison": ("PoisonPolicy",),
             "lockgate.stores._records": ("Continuation",),
             "lockgate.stores._triggers": ("FiredBatch", "TriggerPolicy", "TriggerStore"),
