@@ -41,8 +41,8 @@ from lockgate import (
 from lockgate.http import create_app
 from lockgate.journal._events import EPOCH_HEADER
 from lockgate.stores import CompositeStore, KafkaEventLogStore, ValkeyLifecycleStore
+from lockgate.stores.composite._rebuild import rebuild_lifecycle
 from lockgate.stores.kafka._codec import MAC_HEADER, encode, record_headers, record_mac
-from lockgate.stores.kafka._rebuild import rebuild_lifecycle
 from valkey_server import shared_url
 
 SRC = Path(__file__).resolve().parents[1] / "src"

@@ -22,7 +22,6 @@ if TYPE_CHECKING:
         VersionStore,
     )
     from lockgate.stores._chains import ChainLink, ChainStore, chain_link
-    from lockgate.stores._composite import CompositeStore
     from lockgate.stores._gates import Gates, WaitReason
     from lockgate.stores._insight import BufferInfo, InsightStore, LimitUsage, RateUsage, WorkerInfo
     from lockgate.stores._poison import PoisonPolicy
@@ -39,6 +38,8 @@ if TYPE_CHECKING:
         WaitSpec,
     )
     from lockgate.stores._urls import JOURNAL_URL_ENV, STORE_URL_ENV
+    from lockgate.stores.composite._rebuild import RebuildReport, rebuild_lifecycle
+    from lockgate.stores.composite._store import CompositeStore
     from lockgate.stores.kafka import (
         JournalRecord,
         JournalReplay,
@@ -46,7 +47,6 @@ if TYPE_CHECKING:
         ReplaySummary,
         replay_journal,
     )
-    from lockgate.stores.kafka._rebuild import RebuildReport, rebuild_lifecycle
     from lockgate.stores.memory import MemoryStore
     from lockgate.stores.opener._open import open_store
     from lockgate.stores.sqlite import SQLiteStore
@@ -126,7 +126,7 @@ if not TYPE_CHECKING:  # a type checker sees the imports above, not a __getattr_
                 "VersionStore",
             ),
             "lockgate.stores._chains": ("ChainLink", "ChainStore", "chain_link"),
-            "lockgate.stores._composite": ("CompositeStore",),
+            "lockgate.stores.composite._store": ("CompositeStore",),
             "lockgate.stores._gates": ("Gates", "WaitReason"),
             "lockgate.stores._insight": (
                 "BufferInfo",
@@ -157,7 +157,7 @@ if not TYPE_CHECKING:  # a type checker sees the imports above, not a __getattr_
                 "ReplaySummary",
                 "replay_journal",
             ),
-            "lockgate.stores.kafka._rebuild": ("RebuildReport", "rebuild_lifecycle"),
+            "lockgate.stores.composite._rebuild": ("RebuildReport", "rebuild_lifecycle"),
             "lockgate.stores.memory": ("MemoryStore",),
             "lockgate.stores.sqlite": ("SQLiteStore",),
             "lockgate.stores.valkey": ("ValkeyLifecycleStore", "ValkeyStore"),

@@ -152,7 +152,7 @@ def _composite(
 ) -> Store:
     """``CompositeStore(lifecycle=ValkeyLifecycleStore(url), events=KafkaEventLogStore(...))``
     with the journal topic partitioned as the lifecycle is sharded."""
-    from lockgate.stores._composite import CompositeStore
+    from lockgate.stores.composite._store import CompositeStore
     from lockgate.stores.kafka._store import KafkaEventLogStore
     from lockgate.stores.valkey._lifecycle_store import ValkeyLifecycleStore
 

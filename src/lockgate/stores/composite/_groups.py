@@ -1,4 +1,4 @@
-"""The optional groups of a :class:`CompositeStore` (``stores/_composite.py``): each is the
+"""The optional groups of a :class:`CompositeStore` (``stores/composite/_store.py``): each is the
 lifecycle backend's, and a call that writes to a run copies the run's new events to the event
 log after it, as every write of the composite does."""
 
@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any
 from lockgate.journal._events import RunEvent
 from lockgate.stores._base import Store
 from lockgate.stores._chains import ChainLink
-from lockgate.stores._composed import Call, Op, composed
 from lockgate.stores._insight import BufferInfo, LimitUsage, RateUsage, WorkerInfo
 from lockgate.stores._records import Continuation
 from lockgate.stores._triggers import FiredBatch, TriggerPolicy
 from lockgate.stores._types import TerminateOutcome, WaitOutcome, WaitSpec
+from lockgate.stores.composite._composed import Call, Op, composed
 
 
 class CompositeGroups(Store):
