@@ -59,6 +59,7 @@ from lockgate._errors import (
 from lockgate.journal._events import RunEvent
 from lockgate.stores._base import EventLogStore
 from lockgate.stores._calls import call_owned
+from lockgate.stores._shards import shard_for
 from lockgate.stores.kafka._codec import (
     MAC_HEADER,
     codec_available,
@@ -75,7 +76,7 @@ from lockgate.stores.kafka._journal import (
     epoch_of,
     handed_out,
 )
-from lockgate.stores.kafka._partition import gate_key, is_init, partition_for
+from lockgate.stores.kafka._partition import gate_key, is_init
 from lockgate.stores.kafka._partition_reads import PartitionReads
 from lockgate.stores.kafka._producer import release_producer, shared_producer
 from lockgate.stores.kafka._topic import (
@@ -414,7 +415,7 @@ class KafkaEventLogStore(HeldReads, PartitionReads, EventLogStore):
         if self.locate is not None:
             return self.locate(*run)
         init = next((e for e in events if is_init(e)), None)
-        return partition_for(gate_key(init) if init else run[1], self.shard_count)
+        return shard_for(gate_key(init) if init else run[1], self.shard_count)
 
     @staticmethod
     def _key_of(journal: Journal | None, events: Sequence[RunEvent], run_id: str) -> str:
