@@ -55,7 +55,7 @@ BUDGETS = {
     "--version": (11, 4),
     "--help": (13, 5),
     "runs list (SQLite)": (85, 39),
-    "runs list (Valkey)": (50, 42),
+    "runs list (Valkey)": (52, 47),
 }
 
 # Runs `lockgate ARGV` as the console script does (`from lockgate.cli import run`), then

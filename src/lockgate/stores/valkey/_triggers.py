@@ -19,10 +19,11 @@ from lockgate._names import check_name
 from lockgate.stores._gates import fair_bucket
 from lockgate.stores._shards import shard_key
 from lockgate.stores._triggers import FiredBatch, TriggerPolicy
-from lockgate.stores.valkey._core import _scored, _text, event_args
+from lockgate.stores.valkey._events import event_args
 from lockgate.stores.valkey._keys import mark_field, member
 from lockgate.stores.valkey._lifecycle import ValkeyLifecycle, run_fields, soonest_op
 from lockgate.stores.valkey._loop import Op, Script, command, operation
+from lockgate.stores.valkey._replies import as_text, scored
 
 #: Marks a slot in a template. Random per process, so no user string can pass for one.
 SLOT_MARK = f"\x1elg-slot-{uuid.uuid4().hex}:"
@@ -98,7 +99,7 @@ class ValkeyTriggers(ValkeyLifecycle):
         if not record:
             return None
         run_id, body_hash = record
-        return _text(run_id), _text(body_hash)
+        return as_text(run_id), as_text(body_hash)
 
     def get_idempotency_run(self, name: str, key: str) -> str | None:
         record = self._idempotency(name, key)
@@ -127,7 +128,7 @@ class ValkeyTriggers(ValkeyLifecycle):
         policy = self._cmd("GET", self._key("policy", name))
         if policy is None:
             return None
-        loaded: dict[str, Any] = json.loads(_text(policy))
+        loaded: dict[str, Any] = json.loads(as_text(policy))
         return loaded
 
     # -- trigger buffers -------------------------------------------------------------------------
@@ -151,7 +152,7 @@ class ValkeyTriggers(ValkeyLifecycle):
         )
         if not fired:
             return None
-        run_id = _text(fired)
+        run_id = as_text(fired)
         if self.shard_count > 1:
             # The fire made the run in this step; its index entry follows (a reader that
             # finds none looks in every shard).
@@ -189,7 +190,7 @@ class ValkeyTriggers(ValkeyLifecycle):
                 0,
                 limit,
             )
-            due.extend((at, shard, key) for key, at in _scored(found).items())
+            due.extend((at, shard, key) for key, at in scored(found).items())
         due.sort()
         if self.shard_count > 1:
             self._buffers[name] = {key: shard for _, shard, key in due[:limit]}
@@ -229,7 +230,7 @@ class ValkeyTriggers(ValkeyLifecycle):
             ),
             shard,
         )
-        fired = _text(fired_id) or None
+        fired = as_text(fired_id) or None
         if fired is not None and self.shard_count > 1:
             # As for a buffer's fire: the run's index entry follows its creation.
             yield command("HSET", self._key("shardof"), member(name, fired), str(shard))
@@ -263,7 +264,7 @@ class ValkeyTriggers(ValkeyLifecycle):
                 answer = self._script(
                     "t_forget_marks", name, prefix, str(below), cursor, shard=shard
                 )
-                cursor, gone = _text(answer[0]), gone + int(answer[1])
+                cursor, gone = as_text(answer[0]), gone + int(answer[1])
                 if cursor == "0":
                     break
         return gone
@@ -313,8 +314,8 @@ class ValkeyTriggers(ValkeyLifecycle):
             cursor_raw, keys = self._cmd(
                 "SCAN", cursor, "MATCH", pattern, "COUNT", MAINTENANCE_BATCH
             )
-            cursor = _text(cursor_raw)
+            cursor = as_text(cursor_raw)
             if keys:
-                yield [_text(k).removeprefix(prefix) for k in keys]
+                yield [as_text(k).removeprefix(prefix) for k in keys]
             if cursor == "0":
                 return
