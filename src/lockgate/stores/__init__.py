@@ -10,7 +10,6 @@ if TYPE_CHECKING:
     from lockgate._errors import StoreFileError, StoreFileGone
     from lockgate.stores._base import (
         CAPABILITY_GROUPS,
-        ControlStore,
         EventLogStore,
         IdempotencyStore,
         LifecycleStore,
@@ -22,6 +21,7 @@ if TYPE_CHECKING:
         VersionStore,
     )
     from lockgate.stores._chains import ChainLink, ChainStore, chain_link
+    from lockgate.stores._controls import ControlStore
     from lockgate.stores._gates import Gates, WaitReason
     from lockgate.stores._insight import BufferInfo, InsightStore, LimitUsage, RateUsage, WorkerInfo
     from lockgate.stores._poison import PoisonPolicy
@@ -114,7 +114,6 @@ if not TYPE_CHECKING:  # a type checker sees the imports above, not a __getattr_
             "lockgate._errors": ("StoreFileError", "StoreFileGone"),
             "lockgate.stores._base": (
                 "CAPABILITY_GROUPS",
-                "ControlStore",
                 "EventLogStore",
                 "IdempotencyStore",
                 "LifecycleStore",
@@ -126,6 +125,7 @@ if not TYPE_CHECKING:  # a type checker sees the imports above, not a __getattr_
                 "VersionStore",
             ),
             "lockgate.stores._chains": ("ChainLink", "ChainStore", "chain_link"),
+            "lockgate.stores._controls": ("ControlStore",),
             "lockgate.stores.composite._store": ("CompositeStore",),
             "lockgate.stores._gates": ("Gates", "WaitReason"),
             "lockgate.stores._insight": (
