@@ -8,7 +8,12 @@ from typing import Any
 
 from lockgate._errors import CapabilityMissing
 from lockgate.stores._gates import Gates
-from lockgate.stores._records import Continuation
+from lockgate.stores._records import (
+    Continuation,
+    SuccessorPlan,
+    continued_successor,
+    gated_successor,
+)
 from lockgate.stores._types import TerminateOutcome, WaitOutcome
 
 
@@ -73,7 +78,15 @@ class ControlStore:
         :class:`EventAfterTerminal` when it ended another way and
         :class:`DuplicateRunError` when ``successor_id`` is another run's; nothing is written
         then."""
-        raise _missing(self, "hand_on")
+        plan = gated_successor(
+            name,
+            run_id,
+            successor_id,
+            version=version,
+            version_behavior=version_behavior,
+            gates=gates,
+        )
+        return self.hand_on(name, run_id, lease, successor_id, plan)
 
     def continue_run(
         self, name: str, run_id: str, lease: str, successor_id: str, continuation: Continuation
@@ -83,4 +96,16 @@ class ControlStore:
         but with the successor's own params, stamp and provenance from ``continuation``
         (``ctx.continue_as_new``). Returns ``successor_id``, also on a repeat; raises as
         :meth:`hand_on_run` does, writing nothing."""
-        raise _missing(self, "continue")
+        if type(self).hand_on is ControlStore.hand_on:
+            raise _missing(self, "continue")
+        plan = continued_successor(name, continuation)
+        return self.hand_on(name, run_id, lease, successor_id, plan)
+
+    def hand_on(
+        self, name: str, run_id: str, lease: str, successor_id: str, plan: SuccessorPlan
+    ) -> str:
+        """The one step of both :meth:`hand_on_run` and :meth:`continue_run`, which a backend
+        provides (and with it both groups): as those say, with the successor's submit and the
+        ``run:continued`` payload built by ``plan`` (``stores/_records.py``) from the run's
+        params, metadata, owner and ``run:init`` payload."""
+        raise _missing(self, "hand_on")

@@ -19,12 +19,9 @@ from lockgate._clock import iso
 from lockgate._errors import RunNotFoundError
 from lockgate._names import check_name, check_optional
 from lockgate.journal._events import EventKind, RunEvent
-from lockgate.stores._gates import Gates, fair_bucket
+from lockgate.stores._gates import fair_bucket
 from lockgate.stores._records import (
-    Continuation,
     SuccessorPlan,
-    continued_successor,
-    gated_successor,
     terminated_payload,
 )
 from lockgate.stores._shards import shard_key
@@ -266,34 +263,7 @@ class ValkeyWaits(ValkeyLifecycle):
     def hand_back_run(self, name: str, run_id: str, worker_id: str | None = None) -> Op[None]:
         yield from self._on_run_op("release", name, run_id, worker_id or "", "hand_back")
 
-    def hand_on_run(
-        self,
-        name: str,
-        run_id: str,
-        lease: str,
-        successor_id: str,
-        *,
-        version: str,
-        version_behavior: str,
-        gates: Gates,
-    ) -> str:
-        plan = gated_successor(
-            name,
-            run_id,
-            successor_id,
-            version=version,
-            version_behavior=version_behavior,
-            gates=gates,
-        )
-        return self._hand_on(name, run_id, lease, successor_id, plan)
-
-    def continue_run(
-        self, name: str, run_id: str, lease: str, successor_id: str, continuation: Continuation
-    ) -> str:
-        plan = continued_successor(name, continuation)
-        return self._hand_on(name, run_id, lease, successor_id, plan)
-
-    def _hand_on(
+    def hand_on(
         self, name: str, run_id: str, lease: str, successor_id: str, plan: SuccessorPlan
     ) -> str:
         """One script when the successor's gates map it to the run's shard; otherwise the
