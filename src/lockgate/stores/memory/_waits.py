@@ -11,7 +11,6 @@ from typing import Any
 
 from lockgate._clock import iso
 from lockgate._errors import EventAfterTerminal
-from lockgate._names import check_name
 from lockgate.journal._events import (
     EventKind,
     RunEvent,
@@ -21,7 +20,7 @@ from lockgate.stores._records import (
     handed_on_to,
     terminated_payload,
 )
-from lockgate.stores._triggers import FiredBatch, TriggerPolicy, settled_fire
+from lockgate.stores._triggers import FiredBatch, TriggerPolicy, batch_submit, settled_fire
 from lockgate.stores._types import (
     SIGNAL_WAITS,
     TerminateOutcome,
@@ -418,8 +417,9 @@ class MemoryWaits(MemoryState):
         first: int,
         last: int,
     ) -> FiredBatch:
-        check_name("workflow name", name)
-        run_id, submit = policy.submit(name, key, events, first, last, source)
+        run_id, submit = batch_submit(
+            name, key, events, policy, source=source, first=first, last=last
+        )
         mark = self._marks.get((name, source, key), -1)
         answer, submit_now = settled_fire(run_id, (name, run_id) in self._runs, mark, first, last)
         if submit_now:

@@ -18,7 +18,7 @@ from typing import Any
 from lockgate._names import check_name
 from lockgate.stores._gates import fair_bucket
 from lockgate.stores._shards import shard_key
-from lockgate.stores._triggers import FiredBatch, TriggerPolicy
+from lockgate.stores._triggers import FiredBatch, TriggerPolicy, batch_submit
 from lockgate.stores.valkey._events import event_args
 from lockgate.stores.valkey._keys import mark_field, member
 from lockgate.stores.valkey._lifecycle import ValkeyLifecycle, run_fields, soonest_op
@@ -213,8 +213,9 @@ class ValkeyTriggers(ValkeyLifecycle):
         first: int,
         last: int,
     ) -> Op[FiredBatch]:
-        check_name("workflow name", name)
-        run_id, submit = policy.submit(name, key, events, first, last, source)
+        run_id, submit = batch_submit(
+            name, key, events, policy, source=source, first=first, last=last
+        )
         shard = self._mark_shard(key, policy)
         now = yield from self._server_now_op()
         fired_id, mark = yield Script(
