@@ -55,7 +55,7 @@ BUDGETS = {
     "--version": (11, 4),
     "--help": (13, 5),
     "runs list (SQLite)": (86, 40),
-    "runs list (Valkey)": (53, 48),
+    "runs list (Valkey)": (55, 50),
 }
 
 # Runs `lockgate ARGV` as the console script does (`from lockgate.cli import run`), then

@@ -13,8 +13,10 @@ from lockgate.stores.valkey._chains import ValkeyChains
 from lockgate.stores.valkey._connection import SHARD_COUNT_DEFAULT
 from lockgate.stores.valkey._insight import ValkeyInsight
 from lockgate.stores.valkey._keys import KEY_LAYOUT, SEP, parts_of
+from lockgate.stores.valkey._maintenance import ValkeyMaintenance, glob_escaped
+from lockgate.stores.valkey._namespace_records import ValkeyNamespaceRecords
 from lockgate.stores.valkey._replies import as_text, decode_hash
-from lockgate.stores.valkey._triggers import ValkeyTriggers, glob_escaped
+from lockgate.stores.valkey._triggers import ValkeyTriggers
 from lockgate.stores.valkey._waits import ValkeyWaits
 
 #: The most shards a namespace may have. Every shard is a hash tag of its own, read in turn by
@@ -25,7 +27,15 @@ from lockgate.stores.valkey._waits import ValkeyWaits
 SHARD_COUNT_MAX = 4096
 
 
-class ValkeyStore(ValkeyWaits, ValkeyTriggers, ValkeyChains, ValkeyInsight, Store):
+class ValkeyStore(
+    ValkeyWaits,
+    ValkeyTriggers,
+    ValkeyNamespaceRecords,
+    ValkeyMaintenance,
+    ValkeyChains,
+    ValkeyInsight,
+    Store,
+):
     """Every store guarantee on a Valkey server, for worker processes on many hosts.
 
     ``url`` is ``valkey://``, ``redis://``, ``rediss://`` or ``unix://``; ``store.url`` shows it
