@@ -27,13 +27,13 @@ from lockgate.stores._types import (
     WaitOutcome,
     WaitSpec,
 )
-from lockgate.stores.memory._state import MemoryState, _Buffer, _locked
+from lockgate.stores.memory._state import MemoryBuffer, MemoryState, locked
 
 
 class MemoryWaits(MemoryState):
     """Timers and waits, signals, updates, pause, terminate, hand-back and triggers in memory."""
 
-    @_locked
+    @locked
     def park_run(
         self, name: str, run_id: str, *, lease: str, events: list[RunEvent], wait: WaitSpec
     ) -> WaitOutcome:
@@ -53,7 +53,7 @@ class MemoryWaits(MemoryState):
         self._dequeue(run)
         return WaitOutcome.PARKED
 
-    @_locked
+    @locked
     def get_sleeping_runs(self, before: float, limit: int = 100) -> list[tuple[str, str]]:
         due = sorted(
             (
@@ -68,7 +68,7 @@ class MemoryWaits(MemoryState):
         )
         return [(name, run_id) for _, _, name, run_id in due[:limit]]
 
-    @_locked
+    @locked
     def next_wait_due(self, after: float) -> float | None:
         return min(
             (
@@ -79,7 +79,7 @@ class MemoryWaits(MemoryState):
             default=None,
         )
 
-    @_locked
+    @locked
     def wake_due(self, name: str, run_id: str, *, due_by: float) -> WaitOutcome:
         run = self._runs.get((name, run_id))
         wait = run.wait if run is not None else None
@@ -130,7 +130,7 @@ class MemoryWaits(MemoryState):
             self._enqueue(run)
         return WaitOutcome.RESOLVED
 
-    @_locked
+    @locked
     def wake_run(
         self,
         name: str,
@@ -141,7 +141,7 @@ class MemoryWaits(MemoryState):
     ) -> WaitOutcome:
         return self._end_wait(name, run_id, wait_id, EventKind.RUN_WOKEN, lease)
 
-    @_locked
+    @locked
     def time_out_wait(
         self,
         name: str,
@@ -152,7 +152,7 @@ class MemoryWaits(MemoryState):
     ) -> WaitOutcome:
         return self._end_wait(name, run_id, wait_id, EventKind.RUN_WAIT_TIMED_OUT, lease)
 
-    @_locked
+    @locked
     def send_signal(
         self,
         name: str,
@@ -187,12 +187,12 @@ class MemoryWaits(MemoryState):
             run.signal_keys[idempotency_key] = result
         return result
 
-    @_locked
+    @locked
     def peek_signal(self, name: str, run_id: str, signal_name: str) -> dict[str, Any] | None:
         run = self._run(name, run_id)
         return next((dict(s) for s in run.signals if s["name"] == signal_name), None)
 
-    @_locked
+    @locked
     def pop_signal_match(self, name: str, run_id: str, signal_name: str, signal_id: str) -> bool:
         run = self._run(name, run_id)
         for index, signal in enumerate(run.signals):
@@ -201,7 +201,7 @@ class MemoryWaits(MemoryState):
                 return True
         return False
 
-    @_locked
+    @locked
     def deliver_update(
         self,
         name: str,
@@ -228,11 +228,11 @@ class MemoryWaits(MemoryState):
             self._enqueue(run)
         return "queued"
 
-    @_locked
+    @locked
     def peek_pending_updates(self, name: str, run_id: str) -> list[dict[str, Any]]:
         return [dict(u) for u in self._run(name, run_id).updates.values()]
 
-    @_locked
+    @locked
     def settle_update(
         self,
         name: str,
@@ -250,12 +250,12 @@ class MemoryWaits(MemoryState):
         if ack:
             run.updates.pop(update_id, None)
 
-    @_locked
+    @locked
     def read_update_result(self, name: str, run_id: str, update_id: str) -> dict[str, Any] | None:
         result = self._run(name, run_id).update_results.get(update_id)
         return dict(result) if result is not None else None
 
-    @_locked
+    @locked
     def request_pause(self, name: str, run_id: str) -> str:
         run = self._runs.get((name, run_id))
         if run is None:
@@ -266,7 +266,7 @@ class MemoryWaits(MemoryState):
             self._latch_pause(run, iso(self._clock()))
         return run.pause_at or iso(self._clock())
 
-    @_locked
+    @locked
     def resume_paused_run(
         self,
         name: str,
@@ -292,7 +292,7 @@ class MemoryWaits(MemoryState):
             return WaitOutcome.RESOLVED
         return WaitOutcome.SUPERSEDED
 
-    @_locked
+    @locked
     def terminate_run(
         self,
         name: str,
@@ -321,7 +321,7 @@ class MemoryWaits(MemoryState):
         self._set_lock(run, None)
         return TerminateOutcome.TERMINATED
 
-    @_locked
+    @locked
     def hand_back_run(self, name: str, run_id: str, worker_id: str | None = None) -> None:
         run = self._runs.get((name, run_id))
         if run is None or (worker_id is not None and run.lock != worker_id):
@@ -330,7 +330,7 @@ class MemoryWaits(MemoryState):
         if not run.ended:
             self._enqueue(run)
 
-    @_locked
+    @locked
     def hand_on(
         self, name: str, run_id: str, lease: str, successor_id: str, plan: SuccessorPlan
     ) -> str:
@@ -359,11 +359,11 @@ class MemoryWaits(MemoryState):
         self._append(run, [continued], run.epoch)
         return successor_id
 
-    @_locked
+    @locked
     def trigger_event(
         self, name: str, key: str, event: dict[str, Any], *, policy: TriggerPolicy
     ) -> str | None:
-        buffer = self._buffers.setdefault((name, key), _Buffer())
+        buffer = self._buffers.setdefault((name, key), MemoryBuffer())
         now = self._clock()
         buffer.events.append((buffer.next_seq, json.loads(json.dumps(event, allow_nan=False))))
         buffer.next_seq += 1
@@ -373,7 +373,7 @@ class MemoryWaits(MemoryState):
             return self._fire(name, key, buffer, policy)
         return None
 
-    @_locked
+    @locked
     def due_triggers(self, name: str, before: float, limit: int = 100) -> list[str]:
         due = sorted(
             (buffer.due_at, key)
@@ -382,7 +382,7 @@ class MemoryWaits(MemoryState):
         )
         return [key for _, key in due[:limit]]
 
-    @_locked
+    @locked
     def fire_trigger(
         self, name: str, key: str, *, policy: TriggerPolicy, due_by: float
     ) -> str | None:
@@ -393,7 +393,7 @@ class MemoryWaits(MemoryState):
             return None
         return self._fire(name, key, buffer, policy)
 
-    @_locked
+    @locked
     def next_trigger_due(self, name: str, after: float) -> float | None:
         return min(
             (
@@ -405,7 +405,7 @@ class MemoryWaits(MemoryState):
             default=None,
         )
 
-    @_locked
+    @locked
     def fire_batch(
         self,
         name: str,
@@ -428,7 +428,7 @@ class MemoryWaits(MemoryState):
         self._marks[(name, source, key)] = answer.fired_through
         return answer
 
-    @_locked
+    @locked
     def fired_through(
         self, name: str, source: str, keys: Mapping[str, TriggerPolicy]
     ) -> dict[str, int]:
@@ -438,14 +438,14 @@ class MemoryWaits(MemoryState):
             if (name, source, key) in self._marks
         }
 
-    @_locked
+    @locked
     def forget_marks(self, name: str, source: str, below: int) -> int:
         gone = [m for m, at in self._marks.items() if m[:2] == (name, source) and at < below]
         for mark in gone:
             del self._marks[mark]
         return len(gone)
 
-    def _fire(self, name: str, key: str, buffer: _Buffer, policy: TriggerPolicy) -> str:
+    def _fire(self, name: str, key: str, buffer: MemoryBuffer, policy: TriggerPolicy) -> str:
         events = [event for _, event in buffer.events]
         run_id, submit = policy.submit(name, key, events, buffer.events[0][0], buffer.events[-1][0])
         buffer.events, buffer.first_at, buffer.due_at = [], None, None
