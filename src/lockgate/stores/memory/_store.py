@@ -46,10 +46,11 @@ from lockgate.stores.memory._state import (
     MemoryRun,
     locked,
 )
+from lockgate.stores.memory._triggers import MemoryTriggers
 from lockgate.stores.memory._waits import MemoryWaits
 
 
-class MemoryStore(MemoryWaits, MemoryInsight, Store):
+class MemoryStore(MemoryWaits, MemoryTriggers, MemoryInsight, Store):
     """Every store guarantee, held in this process's memory; nothing survives the process.
 
     For tests, demos and embedding. ``clock`` judges lease expiry and timers; pass the same

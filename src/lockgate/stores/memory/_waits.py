@@ -1,12 +1,9 @@
-"""MemoryStore's optional groups: parking and waking runs, signals, updates, run controls
-and trigger buffers."""
+"""MemoryStore's optional groups: parking and waking runs, signals, updates and run
+controls."""
 
 from __future__ import annotations
 
-import json
 import uuid
-from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
 from lockgate._clock import iso
@@ -20,18 +17,17 @@ from lockgate.stores._records import (
     handed_on_to,
     terminated_payload,
 )
-from lockgate.stores._triggers import FiredBatch, TriggerPolicy, batch_submit, settled_fire
 from lockgate.stores._types import (
     SIGNAL_WAITS,
     TerminateOutcome,
     WaitOutcome,
     WaitSpec,
 )
-from lockgate.stores.memory._state import MemoryBuffer, MemoryState, locked
+from lockgate.stores.memory._state import MemoryState, locked
 
 
 class MemoryWaits(MemoryState):
-    """Timers and waits, signals, updates, pause, terminate, hand-back and triggers in memory."""
+    """Timers and waits, signals, updates, pause, terminate, hand-back and hand-on in memory."""
 
     @locked
     def park_run(
@@ -358,96 +354,3 @@ class MemoryWaits(MemoryState):
         continued = self._event(run, EventKind.RUN_CONTINUED, continued_with)
         self._append(run, [continued], run.epoch)
         return successor_id
-
-    @locked
-    def trigger_event(
-        self, name: str, key: str, event: dict[str, Any], *, policy: TriggerPolicy
-    ) -> str | None:
-        buffer = self._buffers.setdefault((name, key), MemoryBuffer())
-        now = self._clock()
-        buffer.events.append((buffer.next_seq, json.loads(json.dumps(event, allow_nan=False))))
-        buffer.next_seq += 1
-        buffer.first_at = now if buffer.first_at is None else buffer.first_at
-        buffer.due_at = policy.due_at(buffer.first_at, now, buffer.due_at)
-        if policy.full(len(buffer.events)):
-            return self._fire(name, key, buffer, policy)
-        return None
-
-    @locked
-    def due_triggers(self, name: str, before: float, limit: int = 100) -> list[str]:
-        due = sorted(
-            (buffer.due_at, key)
-            for (n, key), buffer in self._buffers.items()
-            if n == name and buffer.events and buffer.due_at is not None and buffer.due_at <= before
-        )
-        return [key for _, key in due[:limit]]
-
-    @locked
-    def fire_trigger(
-        self, name: str, key: str, *, policy: TriggerPolicy, due_by: float
-    ) -> str | None:
-        buffer = self._buffers.get((name, key))
-        if buffer is None or not buffer.events or buffer.due_at is None:
-            return None
-        if buffer.due_at > due_by:
-            return None
-        return self._fire(name, key, buffer, policy)
-
-    @locked
-    def next_trigger_due(self, name: str, after: float) -> float | None:
-        return min(
-            (
-                buffer.due_at
-                for (n, _), buffer in self._buffers.items()
-                if n == name and buffer.events and buffer.due_at is not None
-                if buffer.due_at > after
-            ),
-            default=None,
-        )
-
-    @locked
-    def fire_batch(
-        self,
-        name: str,
-        key: str,
-        events: list[dict[str, Any]],
-        *,
-        policy: TriggerPolicy,
-        source: str,
-        first: int,
-        last: int,
-    ) -> FiredBatch:
-        run_id, submit = batch_submit(
-            name, key, events, policy, source=source, first=first, last=last
-        )
-        mark = self._marks.get((name, source, key), -1)
-        answer, submit_now = settled_fire(run_id, (name, run_id) in self._runs, mark, first, last)
-        if submit_now:
-            params = json.loads(json.dumps(submit.params, allow_nan=False))
-            self._insert_run(replace(submit, params=params), run_id, None, self._clock())
-        self._marks[(name, source, key)] = answer.fired_through
-        return answer
-
-    @locked
-    def fired_through(
-        self, name: str, source: str, keys: Mapping[str, TriggerPolicy]
-    ) -> dict[str, int]:
-        return {
-            key: self._marks[(name, source, key)]
-            for key in keys
-            if (name, source, key) in self._marks
-        }
-
-    @locked
-    def forget_marks(self, name: str, source: str, below: int) -> int:
-        gone = [m for m, at in self._marks.items() if m[:2] == (name, source) and at < below]
-        for mark in gone:
-            del self._marks[mark]
-        return len(gone)
-
-    def _fire(self, name: str, key: str, buffer: MemoryBuffer, policy: TriggerPolicy) -> str:
-        events = [event for _, event in buffer.events]
-        run_id, submit = policy.submit(name, key, events, buffer.events[0][0], buffer.events[-1][0])
-        buffer.events, buffer.first_at, buffer.due_at = [], None, None
-        self._insert_run(submit, run_id, None, self._clock())
-        return run_id
