@@ -131,7 +131,7 @@ def _valkey(
 ) -> Store:
     """A Valkey store of ``cls``: the server's query parameters stay in its URL, the others
     are store options."""
-    from lockgate.stores.valkey._connect import SERVER_QUERY
+    from lockgate.stores.valkey._first_contact import SERVER_QUERY
 
     parts = urlsplit(url)
     kept = urlencode([(k, v) for k, v in query if k in SERVER_QUERY])

@@ -11,7 +11,7 @@ from typing import Any
 
 from lockgate._errors import ConfigurationError, ShardCountMismatch, StoreUnavailable
 from lockgate.stores.valkey import _keys as keyspace
-from lockgate.stores.valkey._connect import (
+from lockgate.stores.valkey._first_contact import (
     check_server_url,
     first_contact_error,
     redacted_url,
