@@ -42,8 +42,8 @@ from typing import Any
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from lockgate import Collect, CompositeStore, Debounce, WorkflowContext, open_store, workflow
+from lockgate.stores._shards import shard_for
 from lockgate.stores.kafka import KafkaEventLogStore
-from lockgate.stores.kafka._partition import partition_for
 from lockgate.streams import TriggerConsumer
 from lockgate.streams._topics import trigger_topic
 from lockgate.streams.triggers._consumer import CONSUMER_FETCH
@@ -106,7 +106,7 @@ def produce(bootstrap: str, topic: str, events: list[tuple[str, dict[str, Any]]]
         while True:
             try:
                 producer.produce(
-                    topic, value=value, key=key.encode(), partition=partition_for(key, SHARDS)
+                    topic, value=value, key=key.encode(), partition=shard_for(key, SHARDS)
                 )
                 break
             except BufferError:
@@ -219,7 +219,7 @@ def fire_delays(url: str, bootstrap: str) -> list[float]:
             time.sleep(due - time.time())
         key = f"open{n}"
         value = json.dumps({"k": key, "sent_at": time.time()}).encode()
-        producer.produce(topic, value=value, key=key.encode(), partition=partition_for(key, SHARDS))
+        producer.produce(topic, value=value, key=key.encode(), partition=shard_for(key, SHARDS))
         producer.poll(0)
     assert producer.flush(60) == 0
     deadline = time.monotonic() + WINDOW + 60

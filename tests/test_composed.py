@@ -1,8 +1,8 @@
-"""A CompositeStore's operations on the event loop (``stores/_composed.py``): the same operation
-driven with plain calls or natively gives the same answers and errors; on Valkey + Kafka the
-worker's hot calls run natively, an awaited append returns only once Kafka has the copy, the
-copies of many runs in flight share the producer, and a batch claim reads its runs' journals
-side by side."""
+"""A CompositeStore's operations on the event loop (``stores/composite/_composed.py``): the same
+operation driven with plain calls or natively gives the same answers and errors; on Valkey +
+Kafka the worker's hot calls run natively, an awaited append returns only once Kafka has the
+copy, the copies of many runs in flight share the producer, and a batch claim reads its runs'
+journals side by side."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from lockgate import (
 )
 from lockgate.stores import CompositeStore, KafkaEventLogStore, ValkeyLifecycleStore
 from lockgate.stores._calls import call_store
-from lockgate.stores._composed import Call, Op, Together, drive, drive_natively
+from lockgate.stores.composite._composed import Call, Op, Together, drive, drive_natively
 from valkey_server import shared_url
 
 

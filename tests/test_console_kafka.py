@@ -32,7 +32,7 @@ from lockgate import (
 )
 from lockgate.http import create_app
 from lockgate.stores import CompositeStore
-from lockgate.stores.kafka._partition import partition_for
+from lockgate.stores._shards import shard_for
 from lockgate.streams import trigger_topic
 from lockgate.streams._group_view import GroupViewer
 from lockgate.streams.bound import bound_run_id
@@ -92,8 +92,8 @@ def keys_on_distinct_partitions() -> tuple[str, int, str, int]:
     first = "fired"
     for n in range(100):
         other = f"held{n}"
-        if partition_for(other, SHARDS) != partition_for(first, SHARDS):
-            return first, partition_for(first, SHARDS), other, partition_for(other, SHARDS)
+        if shard_for(other, SHARDS) != shard_for(first, SHARDS):
+            return first, shard_for(first, SHARDS), other, shard_for(other, SHARDS)
     raise AssertionError("no two keys on two partitions")
 
 

@@ -17,7 +17,7 @@ from lockgate.journal._events import EPOCH_HEADER, RunEvent
 from lockgate.stores._records import Submit
 from lockgate.stores._shards import shard_for
 from lockgate.stores.kafka import _codec
-from lockgate.stores.kafka._partition import gate_key, partition_for
+from lockgate.stores.kafka._partition import gate_key
 
 SCHEMAS = Path(__file__).parents[1] / "schemas"
 
@@ -137,10 +137,9 @@ def test_a_submitted_runs_gate_key_is_read_back_from_its_run_init() -> None:
 @pytest.mark.parametrize("partitions", [1, 2, 7, 16])
 def test_the_partition_is_the_valkey_shard_of_the_same_key(partitions: int) -> None:
     keys = [f"key-{i}" for i in range(200)]
-    assert [partition_for(k, partitions) for k in keys] == [shard_for(k, partitions) for k in keys]
-    assert {partition_for(k, partitions) for k in keys} == set(range(partitions))
+    assert {shard_for(k, partitions) for k in keys} == set(range(partitions))
     # Spelled out, not Python's salted hash: the first 8 bytes of SHA-1, big-endian, mod n.
-    assert partition_for("acct-1", 16) == 0x6F795E0E61DE4F75 % 16
+    assert shard_for("acct-1", 16) == 0x6F795E0E61DE4F75 % 16
 
 
 def test_a_record_of_a_newer_schema_major_is_refused_not_guessed() -> None:

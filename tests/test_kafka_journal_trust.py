@@ -41,8 +41,8 @@ from lockgate import (
 from lockgate.http import create_app
 from lockgate.journal._events import EPOCH_HEADER
 from lockgate.stores import CompositeStore, KafkaEventLogStore, ValkeyLifecycleStore
+from lockgate.stores.composite._rebuild import rebuild_lifecycle
 from lockgate.stores.kafka._codec import MAC_HEADER, encode, record_headers, record_mac
-from lockgate.stores.kafka._rebuild import rebuild_lifecycle
 from valkey_server import shared_url
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -652,7 +652,7 @@ def test_a_journal_key_is_never_quoted_in_an_error(kafka_bootstrap: str) -> None
         assert secret not in line, line
         assert "journal_key=***" in line, line
     from lockgate import ConfigurationError
-    from lockgate.stores._open import open_store
+    from lockgate.stores.opener._open import open_store
 
     with pytest.raises(ConfigurationError) as caught:
         open_store(shared_url(), journal=f"kafka://{kafka_bootstrap}?journal_key={secret}#frag")

@@ -26,8 +26,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, rule, run_sta
 
 from lockgate import Collect, Debounce, ManualClock, MemoryStore, WorkflowContext, workflow
 from lockgate._errors import StoreUnavailable
+from lockgate.stores._shards import shard_for
 from lockgate.stores.kafka import KafkaEventLogStore
-from lockgate.stores.kafka._partition import partition_for
 from lockgate.streams import TriggerConsumer
 from lockgate.streams.triggers._consumer import PRUNE_EVERY
 from lockgate.workflow._spec import get_workflow, trigger_policy
@@ -83,7 +83,7 @@ class TriggerTopicMachine(RuleBasedStateMachine):
 
     @rule(key=st.sampled_from(KEYS), count=st.integers(1, 5), elsewhere=st.booleans())
     def produce(self, key: str, count: int, elsewhere: bool) -> None:
-        home = partition_for(key, PARTITIONS)
+        home = shard_for(key, PARTITIONS)
         partition = (home + 1) % PARTITIONS if elsewhere else home
         for _ in range(count):
             value = json.dumps({"k": key, "n": self.n}).encode()
@@ -234,7 +234,7 @@ def test_fires_wait_for_a_store_that_is_away_with_reading_paused_and_lose_nothin
         for n in range(first, first + count):
             value = json.dumps({"k": "a", "n": n}).encode()
             producer.produce(
-                consumer.topic, value=value, key=b"a", partition=partition_for("a", PARTITIONS)
+                consumer.topic, value=value, key=b"a", partition=shard_for("a", PARTITIONS)
             )
         assert producer.flush(30) == 0
 

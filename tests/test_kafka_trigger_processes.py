@@ -24,7 +24,7 @@ from confluent_kafka.admin import AdminClient
 
 from lockgate import WorkflowClient
 from lockgate.stores import CompositeStore
-from lockgate.stores.kafka._partition import partition_for
+from lockgate.stores._shards import shard_for
 from lockgate.streams._dead_letters import REASON_HEADER, SOURCE_HEADER
 from test_kafka_processes import KafkaCluster
 from test_kafka_triggers import every_run, runs_of
@@ -205,7 +205,7 @@ def alone_on_partitions(count: int) -> list[str]:
     keys: dict[int, str] = {}
     n = 0
     while len(keys) < count:
-        keys.setdefault(partition_for(f"key-{n}", SHARDS), f"key-{n}")
+        keys.setdefault(shard_for(f"key-{n}", SHARDS), f"key-{n}")
         n += 1
     return list(keys.values())
 
@@ -267,7 +267,7 @@ def test_bad_records_go_to_the_dead_letter_topic_and_the_good_ones_around_them_f
     ]
     producer = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True})
     for value in records:  # all keyed "a", on a's partition
-        producer.produce(topic, value=value, key=b"a", partition=partition_for("a", SHARDS))
+        producer.produce(topic, value=value, key=b"a", partition=shard_for("a", SHARDS))
     assert producer.flush(30) == 0
     wait_for("the good records' run", lambda: len(runs_of(store, "proc_capped")) == 1, cluster, 60)
     [params] = runs_of(store, "proc_capped")
@@ -279,7 +279,7 @@ def test_bad_records_go_to_the_dead_letter_topic_and_the_good_ones_around_them_f
         b"over-cap",
     ]
     assert [m.value() for m in dead[:2]] == [b"not json {", b"[1, 2]"]
-    partition = partition_for("a", SHARDS)
+    partition = shard_for("a", SHARDS)
     assert [dict(m.headers())[SOURCE_HEADER] for m in dead] == [
         f"{topic}/{partition}/{offset}".encode() for offset in (1, 2, 4)
     ]

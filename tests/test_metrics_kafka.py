@@ -32,7 +32,7 @@ from lockgate import (
     workflow,
 )
 from lockgate.stores import CompositeStore, KafkaEventLogStore
-from lockgate.stores.kafka._partition import partition_for
+from lockgate.stores._shards import shard_for
 from lockgate.streams import trigger_topic
 from lockgate.streams._topics import group_id
 from lockgate.streams.bound import bound_group
@@ -142,7 +142,7 @@ def keys_on(partitions: list[int], per_partition: int) -> dict[int, list[str]]:
     n = 0
     while any(len(keys) < per_partition for keys in found.values()):
         key = f"key{n}"
-        p = partition_for(key, SHARDS)
+        p = shard_for(key, SHARDS)
         if p in found and len(found[p]) < per_partition:
             found[p].append(key)
         n += 1

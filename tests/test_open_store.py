@@ -18,7 +18,8 @@ from lockgate import (
     StoreUnavailable,
 )
 from lockgate.stores import SQLiteStore, ValkeyStore
-from lockgate.stores._open import STORE_URL_ENV, _from_text, is_valkey_url, open_store
+from lockgate.stores._urls import STORE_URL_ENV, from_text
+from lockgate.stores.opener._open import is_valkey_url, open_store
 from valkey_server import ValkeyServer, free_port, http_server, shared_url
 
 
@@ -302,7 +303,7 @@ def test_a_url_without_a_scheme_is_refused(url: str) -> None:
     ],
 )
 def test_text_is_converted_to_the_declared_type(declared: Any, text: str, expected: Any) -> None:
-    value = _from_text(declared, text)
+    value = from_text(declared, text)
     assert value == expected
     assert type(value) is type(expected)
 
@@ -312,7 +313,7 @@ def test_text_is_converted_to_the_declared_type(declared: Any, text: str, expect
 )
 def test_text_that_spells_no_value_of_the_type_is_refused(declared: Any, text: str) -> None:
     with pytest.raises(ValueError, match=repr(text)):
-        _from_text(declared, text)
+        from_text(declared, text)
 
 
 # -- what answers at a Valkey URL, and what the URL itself says ------------------------------

@@ -200,4 +200,4 @@ def test_the_stores_package_exports_the_rebuild_from_the_journal() -> None:
     import lockgate.stores
 
     assert {"RebuildReport", "rebuild_lifecycle"} <= set(lockgate.stores.__all__)
-    assert lockgate.stores.rebuild_lifecycle.__module__ == "lockgate.stores.kafka._rebuild"
+    assert lockgate.stores.rebuild_lifecycle.__module__ == "lockgate.stores.composite._rebuild"

@@ -31,7 +31,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from lockgate import EventKind, RunStatus, WorkflowClient
 from lockgate.stores import Store
-from lockgate.stores._open import open_store
+from lockgate.stores.opener._open import open_store
 from lockgate.streams.bound import bound_run_id
 from lockgate.worker import WorkerOptions
 from test_kafka_trigger_processes import kcat_produce

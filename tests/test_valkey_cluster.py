@@ -24,7 +24,7 @@ from lockgate import (
     WorkflowContext,
     workflow,
 )
-from lockgate.stores.valkey._connect import redacted_url
+from lockgate.stores.valkey._first_contact import redacted_url
 from lockgate.worker import WorkerOptions, WorkflowWorker
 from valkey_server import ValkeyCluster, ValkeyServer, free_port, shared_url
 

@@ -18,7 +18,7 @@ import sys
 from typing import Any
 
 from lockgate.stores import SQLiteStore, Store
-from lockgate.stores._open import open_store
+from lockgate.stores.opener._open import open_store
 from lockgate.worker import WorkerOptions, WorkflowWorker
 
 

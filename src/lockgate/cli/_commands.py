@@ -29,7 +29,8 @@ from lockgate.cli._params import (
     seconds,
 )
 from lockgate.cli._rebuild import add_rebuild_parser
-from lockgate.stores._open import STORE_URL_ENV, open_store
+from lockgate.stores._urls import STORE_URL_ENV
+from lockgate.stores.opener._open import open_store
 from lockgate.worker._options import WorkerOptions
 
 if TYPE_CHECKING:
@@ -70,7 +71,7 @@ async def worker(args: argparse.Namespace) -> int:
     it does not answer, the worker waits for it (``/readyz`` saying so) instead of failing.
     The start-up line, and each later change of state, come from the worker."""
     from lockgate._repeats import log_to_stderr
-    from lockgate.stores.valkey._connect import redacted_url
+    from lockgate.stores.valkey._first_contact import redacted_url
     from lockgate.worker._serve import serve
 
     workflows = load_workflows(args.target)

@@ -18,7 +18,7 @@ from typing import Any
 from lockgate._output import note, out
 from lockgate.cli._exits import FAILED, OK, Failure
 from lockgate.cli._params import Subparsers, port
-from lockgate.stores._open import JOURNAL_URL_ENV, STORE_URL_ENV
+from lockgate.stores._urls import JOURNAL_URL_ENV, STORE_URL_ENV
 
 DEFAULT_DATA_DIR = ".lockgate-dev"
 

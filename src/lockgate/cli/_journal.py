@@ -22,10 +22,11 @@ from typing import IO, TYPE_CHECKING, Any
 
 from lockgate.cli._exits import FAILED, OK, Failure
 from lockgate.cli._params import Subparsers
-from lockgate.stores._open import JOURNAL_URL_ENV, is_valkey_url, open_store
+from lockgate.stores._urls import JOURNAL_URL_ENV
+from lockgate.stores.opener._open import is_valkey_url, open_store
 
 if TYPE_CHECKING:  # imported where used: the parser below is built for every command line
-    from lockgate.stores._composite import CompositeStore
+    from lockgate.stores.composite._store import CompositeStore
     from lockgate.stores.kafka._fold import Folded, ReplaySummary
     from lockgate.stores.kafka._replay import JournalReplay
 
@@ -155,7 +156,7 @@ def replay(args: argparse.Namespace) -> int:
 def _lifecycle(store_url: str, journal_url: str) -> CompositeStore:
     """The store ``--store`` names, with the journal: its lifecycle is asked each run's
     highest issued epoch."""
-    from lockgate.stores._composite import CompositeStore
+    from lockgate.stores.composite._store import CompositeStore
 
     store = open_store(store_url, journal=journal_url)
     if not isinstance(store, CompositeStore) or not callable(

@@ -24,14 +24,15 @@ new command:
 - A new command group gets a module of its own (``lockgate topics`` in ``cli/_topics.py``), so
   that branches adding commands meet only in their one line each of :data:`COMMANDS`.
 - Keep that module's top-level imports light (argparse, ``cli._params``, ``lockgate._output``,
-  ``cli._exits``, ``stores._open``, enums and option dataclasses): import the client, the
-  worker, a store backend, ``streams``, ``http``, confluent_kafka, redis or fastapi inside the
-  handler that uses them (types for annotations under ``if TYPE_CHECKING:``).
+  ``cli._exits``, ``stores._urls``, ``stores.opener._open``, enums and option dataclasses):
+  import the client, the worker, a store backend, ``streams``, ``http``, confluent_kafka, redis
+  or fastapi inside the handler that uses them (types for annotations under
+  ``if TYPE_CHECKING:``).
   ``tests/test_cli_imports.py`` fails when ``--help`` or ``runs list`` on SQLite imports one
   of the heavy modules it names.
 
 The package ``__init__``s help: they import their names when first used (``lockgate._lazy``),
-so ``from lockgate.stores._open import open_store`` imports no backend.
+so ``from lockgate.stores.opener._open import open_store`` imports no backend.
 """
 
 from __future__ import annotations
@@ -86,7 +87,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     from collections.abc import Coroutine
 
     from lockgate.cli._params import check_names
-    from lockgate.stores._open import open_store
+    from lockgate.stores.opener._open import open_store
 
     check_names(args)
     if args.run is None:

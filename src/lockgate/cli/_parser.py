@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 def _common() -> argparse.ArgumentParser:
     """The options every command that opens a store takes."""
-    from lockgate.stores._open import JOURNAL_URL_ENV, STORE_URL_ENV
+    from lockgate.stores._urls import JOURNAL_URL_ENV, STORE_URL_ENV
 
     common = _Parser(add_help=False)
     common.add_argument(

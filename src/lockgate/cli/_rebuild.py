@@ -1,5 +1,5 @@
 """``lockgate store rebuild``: restore a Valkey store's tier from its Kafka journal topic after
-Valkey lost it (see ``stores/kafka/_rebuild`` and docs/kafka.md)."""
+Valkey lost it (see ``stores/composite/_rebuild`` and docs/kafka.md)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING
 from lockgate._output import out
 from lockgate.cli._exits import FAILED, OK, Failure
 from lockgate.cli._params import Subparsers
-from lockgate.stores._open import JOURNAL_URL_ENV, STORE_URL_ENV, is_valkey_url, open_store
+from lockgate.stores._urls import JOURNAL_URL_ENV, STORE_URL_ENV
+from lockgate.stores.opener._open import is_valkey_url, open_store
 
 if TYPE_CHECKING:
-    from lockgate.stores.kafka._rebuild import Progress
+    from lockgate.stores.composite._rebuild import Progress
 
 NEEDS = (
     "store rebuild needs --journal kafka://HOST:PORT (or $LOCKGATE_JOURNAL_URL) and a "
@@ -54,8 +55,8 @@ def _progress() -> Progress | None:
 async def store_rebuild(args: argparse.Namespace) -> int:
     """Open the composite store, rebuild it, print the report. (A coroutine only because the
     dispatcher runs commands that open their own store that way; the rebuild blocks.)"""
-    from lockgate.stores._composite import CompositeStore
-    from lockgate.stores.kafka._rebuild import rebuild_lifecycle
+    from lockgate.stores.composite._rebuild import rebuild_lifecycle
+    from lockgate.stores.composite._store import CompositeStore
 
     url = args.store if args.store is not None else os.environ.get(STORE_URL_ENV)
     journal = args.journal if args.journal is not None else os.environ.get(JOURNAL_URL_ENV)

@@ -11,7 +11,7 @@ from lockgate._output import note
 from lockgate.cli._exits import OK, Failure
 from lockgate.cli._load import load_workflows
 from lockgate.cli._params import Subparsers, port
-from lockgate.stores._open import open_store
+from lockgate.stores.opener._open import open_store
 
 if TYPE_CHECKING:
     import asyncio

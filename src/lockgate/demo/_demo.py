@@ -27,7 +27,7 @@ from lockgate.demo._board import Board
 from lockgate.demo._orders import CRASH_EXIT, DEMO_DIR_ENV
 from lockgate.journal._events import RunStatus
 from lockgate.stores._base import Store
-from lockgate.stores._open import open_store
+from lockgate.stores.opener._open import open_store
 
 ORDERS: dict[str, dict[str, Any]] = {
     "A-100": {"items": 2, "amount": 1200},

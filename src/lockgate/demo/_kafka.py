@@ -205,7 +205,7 @@ class StreamTour:
 
     async def tour(self) -> int:
         from lockgate.client._client import WorkflowClient
-        from lockgate.stores._open import open_store
+        from lockgate.stores.opener._open import open_store
 
         say = self.board.say
         say("lockgate demo --kafka: its own Kafka broker and Valkey server, two workers")

@@ -10,7 +10,6 @@ if TYPE_CHECKING:
     from lockgate._errors import StoreFileError, StoreFileGone
     from lockgate.stores._base import (
         CAPABILITY_GROUPS,
-        ControlStore,
         EventLogStore,
         IdempotencyStore,
         LifecycleStore,
@@ -22,10 +21,9 @@ if TYPE_CHECKING:
         VersionStore,
     )
     from lockgate.stores._chains import ChainLink, ChainStore, chain_link
-    from lockgate.stores._composite import CompositeStore
+    from lockgate.stores._controls import ControlStore
     from lockgate.stores._gates import Gates, WaitReason
     from lockgate.stores._insight import BufferInfo, InsightStore, LimitUsage, RateUsage, WorkerInfo
-    from lockgate.stores._open import JOURNAL_URL_ENV, STORE_URL_ENV, open_store
     from lockgate.stores._poison import PoisonPolicy
     from lockgate.stores._records import Continuation
     from lockgate.stores._triggers import FiredBatch, TriggerPolicy, TriggerStore
@@ -39,6 +37,9 @@ if TYPE_CHECKING:
         WaitOutcome,
         WaitSpec,
     )
+    from lockgate.stores._urls import JOURNAL_URL_ENV, STORE_URL_ENV
+    from lockgate.stores.composite._rebuild import RebuildReport, rebuild_lifecycle
+    from lockgate.stores.composite._store import CompositeStore
     from lockgate.stores.kafka import (
         JournalRecord,
         JournalReplay,
@@ -46,8 +47,8 @@ if TYPE_CHECKING:
         ReplaySummary,
         replay_journal,
     )
-    from lockgate.stores.kafka._rebuild import RebuildReport, rebuild_lifecycle
     from lockgate.stores.memory import MemoryStore
+    from lockgate.stores.opener._open import open_store
     from lockgate.stores.sqlite import SQLiteStore
     from lockgate.stores.valkey import ValkeyLifecycleStore, ValkeyStore
 
@@ -113,7 +114,6 @@ if not TYPE_CHECKING:  # a type checker sees the imports above, not a __getattr_
             "lockgate._errors": ("StoreFileError", "StoreFileGone"),
             "lockgate.stores._base": (
                 "CAPABILITY_GROUPS",
-                "ControlStore",
                 "EventLogStore",
                 "IdempotencyStore",
                 "LifecycleStore",
@@ -125,7 +125,8 @@ if not TYPE_CHECKING:  # a type checker sees the imports above, not a __getattr_
                 "VersionStore",
             ),
             "lockgate.stores._chains": ("ChainLink", "ChainStore", "chain_link"),
-            "lockgate.stores._composite": ("CompositeStore",),
+            "lockgate.stores._controls": ("ControlStore",),
+            "lockgate.stores.composite._store": ("CompositeStore",),
             "lockgate.stores._gates": ("Gates", "WaitReason"),
             "lockgate.stores._insight": (
                 "BufferInfo",
@@ -134,10 +135,11 @@ if not TYPE_CHECKING:  # a type checker sees the imports above, not a __getattr_
                 "RateUsage",
                 "WorkerInfo",
             ),
-            "lockgate.stores._open": ("JOURNAL_URL_ENV", "STORE_URL_ENV", "open_store"),
+            "lockgate.stores.opener._open": ("open_store",),
             "lockgate.stores._poison": ("PoisonPolicy",),
             "lockgate.stores._records": ("Continuation",),
             "lockgate.stores._triggers": ("FiredBatch", "TriggerPolicy", "TriggerStore"),
+            "lockgate.stores._urls": ("JOURNAL_URL_ENV", "STORE_URL_ENV"),
             "lockgate.stores._types": (
                 "ClaimedRun",
                 "Claims",
@@ -155,7 +157,7 @@ if not TYPE_CHECKING:  # a type checker sees the imports above, not a __getattr_
                 "ReplaySummary",
                 "replay_journal",
             ),
-            "lockgate.stores.kafka._rebuild": ("RebuildReport", "rebuild_lifecycle"),
+            "lockgate.stores.composite._rebuild": ("RebuildReport", "rebuild_lifecycle"),
             "lockgate.stores.memory": ("MemoryStore",),
             "lockgate.stores.sqlite": ("SQLiteStore",),
             "lockgate.stores.valkey": ("ValkeyLifecycleStore", "ValkeyStore"),

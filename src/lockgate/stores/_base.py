@@ -22,10 +22,11 @@ from lockgate._errors import CapabilityMissing
 from lockgate.journal._events import RunEvent
 from lockgate.stores._batch import new_run
 from lockgate.stores._chains import ChainStore
-from lockgate.stores._gates import Gates, WaitReason
+from lockgate.stores._controls import ControlStore
+from lockgate.stores._gates import WaitReason
 from lockgate.stores._insight import INSIGHT_GROUPS, InsightStore
 from lockgate.stores._poison import PoisonPolicy
-from lockgate.stores._records import Continuation, Submit
+from lockgate.stores._records import Submit
 from lockgate.stores._triggers import TriggerStore
 from lockgate.stores._types import (
     ClaimedRun,
@@ -33,7 +34,6 @@ from lockgate.stores._types import (
     RunControls,
     RunInfo,
     StoreMarker,
-    TerminateOutcome,
     WaitOutcome,
     WaitSpec,
 )
@@ -540,76 +540,6 @@ class UpdateStore:
         raise _missing(self, "updates")
 
 
-class ControlStore:
-    """Pause, terminate and hand-back: run controls beyond cancel."""
-
-    def request_pause(self, name: str, run_id: str) -> str:
-        """Latch a pause; the run parks at its next boundary. Returns the latch's ISO time."""
-        raise _missing(self, "pause")
-
-    def resume_paused_run(
-        self,
-        name: str,
-        run_id: str,
-        *,
-        wait_id: str | None = None,
-    ) -> WaitOutcome:
-        """Lift a pause (``wait_id``, or whichever is open) and queue the run."""
-        raise _missing(self, "pause")
-
-    def terminate_run(
-        self,
-        name: str,
-        run_id: str,
-        *,
-        reason: str | None = None,
-        requested_by: str | None = None,
-        cause: dict[str, Any] | None = None,
-    ) -> TerminateOutcome:
-        """End the run now, without its worker, in one atomic step: journal ``run:error`` with
-        code ``terminated``, latch the cancel, delete the lock (so a holder still running has
-        every fenced write refused) and take the run off the queue and its waits."""
-        raise _missing(self, "terminate")
-
-    def hand_back_run(self, name: str, run_id: str, worker_id: str | None = None) -> None:
-        """Give a claim back unrun: drop the lock and queue the run, with no event and no
-        retry counted."""
-        raise _missing(self, "hand_back")
-
-    def hand_on_run(
-        self,
-        name: str,
-        run_id: str,
-        lease: str,
-        successor_id: str,
-        *,
-        version: str,
-        version_behavior: str,
-        gates: Gates,
-    ) -> str:
-        """Hand a claimed run whose body has not started on to a successor stamped with
-        ``gates`` and ``version``, in one step: create ``successor_id`` with the run's params,
-        metadata and owner (``provenance.source.gated_from`` naming the run), move to it what
-        the run holds undelivered (buffered signals and their send keys, pending updates, a
-        latched cancel or pause), and end the run with ``run:continued`` naming the successor,
-        fenced by ``lease``. Returns ``successor_id``; a repeat after the run was handed on to
-        it returns it again. Raises :class:`LockLost` when ``lease`` no longer holds the run,
-        :class:`EventAfterTerminal` when it ended another way and
-        :class:`DuplicateRunError` when ``successor_id`` is another run's; nothing is written
-        then."""
-        raise _missing(self, "hand_on")
-
-    def continue_run(
-        self, name: str, run_id: str, lease: str, successor_id: str, continuation: Continuation
-    ) -> str:
-        """End a claimed run ``run:continued`` and start its successor, in one step, as
-        :meth:`hand_on_run` does (the successor takes over what the run holds undelivered),
-        but with the successor's own params, stamp and provenance from ``continuation``
-        (``ctx.continue_as_new``). Returns ``successor_id``, also on a repeat; raises as
-        :meth:`hand_on_run` does, writing nothing."""
-        raise _missing(self, "continue")
-
-
 class VersionStore:
     """Per-workflow version ranks, so a rolling deploy can order its code."""
 
@@ -661,8 +591,8 @@ CAPABILITY_GROUPS: dict[str, tuple[type, tuple[str, ...]]] = {
     "pause": (ControlStore, ("request_pause", "resume_paused_run")),
     "terminate": (ControlStore, ("terminate_run",)),
     "hand_back": (ControlStore, ("hand_back_run",)),
-    "hand_on": (ControlStore, ("hand_on_run",)),
-    "continue": (ControlStore, ("continue_run",)),
+    "hand_on": (ControlStore, ("hand_on",)),
+    "continue": (ControlStore, ("hand_on",)),
     "chains": (ChainStore, ("get_chain_tail", "advance_chain_tail", "close_chain", "chain_closed")),
     "versions": (VersionStore, ("register_version", "version_rank")),
     "policies": (PolicyStore, ("record_workflow_policy", "get_workflow_policy")),

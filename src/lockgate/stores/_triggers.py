@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from lockgate._errors import CapabilityMissing
+from lockgate._names import check_name
 from lockgate.stores._gates import Gates
 from lockgate.stores._records import Submit
 
@@ -103,6 +104,22 @@ class TriggerPolicy:
             start_at=None,
         )
         return run_id, submit
+
+
+def batch_submit(
+    name: str,
+    key: str,
+    events: list[dict[str, Any]],
+    policy: TriggerPolicy,
+    *,
+    source: str,
+    first: int,
+    last: int,
+) -> tuple[str, Submit]:
+    """What every backend's :meth:`TriggerStore.fire_batch` starts with: the workflow name
+    checked, then the batch's run id and submit (:meth:`TriggerPolicy.submit`)."""
+    check_name("workflow name", name)
+    return policy.submit(name, key, events, first, last, source)
 
 
 def _missing_group(store: object, capability: str) -> CapabilityMissing:

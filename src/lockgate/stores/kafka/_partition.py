@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from lockgate.journal._events import EventKind, RunEvent
-from lockgate.stores._shards import shard_for, shard_key
+from lockgate.stores._shards import shard_key
 
 
 def gate_key(init: RunEvent) -> str:
@@ -31,11 +31,6 @@ def gate_key(init: RunEvent) -> str:
 def _key_of(gate: Any) -> str | None:
     key = gate.get("key") if isinstance(gate, Mapping) else None
     return str(key) if key is not None else None
-
-
-def partition_for(key: str, partitions: int) -> int:
-    """The partition of a run whose shard key is ``key``, in a topic of ``partitions``."""
-    return shard_for(key, partitions)
 
 
 def is_init(event: RunEvent) -> bool:

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from lockgate._errors import JournalRecordUndecodable, StoreUnavailable
+from lockgate.stores._shards import shard_for
 from lockgate.stores.kafka._codec import (
     RUN_ID_HEADER,
     SCHEMA_HEADER,
@@ -30,7 +31,6 @@ from lockgate.stores.kafka._codec import (
     undecodable_header,
 )
 from lockgate.stores.kafka._journal import Journal, Run
-from lockgate.stores.kafka._partition import partition_for
 from lockgate.stores.kafka._topic import watermarks
 from lockgate.stores.kafka._trust import Doubts
 
@@ -61,7 +61,7 @@ class PartitionReads:
     def _search(self, run: Run) -> int:
         """The partition holding ``run``'s records, with no ``locate``: its run id's, else the
         first that has any (0 when none does)."""
-        home = partition_for(run[1], self.shard_count)
+        home = shard_for(run[1], self.shard_count)
         for partition in [home, *(p for p in range(self.shard_count) if p != home)]:
             probe = Journal(partition, self._low(partition))
             self._read_on(probe, run)

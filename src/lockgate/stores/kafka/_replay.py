@@ -49,8 +49,7 @@ from lockgate.journal._events import RunEvent
 from lockgate.stores.kafka._codec import decode, journal_secret, mac_problem
 from lockgate.stores.kafka._fold import BATCH, FORGET_AFTER, Folded, Folder, ReplaySummary
 from lockgate.stores.kafka._redact import redacted_journal_url
-from lockgate.stores.kafka._store import TOPIC_PREFIX
-from lockgate.stores.kafka._topic import watermarks
+from lockgate.stores.kafka._topic import TOPIC_PREFIX, watermarks
 
 if TYPE_CHECKING:
     from lockgate.stores.kafka._store import KafkaEventLogStore

@@ -34,14 +34,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import threading
 import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 try:
     import confluent_kafka
@@ -59,6 +58,7 @@ from lockgate._errors import (
 from lockgate.journal._events import RunEvent
 from lockgate.stores._base import EventLogStore
 from lockgate.stores._calls import call_owned
+from lockgate.stores._shards import shard_for
 from lockgate.stores.kafka._codec import (
     MAC_HEADER,
     codec_available,
@@ -75,24 +75,22 @@ from lockgate.stores.kafka._journal import (
     epoch_of,
     handed_out,
 )
-from lockgate.stores.kafka._partition import gate_key, is_init, partition_for
+from lockgate.stores.kafka._partition import gate_key, is_init
 from lockgate.stores.kafka._partition_reads import PartitionReads
 from lockgate.stores.kafka._producer import release_producer, shared_producer
+from lockgate.stores.kafka._replay import JournalReplay, replay_journal
 from lockgate.stores.kafka._topic import (
     JOURNAL_TOPIC_CONFIG,
+    TOPIC_PREFIX,
     existing_partitions,
     prepare_topic,
 )
 from lockgate.stores.kafka._trust import Doubts
 
-if TYPE_CHECKING:
-    from lockgate.stores.kafka._replay import JournalReplay
-
 #: Runs whose journal one process keeps in memory, at most (the least recently used go).
 JOURNALS_KEPT = 10_000
 #: Runs whose partition and first offset one process remembers; past it the memory starts over.
 POSITIONS_KEPT = 100_000
-TOPIC_PREFIX = re.compile(r"[A-Za-z0-9._-]{1,200}")
 
 
 #: The methods a store runs on the event loop, and their coroutines (see ``coroutine_for``).
@@ -414,7 +412,7 @@ class KafkaEventLogStore(HeldReads, PartitionReads, EventLogStore):
         if self.locate is not None:
             return self.locate(*run)
         init = next((e for e in events if is_init(e)), None)
-        return partition_for(gate_key(init) if init else run[1], self.shard_count)
+        return shard_for(gate_key(init) if init else run[1], self.shard_count)
 
     @staticmethod
     def _key_of(journal: Journal | None, events: Sequence[RunEvent], run_id: str) -> str:
@@ -640,8 +638,6 @@ class KafkaEventLogStore(HeldReads, PartitionReads, EventLogStore):
         high watermark now), with a :class:`ReplaySummary`. See :func:`replay_journal`; with
         a lifecycle store bound, records above the highest epoch it issued for their run are
         skipped too."""
-        from lockgate.stores.kafka._replay import replay_journal
-
         return replay_journal(
             self,
             partition=partition,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import time
 from collections.abc import Mapping
 
@@ -38,6 +39,9 @@ JOURNAL_TOPIC_CONFIG: Mapping[str, str] = {
     "retention.bytes": "-1",
 }
 _log = logging.getLogger("lockgate.kafka")
+
+#: What a ``topic_prefix`` may be: the journal topic is ``<prefix>.journal`` (a Kafka topic name).
+TOPIC_PREFIX = re.compile(r"[A-Za-z0-9._-]{1,200}")
 
 
 def prepare_topic(

@@ -18,7 +18,7 @@ from lockgate.stores._insight import (
     queued_gates,
     rate_usages,
 )
-from lockgate.stores.memory._state import MemoryState, _locked
+from lockgate.stores.memory._state import MemoryState, locked
 
 
 class MemoryInsight(MemoryState, InsightStore):
@@ -32,7 +32,7 @@ class MemoryInsight(MemoryState, InsightStore):
     def _queued_buckets(self, name: str) -> list[tuple[str, int]]:
         return [(bucket, len(runs)) for bucket, runs in self._queues.get(name, {}).items()]
 
-    @_locked
+    @locked
     def limit_usage(self, name: str, *, limit: int = 50) -> list[LimitUsage]:
         """Cost: the workflow's Limit keys holding slots and its queue buckets."""
         check_limit(limit)
@@ -45,7 +45,7 @@ class MemoryInsight(MemoryState, InsightStore):
         queued = queued_gates(self._queued_buckets(name))
         return limit_usages(running, queued, self._policies.get(name), limit)
 
-    @_locked
+    @locked
     def rate_usage(self, name: str, *, limit: int = 50) -> list[RateUsage]:
         """Cost: the token buckets kept and the workflow's queue buckets."""
         check_limit(limit)
@@ -55,7 +55,7 @@ class MemoryInsight(MemoryState, InsightStore):
         queued = queued_gates(self._queued_buckets(name))
         return rate_usages(buckets, queued, self._policies.get(name), self._clock(), limit)
 
-    @_locked
+    @locked
     def open_buffers(self, name: str, *, limit: int = 100) -> list[BufferInfo]:
         """Cost: the trigger buffers kept."""
         check_limit(limit)
@@ -67,18 +67,18 @@ class MemoryInsight(MemoryState, InsightStore):
         found.sort(key=lambda b: (b.due_at if b.due_at is not None else float("inf"), b.key))
         return found[:limit]
 
-    @_locked
+    @locked
     def record_worker(self, info: WorkerInfo, ttl: float) -> None:
         seconds = check_worker(info, ttl)
         self._workers[info.worker_id] = (info, self._clock() + seconds)
 
-    @_locked
+    @locked
     def live_workers(self) -> list[WorkerInfo]:
         now = self._clock()
         self._forget_workers(now)
         return [info for w, (info, until) in sorted(self._workers.items()) if until > now]
 
-    @_locked
+    @locked
     def drop_worker(self, worker_id: str) -> None:
         self._workers.pop(worker_id, None)
 

@@ -39,7 +39,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def _locked(method: Callable[P, R]) -> Callable[P, R]:
+def locked(method: Callable[P, R]) -> Callable[P, R]:
     @wraps(method)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         with args[0]._mutex:  # type: ignore[attr-defined]
@@ -49,7 +49,7 @@ def _locked(method: Callable[P, R]) -> Callable[P, R]:
 
 
 @dataclass
-class _Run:
+class MemoryRun:
     name: str
     run_id: str
     params: dict[str, Any]
@@ -88,7 +88,7 @@ class _Run:
 
 
 @dataclass
-class _Buffer:
+class MemoryBuffer:
     """One key's trigger events waiting for their batch to fire."""
 
     events: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
@@ -98,7 +98,7 @@ class _Buffer:
 
 
 @dataclass
-class _Held:
+class HeldControls:
     expires_at: float
     cancel_at: str | None = None
     cancel_detail: dict[str, Any] = field(default_factory=dict)
@@ -106,7 +106,7 @@ class _Held:
 
 
 @dataclass
-class _Idempotency:
+class IdempotencyRecord:
     run_id: str
     body_hash: str | None
     expires_at: float
@@ -118,47 +118,47 @@ class MemoryState:
 
     _mutex: threading.RLock
     _clock: Callable[[], float]
-    _runs: dict[tuple[str, str], _Run]
+    _runs: dict[tuple[str, str], MemoryRun]
     _queues: dict[str, dict[str, dict[str, int]]]
     _queue_seq: int
     _order: int
-    _held_controls: dict[tuple[str, str], _Held]
+    _held_controls: dict[tuple[str, str], HeldControls]
     _slots: dict[tuple[str, str], set[str]]
     _tokens: dict[tuple[str, str], tuple[float, float]]
-    _buffers: dict[tuple[str, str], _Buffer]
+    _buffers: dict[tuple[str, str], MemoryBuffer]
     #: Fired-through marks of batches buffered outside the store, per (name, source, key).
     _marks: dict[tuple[str, str, str], int]
     lock_ttl: float
     held_ttl: float
 
-    def _run(self, name: str, run_id: str) -> _Run:
+    def _run(self, name: str, run_id: str) -> MemoryRun:
         run = self._runs.get((name, run_id))
         if run is None:
             raise RunNotFoundError(name, run_id)
         return run
 
-    def _held(self, run: _Run) -> bool:
+    def _held(self, run: MemoryRun) -> bool:
         return run.lock is not None and run.lock_expires > self._clock()
 
-    def _check_fence(self, run: _Run, lease: str) -> None:
+    def _check_fence(self, run: MemoryRun, lease: str) -> None:
         if run.ended:
             raise EventAfterTerminal(f"run {run.run_id!r} has ended; nothing more is journaled")
         if run.lock != lease or not self._held(run):
             raise LockLost(f"lease {lease!r} no longer holds run {run.run_id!r}")
 
-    def _enqueue(self, run: _Run) -> None:
+    def _enqueue(self, run: MemoryRun) -> None:
         bucket = self._queues.setdefault(run.name, {}).setdefault(run.bucket, {})
         if not run.ended and run.run_id not in bucket:
             self._queue_seq += 1
             bucket[run.run_id] = self._queue_seq
 
-    def _dequeue(self, run: _Run) -> None:
+    def _dequeue(self, run: MemoryRun) -> None:
         self._queues.get(run.name, {}).get(run.bucket, {}).pop(run.run_id, None)
 
-    def _queued(self, run: _Run) -> bool:
+    def _queued(self, run: MemoryRun) -> bool:
         return run.run_id in self._queues.get(run.name, {}).get(run.bucket, {})
 
-    def _append(self, run: _Run, events: Sequence[RunEvent], epoch: int | None) -> None:
+    def _append(self, run: MemoryRun, events: Sequence[RunEvent], epoch: int | None) -> None:
         """Append without checks other than the terminal rule; the caller checked the fence."""
         if run.ended or any(e.is_terminal for e in events[:-1]):
             raise EventAfterTerminal(f"run {run.run_id!r}: no event may follow a terminal one")
@@ -179,13 +179,13 @@ class MemoryState:
             self._set_lock(run, None)
             self._dequeue(run)
 
-    def _event(self, run: _Run, kind: str, payload: dict[str, Any]) -> RunEvent:
+    def _event(self, run: MemoryRun, kind: str, payload: dict[str, Any]) -> RunEvent:
         return RunEvent(kind=kind, payload=payload, run_id=run.run_id)
 
-    def _close_wait(self, run: _Run) -> None:
+    def _close_wait(self, run: MemoryRun) -> None:
         run.wait = None
 
-    def _set_lock(self, run: _Run, lease: str | None) -> None:
+    def _set_lock(self, run: MemoryRun, lease: str | None) -> None:
         run.lock = lease
         key = run.gates.concurrency_key
         if key is not None:
@@ -195,7 +195,7 @@ class MemoryState:
             else:
                 holders.add(run.run_id)
 
-    def _gated(self, run: _Run) -> Refusal | None:
+    def _gated(self, run: MemoryRun) -> Refusal | None:
         """Why ``run`` cannot start now (its Limit is full, its Rate has no token), or None,
         having then spent the token. A Limit refusal spends nothing."""
         gates = run.gates
@@ -218,14 +218,14 @@ class MemoryState:
             self._tokens[(run.name, gates.rate_key)] = (tokens - 1, now)
         return None
 
-    def _claim(self, run: _Run, lease: str) -> None:
+    def _claim(self, run: MemoryRun, lease: str) -> None:
         self._dequeue(run)
         if run.lock != lease or not self._held(run):
             run.epoch += 1
         self._set_lock(run, lease)
         run.lock_expires = self._clock() + self.lock_ttl
 
-    def _status(self, run: _Run) -> RunStatus:
+    def _status(self, run: MemoryRun) -> RunStatus:
         return derive_status(
             terminal=terminal_status(run.events[-1]) if run.ended else None,
             lock_live=self._held(run),
@@ -234,7 +234,7 @@ class MemoryState:
             queued=self._queued(run),
         )
 
-    def _info(self, run: _Run) -> RunInfo:
+    def _info(self, run: MemoryRun) -> RunInfo:
         return RunInfo(
             name=run.name,
             run_id=run.run_id,
@@ -259,7 +259,7 @@ class MemoryState:
         if (name, run_id) in self._runs:
             raise DuplicateRunError(name, run_id)
         self._order += 1
-        run = _Run(
+        run = MemoryRun(
             name=name,
             run_id=run_id,
             params=dict(submit.params),
@@ -288,7 +288,7 @@ class MemoryState:
             if held.cancel_at is not None:
                 self._latch_cancel(run, held.cancel_at, held.cancel_detail)
 
-    def _latch_cancel(self, run: _Run, at: str, detail: dict[str, Any]) -> None:
+    def _latch_cancel(self, run: MemoryRun, at: str, detail: dict[str, Any]) -> None:
         run.cancel_at = at
         self._append(
             run,
@@ -304,16 +304,18 @@ class MemoryState:
         if run.wait is not None and not self._held(run):
             self._enqueue(run)
 
-    def _latch_pause(self, run: _Run, at: str) -> None:
+    def _latch_pause(self, run: MemoryRun, at: str) -> None:
         run.pause_at = at
         self._append(
             run, [self._event(run, EventKind.RUN_PAUSE_REQUESTED, {"requested_at": at})], None
         )
 
-    def _hold(self, name: str, run_id: str) -> _Held:
+    def _hold(self, name: str, run_id: str) -> HeldControls:
         """A control for an id not submitted yet, kept for ``held_ttl`` seconds."""
         now = self._clock()
         held = self._held_controls.get((name, run_id))
         if held is None or held.expires_at <= now:
-            held = self._held_controls[(name, run_id)] = _Held(expires_at=now + self.held_ttl)
+            held = self._held_controls[(name, run_id)] = HeldControls(
+                expires_at=now + self.held_ttl
+            )
         return held

@@ -39,11 +39,18 @@ from lockgate.stores._types import (
     list_cursor,
 )
 from lockgate.stores.memory._insight import MemoryInsight
-from lockgate.stores.memory._state import _Buffer, _Held, _Idempotency, _locked, _Run
+from lockgate.stores.memory._state import (
+    HeldControls,
+    IdempotencyRecord,
+    MemoryBuffer,
+    MemoryRun,
+    locked,
+)
+from lockgate.stores.memory._triggers import MemoryTriggers
 from lockgate.stores.memory._waits import MemoryWaits
 
 
-class MemoryStore(MemoryWaits, MemoryInsight, Store):
+class MemoryStore(MemoryWaits, MemoryTriggers, MemoryInsight, Store):
     """Every store guarantee, held in this process's memory; nothing survives the process.
 
     For tests, demos and embedding. ``clock`` judges lease expiry and timers; pass the same
@@ -73,24 +80,24 @@ class MemoryStore(MemoryWaits, MemoryInsight, Store):
         self.max_store_requeues = max_store_requeues
         self._clock = clock
         self._mutex = threading.RLock()
-        self._runs: dict[tuple[str, str], _Run] = {}
+        self._runs: dict[tuple[str, str], MemoryRun] = {}
         # The queue of each workflow, split by fairness bucket; each bucket keeps its runs in
         # queue order (run id -> position), so a claim looks at bucket heads, not the whole queue.
         self._queues: dict[str, dict[str, dict[str, int]]] = {}
         self._queue_seq = 0
-        self._idempotency: dict[tuple[str, str], _Idempotency] = {}
+        self._idempotency: dict[tuple[str, str], IdempotencyRecord] = {}
         self._versions: dict[str, dict[str, int]] = {}
         self._policies: dict[str, dict[str, Any]] = {}
         # Each chain's tail record, by its root: the newest link and whether the chain ended.
         self._chains: dict[tuple[str, str], tuple[ChainLink, bool]] = {}
-        self._held_controls: dict[tuple[str, str], _Held] = {}
+        self._held_controls: dict[tuple[str, str], HeldControls] = {}
         # Gates: the runs holding each Limit key's slots (a run holds one while it is locked),
         # each Rate key's bucket (tokens, when counted), and when each fairness bucket was
         # last served.
         self._slots: dict[tuple[str, str], set[str]] = {}
         self._tokens: dict[tuple[str, str], tuple[float, float]] = {}
         self._served: dict[str, dict[str, int]] = {}
-        self._buffers: dict[tuple[str, str], _Buffer] = {}
+        self._buffers: dict[tuple[str, str], MemoryBuffer] = {}
         self._marks: dict[tuple[str, str, str], int] = {}
         self._workers: dict[str, tuple[WorkerInfo, float]] = {}
         self._serve_seq = 0
@@ -99,7 +106,7 @@ class MemoryStore(MemoryWaits, MemoryInsight, Store):
         # the process, so it never goes missing while a worker uses the store.
         self._marker: StoreMarker | None = None
 
-    @_locked
+    @locked
     def create_run(
         self,
         submit: Submit,
@@ -123,12 +130,12 @@ class MemoryStore(MemoryWaits, MemoryInsight, Store):
                 return record.run_id
         self._insert_run(submit, run_id, headers, now)
         if idempotency_key is not None:
-            self._idempotency[(name, idempotency_key)] = _Idempotency(
+            self._idempotency[(name, idempotency_key)] = IdempotencyRecord(
                 run_id, idempotency_body_hash, now + submit.keep_key_for(idempotency_ttl, now)
             )
         return run_id
 
-    @_locked
+    @locked
     def claim_next_run(
         self,
         name: str,
@@ -139,7 +146,7 @@ class MemoryStore(MemoryWaits, MemoryInsight, Store):
     ) -> str | None:
         return self._claim_next(name, worker_id, worker_version)[0]
 
-    @_locked
+    @locked
     def claim_next_runs_loaded(
         self,
         name: str,
@@ -192,7 +199,7 @@ class MemoryStore(MemoryWaits, MemoryInsight, Store):
                 return str(run.run_id), None
         return None, next_token_in
 
-    @_locked
+    @locked
     def claim_run(
         self, name: str, run_id: str, worker_id: str, *, poison: PoisonPolicy | None = None
     ) -> None:
@@ -214,7 +221,7 @@ class MemoryStore(MemoryWaits, MemoryInsight, Store):
                 )
         self._claim(run, worker_id)
 
-    @_locked
+    @locked
     def release_run(self, name: str, run_id: str, worker_id: str | None = None) -> None:
         run = self._runs.get((name, run_id))
         if run is None or (worker_id is not None and run.lock != worker_id):
@@ -223,7 +230,7 @@ class MemoryStore(MemoryWaits, MemoryInsight, Store):
         if not run.ended and run.wait is None:
             self._enqueue(run)
 
-    @_locked
+    @locked
     def requeue_run(
         self, name: str, run_id: str, worker_id: str | None = None, *, reason: str = "owner_gone"
     ) -> None:
@@ -232,7 +239,7 @@ class MemoryStore(MemoryWaits, MemoryInsight, Store):
             return
         self._requeue(run, reason)
 
-    def _requeue(self, run: _Run, reason: str, extra: dict[str, Any] | None = None) -> None:
+    def _requeue(self, run: MemoryRun, reason: str, extra: dict[str, Any] | None = None) -> None:
         self._set_lock(run, None)
         if run.ended:
             return
@@ -248,7 +255,7 @@ class MemoryStore(MemoryWaits, MemoryInsight, Store):
         if kind == EventKind.RUN_REQUEUED:
             self._enqueue(run)
 
-    def _lapsed(self, run: _Run, poison: PoisonPolicy | None) -> None:
+    def _lapsed(self, run: MemoryRun, poison: PoisonPolicy | None) -> None:
         """Requeue (or quarantine) a run whose holder's lease lapsed: see ``_poison.py``."""
         if run.ended:
             self._set_lock(run, None)
@@ -262,7 +269,7 @@ class MemoryStore(MemoryWaits, MemoryInsight, Store):
         self._set_lock(run, None)
         self._append(run, [self._event(run, EventKind.RUN_ERROR, lapse.quarantine)], None)
 
-    @_locked
+    @locked
     def recover_pending_runs(
         self, name: str, now: float | None = None, *, poison: PoisonPolicy | None = None
     ) -> list[str]:
@@ -275,7 +282,7 @@ class MemoryStore(MemoryWaits, MemoryInsight, Store):
                 self._lapsed(run, poison)
         return recovered
 
-    @_locked
+    @locked
     def recover_lapsed_holders(
         self, name: str, *, keep: Sequence[str] = (), poison: PoisonPolicy | None = None
     ) -> list[str]:
@@ -293,7 +300,7 @@ class MemoryStore(MemoryWaits, MemoryInsight, Store):
                 self._lapsed(run, poison)
         return recovered
 
-    @_locked
+    @locked
     def note_loop_blocked(self, name: str, run_id: str, lease: str) -> bool:
         run = self._runs.get((name, run_id))
         if run is None or run.ended or run.lock != lease:
@@ -301,7 +308,7 @@ class MemoryStore(MemoryWaits, MemoryInsight, Store):
         run.blocked = (lease, run.lock_expires)
         return True
 
-    @_locked
+    @locked
     def explain_wait(self, name: str, run_id: str) -> WaitReason | None:
         run = self._run(name, run_id)
         if not self._queued(run):
@@ -317,11 +324,11 @@ class MemoryStore(MemoryWaits, MemoryInsight, Store):
             tokens = float(gates.rate_burst or 1) if held is None else refill(*held, now, gates)
         return wait_reason(gates, position, holding, tokens)
 
-    @_locked
+    @locked
     def get_pending_count(self, name: str) -> int:
         return sum(len(runs) for runs in self._queues.get(name, {}).values())
 
-    @_locked
+    @locked
     def heartbeat(self, name: str, run_id: str, worker_id: str) -> tuple[str | None, str | None]:
         run = self._run(name, run_id)
         if run.lock != worker_id or not self._held(run):
@@ -329,12 +336,12 @@ class MemoryStore(MemoryWaits, MemoryInsight, Store):
         run.lock_expires = self._clock() + self.lock_ttl
         return run.cancel_at, run.pause_at
 
-    @_locked
+    @locked
     def lock_holder(self, name: str, run_id: str) -> str | None:
         run = self._runs.get((name, run_id))
         return run.lock if run is not None and self._held(run) else None
 
-    @_locked
+    @locked
     def request_cancel(
         self, name: str, run_id: str, *, detail: dict[str, Any] | None = None
     ) -> str:
@@ -349,22 +356,22 @@ class MemoryStore(MemoryWaits, MemoryInsight, Store):
         self._latch_cancel(run, iso(self._clock()), dict(detail or {}))
         return run.cancel_at or ""
 
-    @_locked
+    @locked
     def get_run_controls(self, name: str, run_id: str) -> tuple[str | None, str | None]:
         run = self._run(name, run_id)
         return run.cancel_at, run.pause_at
 
-    @_locked
+    @locked
     def poll_run(self, name: str, run_id: str) -> RunControls:
         run = self._run(name, run_id)
         return RunControls(run.cancel_at, run.pause_at, bool(run.updates))
 
-    @_locked
+    @locked
     def get_run(self, name: str, run_id: str) -> RunInfo | None:
         run = self._runs.get((name, run_id))
         return self._info(run) if run is not None else None
 
-    @_locked
+    @locked
     def list_runs(
         self, name: str, *, limit: int = 50, cursor: str | None = None, owner: str | None = None
     ) -> tuple[list[RunInfo], str | None]:
@@ -383,20 +390,20 @@ class MemoryStore(MemoryWaits, MemoryInsight, Store):
         more = len(runs) > limit
         return [self._info(r) for r in page], (str(page[-1].order) if more else None)
 
-    @_locked
+    @locked
     def get_chain_tail(self, root_name: str, root_run_id: str) -> ChainLink | None:
         record = self._chains.get((root_name, root_run_id))
         return record[0] if record is not None else None
 
-    @_locked
+    @locked
     def advance_chain_tail(self, link: ChainLink) -> None:
         self._move_tail(link, close=False)
 
-    @_locked
+    @locked
     def close_chain(self, link: ChainLink) -> None:
         self._move_tail(link, close=True)
 
-    @_locked
+    @locked
     def chain_closed(self, root_name: str, root_run_id: str) -> bool:
         record = self._chains.get((root_name, root_run_id))
         return record is not None and record[1]
@@ -410,7 +417,7 @@ class MemoryStore(MemoryWaits, MemoryInsight, Store):
         if moved is not None:
             self._chains[root] = moved
 
-    @_locked
+    @locked
     def run_maintenance(self, now: float | None = None) -> int:
         """Drop expired idempotency records and held controls. Finished runs are kept: this
         store lives no longer than its process."""
@@ -426,7 +433,7 @@ class MemoryStore(MemoryWaits, MemoryInsight, Store):
     def ping(self) -> None:
         return None
 
-    @_locked
+    @locked
     def ensure_marker(self) -> bool:
         if self._marker is not None:
             return False
@@ -436,7 +443,7 @@ class MemoryStore(MemoryWaits, MemoryInsight, Store):
     def read_marker(self) -> StoreMarker | None:
         return self._marker
 
-    @_locked
+    @locked
     def append_events(
         self, name: str, run_id: str, events: list[RunEvent], *, fence: str | None = None
     ) -> None:
@@ -447,7 +454,7 @@ class MemoryStore(MemoryWaits, MemoryInsight, Store):
             self._check_fence(run, fence)
         self._append(run, events, run.epoch if fence is not None else None)
 
-    @_locked
+    @locked
     def load_run(self, name: str, run_id: str, *, max_events: int | None = None) -> list[RunEvent]:
         run = self._runs.get((name, run_id))
         if run is None:
@@ -460,48 +467,48 @@ class MemoryStore(MemoryWaits, MemoryInsight, Store):
             for event, text in zip(run.events[:cap], run.texts, strict=False)
         ]
 
-    @_locked
+    @locked
     def get_last_event(self, name: str, run_id: str) -> RunEvent | None:
         run = self._runs.get((name, run_id))
         if run is None or not run.events:
             return None
         return with_payload(run.events[-1], json.loads(run.texts[-1]))
 
-    @_locked
+    @locked
     def get_idempotency_run(self, name: str, key: str) -> str | None:
         record = self._idempotency.get((name, key))
         return record.run_id if record and record.expires_at > self._clock() else None
 
-    @_locked
+    @locked
     def set_idempotency_run(self, name: str, key: str, run_id: str, ttl: int = 86_400) -> bool:
         if self.get_idempotency_run(name, key) is not None:
             return False
-        self._idempotency[(name, key)] = _Idempotency(run_id, None, self._clock() + ttl)
+        self._idempotency[(name, key)] = IdempotencyRecord(run_id, None, self._clock() + ttl)
         return True
 
-    @_locked
+    @locked
     def get_idempotency_body_hash(self, name: str, key: str) -> str | None:
         record = self._idempotency.get((name, key))
         return record.body_hash if record and record.expires_at > self._clock() else None
 
-    @_locked
+    @locked
     def register_version(self, name: str, version: str) -> int:
         ranks = self._versions.setdefault(name, {})
         return ranks.setdefault(version, len(ranks) + 1)
 
-    @_locked
+    @locked
     def version_rank(self, name: str, version: str) -> int | None:
         return self._versions.get(name, {}).get(version)
 
-    @_locked
+    @locked
     def record_workflow_policy(self, name: str, policy: dict[str, Any]) -> None:
         self._policies[name] = json.loads(json.dumps(policy, allow_nan=False))
 
-    @_locked
+    @locked
     def get_workflow_policy(self, name: str) -> dict[str, Any] | None:
         policy = self._policies.get(name)
         return json.loads(json.dumps(policy)) if policy is not None else None
 
-    @_locked
+    @locked
     def list_names(self) -> list[str]:
         return sorted({name for name, _ in self._runs})

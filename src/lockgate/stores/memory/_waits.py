@@ -1,44 +1,35 @@
-"""MemoryStore's optional groups: parking and waking runs, signals, updates, run controls
-and trigger buffers."""
+"""MemoryStore's optional groups: parking and waking runs, signals, updates and run
+controls."""
 
 from __future__ import annotations
 
-import json
 import uuid
-from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
 from lockgate._clock import iso
 from lockgate._errors import EventAfterTerminal
-from lockgate._names import check_name
 from lockgate.journal._events import (
     EventKind,
     RunEvent,
 )
-from lockgate.stores._gates import Gates
 from lockgate.stores._records import (
-    Continuation,
     SuccessorPlan,
-    continued_successor,
-    gated_successor,
     handed_on_to,
     terminated_payload,
 )
-from lockgate.stores._triggers import FiredBatch, TriggerPolicy, settled_fire
 from lockgate.stores._types import (
     SIGNAL_WAITS,
     TerminateOutcome,
     WaitOutcome,
     WaitSpec,
 )
-from lockgate.stores.memory._state import MemoryState, _Buffer, _locked
+from lockgate.stores.memory._state import MemoryState, locked
 
 
 class MemoryWaits(MemoryState):
-    """Timers and waits, signals, updates, pause, terminate, hand-back and triggers in memory."""
+    """Timers and waits, signals, updates, pause, terminate, hand-back and hand-on in memory."""
 
-    @_locked
+    @locked
     def park_run(
         self, name: str, run_id: str, *, lease: str, events: list[RunEvent], wait: WaitSpec
     ) -> WaitOutcome:
@@ -58,7 +49,7 @@ class MemoryWaits(MemoryState):
         self._dequeue(run)
         return WaitOutcome.PARKED
 
-    @_locked
+    @locked
     def get_sleeping_runs(self, before: float, limit: int = 100) -> list[tuple[str, str]]:
         due = sorted(
             (
@@ -73,7 +64,7 @@ class MemoryWaits(MemoryState):
         )
         return [(name, run_id) for _, _, name, run_id in due[:limit]]
 
-    @_locked
+    @locked
     def next_wait_due(self, after: float) -> float | None:
         return min(
             (
@@ -84,7 +75,7 @@ class MemoryWaits(MemoryState):
             default=None,
         )
 
-    @_locked
+    @locked
     def wake_due(self, name: str, run_id: str, *, due_by: float) -> WaitOutcome:
         run = self._runs.get((name, run_id))
         wait = run.wait if run is not None else None
@@ -135,7 +126,7 @@ class MemoryWaits(MemoryState):
             self._enqueue(run)
         return WaitOutcome.RESOLVED
 
-    @_locked
+    @locked
     def wake_run(
         self,
         name: str,
@@ -146,7 +137,7 @@ class MemoryWaits(MemoryState):
     ) -> WaitOutcome:
         return self._end_wait(name, run_id, wait_id, EventKind.RUN_WOKEN, lease)
 
-    @_locked
+    @locked
     def time_out_wait(
         self,
         name: str,
@@ -157,7 +148,7 @@ class MemoryWaits(MemoryState):
     ) -> WaitOutcome:
         return self._end_wait(name, run_id, wait_id, EventKind.RUN_WAIT_TIMED_OUT, lease)
 
-    @_locked
+    @locked
     def send_signal(
         self,
         name: str,
@@ -192,12 +183,12 @@ class MemoryWaits(MemoryState):
             run.signal_keys[idempotency_key] = result
         return result
 
-    @_locked
+    @locked
     def peek_signal(self, name: str, run_id: str, signal_name: str) -> dict[str, Any] | None:
         run = self._run(name, run_id)
         return next((dict(s) for s in run.signals if s["name"] == signal_name), None)
 
-    @_locked
+    @locked
     def pop_signal_match(self, name: str, run_id: str, signal_name: str, signal_id: str) -> bool:
         run = self._run(name, run_id)
         for index, signal in enumerate(run.signals):
@@ -206,7 +197,7 @@ class MemoryWaits(MemoryState):
                 return True
         return False
 
-    @_locked
+    @locked
     def deliver_update(
         self,
         name: str,
@@ -233,11 +224,11 @@ class MemoryWaits(MemoryState):
             self._enqueue(run)
         return "queued"
 
-    @_locked
+    @locked
     def peek_pending_updates(self, name: str, run_id: str) -> list[dict[str, Any]]:
         return [dict(u) for u in self._run(name, run_id).updates.values()]
 
-    @_locked
+    @locked
     def settle_update(
         self,
         name: str,
@@ -255,12 +246,12 @@ class MemoryWaits(MemoryState):
         if ack:
             run.updates.pop(update_id, None)
 
-    @_locked
+    @locked
     def read_update_result(self, name: str, run_id: str, update_id: str) -> dict[str, Any] | None:
         result = self._run(name, run_id).update_results.get(update_id)
         return dict(result) if result is not None else None
 
-    @_locked
+    @locked
     def request_pause(self, name: str, run_id: str) -> str:
         run = self._runs.get((name, run_id))
         if run is None:
@@ -271,7 +262,7 @@ class MemoryWaits(MemoryState):
             self._latch_pause(run, iso(self._clock()))
         return run.pause_at or iso(self._clock())
 
-    @_locked
+    @locked
     def resume_paused_run(
         self,
         name: str,
@@ -297,7 +288,7 @@ class MemoryWaits(MemoryState):
             return WaitOutcome.RESOLVED
         return WaitOutcome.SUPERSEDED
 
-    @_locked
+    @locked
     def terminate_run(
         self,
         name: str,
@@ -326,7 +317,7 @@ class MemoryWaits(MemoryState):
         self._set_lock(run, None)
         return TerminateOutcome.TERMINATED
 
-    @_locked
+    @locked
     def hand_back_run(self, name: str, run_id: str, worker_id: str | None = None) -> None:
         run = self._runs.get((name, run_id))
         if run is None or (worker_id is not None and run.lock != worker_id):
@@ -335,36 +326,8 @@ class MemoryWaits(MemoryState):
         if not run.ended:
             self._enqueue(run)
 
-    @_locked
-    def hand_on_run(
-        self,
-        name: str,
-        run_id: str,
-        lease: str,
-        successor_id: str,
-        *,
-        version: str,
-        version_behavior: str,
-        gates: Gates,
-    ) -> str:
-        plan = gated_successor(
-            name,
-            run_id,
-            successor_id,
-            version=version,
-            version_behavior=version_behavior,
-            gates=gates,
-        )
-        return self._hand_on(name, run_id, lease, successor_id, plan)
-
-    @_locked
-    def continue_run(
-        self, name: str, run_id: str, lease: str, successor_id: str, continuation: Continuation
-    ) -> str:
-        plan = continued_successor(name, continuation)
-        return self._hand_on(name, run_id, lease, successor_id, plan)
-
-    def _hand_on(
+    @locked
+    def hand_on(
         self, name: str, run_id: str, lease: str, successor_id: str, plan: SuccessorPlan
     ) -> str:
         run = self._run(name, run_id)
@@ -391,95 +354,3 @@ class MemoryWaits(MemoryState):
         continued = self._event(run, EventKind.RUN_CONTINUED, continued_with)
         self._append(run, [continued], run.epoch)
         return successor_id
-
-    @_locked
-    def trigger_event(
-        self, name: str, key: str, event: dict[str, Any], *, policy: TriggerPolicy
-    ) -> str | None:
-        buffer = self._buffers.setdefault((name, key), _Buffer())
-        now = self._clock()
-        buffer.events.append((buffer.next_seq, json.loads(json.dumps(event, allow_nan=False))))
-        buffer.next_seq += 1
-        buffer.first_at = now if buffer.first_at is None else buffer.first_at
-        buffer.due_at = policy.due_at(buffer.first_at, now, buffer.due_at)
-        if policy.full(len(buffer.events)):
-            return self._fire(name, key, buffer, policy)
-        return None
-
-    @_locked
-    def due_triggers(self, name: str, before: float, limit: int = 100) -> list[str]:
-        due = sorted(
-            (buffer.due_at, key)
-            for (n, key), buffer in self._buffers.items()
-            if n == name and buffer.events and buffer.due_at is not None and buffer.due_at <= before
-        )
-        return [key for _, key in due[:limit]]
-
-    @_locked
-    def fire_trigger(
-        self, name: str, key: str, *, policy: TriggerPolicy, due_by: float
-    ) -> str | None:
-        buffer = self._buffers.get((name, key))
-        if buffer is None or not buffer.events or buffer.due_at is None:
-            return None
-        if buffer.due_at > due_by:
-            return None
-        return self._fire(name, key, buffer, policy)
-
-    @_locked
-    def next_trigger_due(self, name: str, after: float) -> float | None:
-        return min(
-            (
-                buffer.due_at
-                for (n, _), buffer in self._buffers.items()
-                if n == name and buffer.events and buffer.due_at is not None
-                if buffer.due_at > after
-            ),
-            default=None,
-        )
-
-    @_locked
-    def fire_batch(
-        self,
-        name: str,
-        key: str,
-        events: list[dict[str, Any]],
-        *,
-        policy: TriggerPolicy,
-        source: str,
-        first: int,
-        last: int,
-    ) -> FiredBatch:
-        check_name("workflow name", name)
-        run_id, submit = policy.submit(name, key, events, first, last, source)
-        mark = self._marks.get((name, source, key), -1)
-        answer, submit_now = settled_fire(run_id, (name, run_id) in self._runs, mark, first, last)
-        if submit_now:
-            params = json.loads(json.dumps(submit.params, allow_nan=False))
-            self._insert_run(replace(submit, params=params), run_id, None, self._clock())
-        self._marks[(name, source, key)] = answer.fired_through
-        return answer
-
-    @_locked
-    def fired_through(
-        self, name: str, source: str, keys: Mapping[str, TriggerPolicy]
-    ) -> dict[str, int]:
-        return {
-            key: self._marks[(name, source, key)]
-            for key in keys
-            if (name, source, key) in self._marks
-        }
-
-    @_locked
-    def forget_marks(self, name: str, source: str, below: int) -> int:
-        gone = [m for m, at in self._marks.items() if m[:2] == (name, source) and at < below]
-        for mark in gone:
-            del self._marks[mark]
-        return len(gone)
-
-    def _fire(self, name: str, key: str, buffer: _Buffer, policy: TriggerPolicy) -> str:
-        events = [event for _, event in buffer.events]
-        run_id, submit = policy.submit(name, key, events, buffer.events[0][0], buffer.events[-1][0])
-        buffer.events, buffer.first_at, buffer.due_at = [], None, None
-        self._insert_run(submit, run_id, None, self._clock())
-        return run_id

@@ -40,6 +40,7 @@ from lockgate.stores._records import (
     idempotency_conflict,
 )
 from lockgate.stores._types import Claims, RunControls, RunInfo, StoreMarker, list_cursor
+from lockgate.stores._urls import construct, split_url, sqlite_path
 from lockgate.stores.sqlite._chains import SQLiteChains
 from lockgate.stores.sqlite._claims import SQLiteClaims
 from lockgate.stores.sqlite._file import (
@@ -155,16 +156,13 @@ class SQLiteStore(SQLiteClaims, SQLiteWaits, SQLiteTriggers, SQLiteChains, SQLit
     def from_url(cls, url: str, **options: Any) -> SQLiteStore:
         """``sqlite:///relative.db`` or ``sqlite:////absolute.db``, with constructor options
         in the query string or as keywords, parsed and checked as :func:`open_store` does."""
-        from lockgate.stores._open import open_store
-
         if urlsplit(url).scheme != "sqlite":
             raise ConfigurationError(
                 f"not an SQLite store URL: {url!r} (use sqlite:///relative.db or "
                 f"sqlite:////absolute/path.db)"
             )
-        store = open_store(url, **options)
-        assert isinstance(store, cls)
-        return store
+        _scheme, location, query = split_url(url)
+        return construct("sqlite", cls, (sqlite_path(url, location),), query, options)
 
     def _connect(self) -> sqlite3.Connection:
         try:

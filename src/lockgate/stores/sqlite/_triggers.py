@@ -9,8 +9,7 @@ import sqlite3
 from collections.abc import Mapping
 from typing import Any
 
-from lockgate._names import check_name
-from lockgate.stores._triggers import FiredBatch, TriggerPolicy, settled_fire
+from lockgate.stores._triggers import FiredBatch, TriggerPolicy, batch_submit, settled_fire
 from lockgate.stores.sqlite._rows import SQLiteRows, dumps
 from lockgate.stores.sqlite._translate import translated
 
@@ -111,8 +110,9 @@ class SQLiteTriggers(SQLiteRows):
         first: int,
         last: int,
     ) -> FiredBatch:
-        check_name("workflow name", name)
-        run_id, submit = policy.submit(name, key, events, first, last, source)
+        run_id, submit = batch_submit(
+            name, key, events, policy, source=source, first=first, last=last
+        )
         with self._write() as db:
             row = db.execute(
                 "SELECT fired_through FROM lg_trigger_marks WHERE name = ? AND source = ? "

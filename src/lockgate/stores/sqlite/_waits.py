@@ -9,12 +9,8 @@ from typing import Any
 from lockgate._clock import iso
 from lockgate._errors import EventAfterTerminal
 from lockgate.journal._events import EventKind, RunEvent
-from lockgate.stores._gates import Gates
 from lockgate.stores._records import (
-    Continuation,
     SuccessorPlan,
-    continued_successor,
-    gated_successor,
     handed_on_to,
     terminated_payload,
 )
@@ -383,35 +379,7 @@ class SQLiteWaits(SQLiteRows):
                 self._enqueue(db, name, run_id)
 
     @translated
-    def hand_on_run(
-        self,
-        name: str,
-        run_id: str,
-        lease: str,
-        successor_id: str,
-        *,
-        version: str,
-        version_behavior: str,
-        gates: Gates,
-    ) -> str:
-        plan = gated_successor(
-            name,
-            run_id,
-            successor_id,
-            version=version,
-            version_behavior=version_behavior,
-            gates=gates,
-        )
-        return self._hand_on(name, run_id, lease, successor_id, plan)
-
-    @translated
-    def continue_run(
-        self, name: str, run_id: str, lease: str, successor_id: str, continuation: Continuation
-    ) -> str:
-        plan = continued_successor(name, continuation)
-        return self._hand_on(name, run_id, lease, successor_id, plan)
-
-    def _hand_on(
+    def hand_on(
         self, name: str, run_id: str, lease: str, successor_id: str, plan: SuccessorPlan
     ) -> str:
         with self._write() as db:

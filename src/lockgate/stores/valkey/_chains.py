@@ -4,15 +4,16 @@ namespace-wide hash per chain, moved forward by ``c_chain.lua`` in one step."""
 from __future__ import annotations
 
 from lockgate.stores._chains import ChainLink
-from lockgate.stores.valkey._core import ValkeyCore, _text
+from lockgate.stores.valkey._connection import ValkeyConnection
+from lockgate.stores.valkey._replies import as_text
 
 
-class ValkeyChains(ValkeyCore):
+class ValkeyChains(ValkeyConnection):
     """``hop``, ``link`` (JSON) and ``closed`` of each chain, under its root's key."""
 
     def get_chain_tail(self, root_name: str, root_run_id: str) -> ChainLink | None:
         link = self._cmd("HGET", self._key("chain", root_name, root_run_id), "link")
-        return ChainLink.from_json(_text(link)) if link is not None else None
+        return ChainLink.from_json(as_text(link)) if link is not None else None
 
     def advance_chain_tail(self, link: ChainLink) -> None:
         self._move_tail(link, close=False)
@@ -22,7 +23,7 @@ class ValkeyChains(ValkeyCore):
 
     def chain_closed(self, root_name: str, root_run_id: str) -> bool:
         closed = self._cmd("HGET", self._key("chain", root_name, root_run_id), "closed")
-        return closed is not None and _text(closed) == "1"
+        return closed is not None and as_text(closed) == "1"
 
     def _move_tail(self, link: ChainLink, *, close: bool) -> None:
         self._script(

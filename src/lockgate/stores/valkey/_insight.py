@@ -22,17 +22,17 @@ from lockgate.stores._insight import (
     queued_gates,
     rate_usages,
 )
-from lockgate.stores.valkey._core import _text
 from lockgate.stores.valkey._lifecycle import ValkeyLifecycle
+from lockgate.stores.valkey._replies import as_text
 
 
 def _triples(flat: list[Any]) -> list[tuple[str, str, str]]:
-    texts = [_text(value) for value in flat]
+    texts = [as_text(value) for value in flat]
     return list(zip(texts[0::3], texts[1::3], texts[2::3], strict=True))
 
 
 def _pairs(flat: list[Any]) -> list[tuple[str, int]]:
-    return [(_text(flat[i]), int(flat[i + 1])) for i in range(0, len(flat), 2)]
+    return [(as_text(flat[i]), int(flat[i + 1])) for i in range(0, len(flat), 2)]
 
 
 class ValkeyInsight(ValkeyLifecycle, InsightStore):
@@ -40,7 +40,7 @@ class ValkeyInsight(ValkeyLifecycle, InsightStore):
 
     def _policy(self, name: str) -> dict[str, Any] | None:
         policy = self._cmd("GET", self._key("policy", name))
-        return json.loads(_text(policy)) if policy is not None else None
+        return json.loads(as_text(policy)) if policy is not None else None
 
     def limit_usage(self, name: str, *, limit: int = 50) -> list[LimitUsage]:
         """Cost per shard: the workflow's locked runs (their gate fields) and its queue
@@ -67,7 +67,7 @@ class ValkeyInsight(ValkeyLifecycle, InsightStore):
         now = 0.0
         for shard in self._shards():
             at, found, queued = self._script("i_rates", name, shard=shard)
-            now = max(now, float(_text(at)))
+            now = max(now, float(as_text(at)))
             for key, tokens, updated in _triples(found):
                 # A key whose runs hash to two shards (their Limit keys differ) has a bucket
                 # in each: the emptier one is the one holding runs back.
@@ -83,7 +83,7 @@ class ValkeyInsight(ValkeyLifecycle, InsightStore):
         check_limit(limit)
         found: list[BufferInfo] = []
         for shard in self._shards():
-            flat = [_text(v) for v in self._script("i_buffers", name, str(limit), shard=shard)]
+            flat = [as_text(v) for v in self._script("i_buffers", name, str(limit), shard=shard)]
             for i in range(0, len(flat), 4):
                 key, first_at, due_at, events = flat[i : i + 4]
                 opened = float(first_at) if first_at else None
@@ -96,7 +96,7 @@ class ValkeyInsight(ValkeyLifecycle, InsightStore):
         self._script("i_record_worker", info.worker_id, info.to_json(), repr(seconds))
 
     def live_workers(self) -> list[WorkerInfo]:
-        return [WorkerInfo.from_json(_text(r)) for r in self._script("i_live_workers")]
+        return [WorkerInfo.from_json(as_text(r)) for r in self._script("i_live_workers")]
 
     def drop_worker(self, worker_id: str) -> None:
         self._script("i_drop_worker", worker_id)

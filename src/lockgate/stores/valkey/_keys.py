@@ -19,7 +19,7 @@ refuses one before anything is written.
 
 :data:`KEY_LAYOUT` is the layout's generation, recorded in each namespace on first use. The
 first generation joined the parts with ``:`` alone; a store refuses a namespace of another
-generation (see ``ValkeyCore._check_namespace``).
+generation (see ``ValkeyConnection._check_namespace``).
 """
 
 from __future__ import annotations

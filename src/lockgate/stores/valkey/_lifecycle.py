@@ -12,29 +12,25 @@ from typing import Any
 from lockgate._clock import iso
 from lockgate._errors import DuplicateRunError, InvalidCursorError, RunNotFoundError
 from lockgate._names import check_new_run
-from lockgate.journal._events import RunEvent
+from lockgate.journal._events import RunEvent, RunStatus
 from lockgate.stores._gates import Gates, WaitReason, fair_bucket, sooner, wait_reason
 from lockgate.stores._poison import NO_POLICY_ARGS, PoisonPolicy
-from lockgate.stores._records import Submit
+from lockgate.stores._records import Submit, derive_status
 from lockgate.stores._shards import shard_key
 from lockgate.stores._types import (
     ClaimedRun,
     Claims,
     RunControls,
     RunInfo,
+    WaitSpec,
     Written,
     list_cursor,
 )
-from lockgate.stores.valkey._core import (
-    ValkeyCore,
-    _decode_hash,
-    _scored,
-    _text,
-    event_args,
-    event_from,
-)
+from lockgate.stores.valkey._connection import ValkeyConnection
+from lockgate.stores.valkey._events import event_args, event_from
 from lockgate.stores.valkey._keys import SEP
 from lockgate.stores.valkey._loop import Commands, Op, Script, command, operation
+from lockgate.stores.valkey._replies import as_text, decode_hash, scored
 
 #: Held or other-version runs a claim looks past in one fairness bucket.
 CLAIM_SCAN = 64
@@ -88,28 +84,28 @@ def soonest_op(keys: Sequence[str], after: float) -> Op[float | None]:
         tuple(("ZRANGEBYSCORE", key, bound, "+inf", "WITHSCORES", "LIMIT", 0, 1) for key in keys),
         "due",
     )
-    return min((at for reply in replies for at in _scored(reply).values()), default=None)
+    return min((at for reply in replies for at in scored(reply).values()), default=None)
 
 
 def _position(kept: Any) -> tuple[int, int] | None:
     """A run's ``journal_at`` field (``partition:offset``, see ``keep_journal_position``)."""
-    partition, _, offset = _text(kept).partition(":")
+    partition, _, offset = as_text(kept).partition(":")
     return (int(partition), int(offset)) if offset else None
 
 
 def _written(last_seq: Any, epoch: Any) -> Written:
-    return Written(int(last_seq), _text(epoch) or None)
+    return Written(int(last_seq), as_text(epoch) or None)
 
 
 def _controls(cancel_at: Any, pause_at: Any, updates: Any) -> RunControls:
     return RunControls(
-        _text(cancel_at) or None if cancel_at is not None else None,
-        _text(pause_at) or None if pause_at is not None else None,
+        as_text(cancel_at) or None if cancel_at is not None else None,
+        as_text(pause_at) or None if pause_at is not None else None,
         int(updates) > 0,
     )
 
 
-class ValkeyLifecycle(ValkeyCore):
+class ValkeyLifecycle(ValkeyConnection):
     """The lifecycle and event-log roles on Valkey."""
 
     #: Whether a run's idempotency key goes into its ``run:init`` headers
@@ -124,6 +120,46 @@ class ValkeyLifecycle(ValkeyCore):
 
     def _now(self) -> float:
         return self._server_now()
+
+    def _fields_op(self, name: str, run_id: str) -> Op[dict[str, str] | None]:
+        """The run's hash, or None when no shard holds the run."""
+        shard = yield from self._located_op(name, run_id)
+        if shard is None:
+            return None
+        [raw] = yield command("HGETALL", self._key("r", name, run_id, shard=shard))
+        if not raw:
+            self._forget(name, run_id)
+            return None
+        return decode_hash(raw)
+
+    _fields = operation(_fields_op)
+
+    def _info(self, name: str, run_id: str, fields: dict[str, str], now: float) -> RunInfo:
+        wait = WaitSpec.from_dict(json.loads(fields["wait"])) if fields.get("wait") else None
+        lock = fields.get("lock") or None
+        live = lock is not None and float(fields.get("lock_expires") or 0) > now
+        terminal = fields.get("terminal") or None
+        return RunInfo(
+            name=name,
+            run_id=run_id,
+            status=derive_status(
+                terminal=RunStatus(terminal) if terminal else None,
+                lock_live=live,
+                lock_set=lock is not None,
+                wait_kind=wait.kind if wait is not None else None,
+                queued=bool(fields.get("queued")),
+            ),
+            submitted_at=float(fields["submitted_at"]),
+            params=json.loads(fields["params"]),
+            owner=fields.get("owner") or None,
+            metadata=json.loads(fields.get("metadata") or "{}"),
+            version=fields.get("version", ""),
+            version_behavior=fields.get("version_behavior", "pinned"),
+            lock_holder=lock if live else None,
+            wait=wait,
+            cancel_requested_at=fields.get("cancel_at") or None,
+            ended_at=float(fields["ended_at"]) if fields.get("ended_at") else None,
+        )
 
     def _submit_args(
         self, submit: Submit, run_id: str, headers: dict[str, str] | None, now: float
@@ -177,7 +213,7 @@ class ValkeyLifecycle(ValkeyCore):
         args = self._submit_args(submit, run_id, headers, now)
         if self.shard_count == 1:
             created = yield Script("submit", (submit.name, run_id, *args, key, body, keep, ""))
-            return _text(created)
+            return as_text(created)
         shard = self._submit_shard(submit, run_id)
         kind, value = yield from self._route_op(submit.name, run_id, shard, key, body, keep)
         if kind == "existing":
@@ -203,14 +239,14 @@ class ValkeyLifecycle(ValkeyCore):
         for a live idempotency key, else ``("routed", held controls as JSON)``. Raises
         :class:`DuplicateRunError` when the id is a run of another shard."""
         answer = yield Script("g_route", (name, run_id, str(shard), key, body, keep, ""))
-        if _text(answer[0]) == "elsewhere":
+        if as_text(answer[0]) == "elsewhere":
             other = int(answer[1])
             [exists] = yield command("EXISTS", self._key("r", name, run_id, shard=other))
             if int(exists):
                 raise DuplicateRunError(name, run_id)
             # A submit routed there never created the run: the id is free to route here.
             answer = yield Script("g_route", (name, run_id, str(shard), key, body, keep, "1"))
-        return _text(answer[0]), _text(answer[1])
+        return as_text(answer[0]), as_text(answer[1])
 
     def _routed_op(self, name: str, run_id: str, shard: int, held: str) -> Op[None]:
         """After the run was created in ``shard``: remember it, and drop the controls held
@@ -245,7 +281,7 @@ class ValkeyLifecycle(ValkeyCore):
         prefer: Sequence[int] = (),
     ) -> Op[str | None]:
         claimed, _ = yield from self._claim_op(name, [worker_id], worker_version, prefer, "")
-        return _text(claimed[0]) if claimed else None
+        return as_text(claimed[0]) if claimed else None
 
     @operation
     def claim_next_run_loaded(
@@ -284,7 +320,7 @@ class ValkeyLifecycle(ValkeyCore):
         )
         claimed = Claims(next_token_in=next_token_in)
         for run_id, entries, cancel_at, pause_at, updates, journal_at in answers:
-            run_id = _text(run_id)
+            run_id = as_text(run_id)
             events: list[RunEvent] | None = None
             if entries is not None:
                 events = [event_from(name, run_id, entry, fields) for entry, fields in entries]
@@ -326,10 +362,10 @@ class ValkeyLifecycle(ValkeyCore):
                     return claimed, None  # the runs claimed so far are the caller's
                 raise
             for claim in answer:
-                self._remember(name, _text(claim[0] if load else claim), shard)
+                self._remember(name, as_text(claim[0] if load else claim), shard)
             claimed.extend(answer)
-            if _text(token_in):
-                next_token_in = sooner(next_token_in, float(_text(token_in)))
+            if as_text(token_in):
+                next_token_in = sooner(next_token_in, float(as_text(token_in)))
         return claimed, (next_token_in if len(claimed) < len(leases) else None)
 
     def claim_run(
@@ -356,7 +392,7 @@ class ValkeyLifecycle(ValkeyCore):
         recovered: list[str] = []
         for shard in self._shards():
             answer = self._script("recover", name, at, *policy, shard=shard)
-            recovered.extend(_text(r) for r in answer)
+            recovered.extend(as_text(r) for r in answer)
         return recovered
 
     def recover_lapsed_holders(
@@ -367,14 +403,14 @@ class ValkeyLifecycle(ValkeyCore):
         # lapsed here that writes its record again before a shard's script runs has been
         # silent past its presence TTL already, which is what takeover judges.
         kept = set(keep)
-        lapsed = [w for w in map(_text, self._script("i_lapsed_workers")) if w not in kept]
+        lapsed = [w for w in map(as_text, self._script("i_lapsed_workers")) if w not in kept]
         if not lapsed:
             return []
         policy = poison.script_args() if poison is not None else NO_POLICY_ARGS
         recovered: list[str] = []
         for shard in self._shards():
             answer = self._script("takeover", name, *policy, *lapsed, shard=shard)
-            recovered.extend(_text(r) for r in answer)
+            recovered.extend(as_text(r) for r in answer)
         return recovered
 
     def note_loop_blocked(self, name: str, run_id: str, lease: str) -> bool:
@@ -399,7 +435,7 @@ class ValkeyLifecycle(ValkeyCore):
             float(fields["rps"]) if fields.get("rps") else None,
             int(fields["rburst"]) if fields.get("rburst") else None,
         )
-        counted = _text(tokens)
+        counted = as_text(tokens)
         return wait_reason(gates, int(position), int(holding), float(counted) if counted else None)
 
     def get_pending_count(self, name: str) -> int:
@@ -407,7 +443,9 @@ class ValkeyLifecycle(ValkeyCore):
         for shard in self._shards():
             buckets = self._cmd("SMEMBERS", self._key("qb", name, shard=shard))
             for bucket in buckets:
-                pending += int(self._cmd("ZCARD", self._key("q", name, _text(bucket), shard=shard)))
+                pending += int(
+                    self._cmd("ZCARD", self._key("q", name, as_text(bucket), shard=shard))
+                )
         return pending
 
     @operation
@@ -415,7 +453,7 @@ class ValkeyLifecycle(ValkeyCore):
         self, name: str, run_id: str, worker_id: str
     ) -> Op[tuple[str | None, str | None]]:
         cancel_at, pause_at = yield from self._on_run_op("heartbeat", name, run_id, worker_id)
-        return (_text(cancel_at) or None, _text(pause_at) or None)
+        return (as_text(cancel_at) or None, as_text(pause_at) or None)
 
     def lock_holder(self, name: str, run_id: str) -> str | None:
         fields = self._fields(name, run_id)
@@ -427,7 +465,7 @@ class ValkeyLifecycle(ValkeyCore):
         self, name: str, run_id: str, *, detail: dict[str, Any] | None = None
     ) -> str:
         at = iso(self._now())
-        return _text(self._control("request_cancel", name, run_id, at, json.dumps(detail or {})))
+        return as_text(self._control("request_cancel", name, run_id, at, json.dumps(detail or {})))
 
     def _control(self, script: str, name: str, run_id: str, *args: str) -> Any:
         """A cancel or pause (``script``): latched on the run in its shard, or held for an id
@@ -526,7 +564,7 @@ class ValkeyLifecycle(ValkeyCore):
             )
             if not page:
                 break
-            run_ids = [_text(member) for member, _ in page]
+            run_ids = [as_text(member) for member, _ in page]
             # The page's runs read in one round trip (their keys share the shard's slot), not
             # one each (a page of fifty runs took fifty-one round trips).
             hashes = self._io(
@@ -537,7 +575,7 @@ class ValkeyLifecycle(ValkeyCore):
                 "list_runs",
             )
             for run_id, (_, score), raw in zip(run_ids, page, hashes, strict=True):
-                fields = _decode_hash(raw) if raw else None
+                fields = decode_hash(raw) if raw else None
                 if fields is None or (owner is not None and fields.get("owner") != owner):
                     continue
                 info = self._info(name, run_id, fields, now)
@@ -592,7 +630,7 @@ class ValkeyLifecycle(ValkeyCore):
         last_seq, epoch, *rest = yield from self._on_run_op(
             "finish", name, run_id, event_args(events), fence
         )
-        controls = None if len(rest) == 1 and _text(rest[0]) == "ENDED" else _controls(*rest)
+        controls = None if len(rest) == 1 and as_text(rest[0]) == "ENDED" else _controls(*rest)
         return controls, _written(last_seq, epoch)
 
     @operation
@@ -623,7 +661,7 @@ class ValkeyLifecycle(ValkeyCore):
             events.extend(event_from(name, run_id, entry, fields) for entry, fields in entries)
             if not entries or not int(more):
                 break
-            after_seq = int(_text(entries[-1][0]).split("-", 1)[1])
+            after_seq = int(as_text(entries[-1][0]).split("-", 1)[1])
         return events
 
     @operation

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 
 from lockgate.journal._events import RunEvent
 from lockgate.stores._types import RunControls, Written
-from lockgate.stores.valkey._core import _text
 from lockgate.stores.valkey._keys import mark_field, member
 from lockgate.stores.valkey._loop import Commands, Op, Script, command, operation
+from lockgate.stores.valkey._replies import as_text
 from lockgate.stores.valkey._restore import JournaledRun, restore_args
 from lockgate.stores.valkey._store import ValkeyStore
 
@@ -89,7 +89,7 @@ class ValkeyLifecycleStore(ValkeyStore):
         offset told stays, and is returned. A run this store does not hold is left alone
         (None)."""
         shard = yield from self._run_shard_op(name, run_id)
-        kept = _text(
+        kept = as_text(
             (yield Script("j_position", (name, run_id, str(partition), str(offset)), shard))
         )
         if not kept:
@@ -130,7 +130,7 @@ class ValkeyLifecycleStore(ValkeyStore):
         """Write ``run`` back as its journal tells it (``lockgate store rebuild``), in one
         script in its shard: True when restored, False when the run exists already (then
         nothing is written). With shards, the run -> shard index learns it too."""
-        answer = _text(self._script("restore_run", *restore_args(run), shard=run.shard))
+        answer = as_text(self._script("restore_run", *restore_args(run), shard=run.shard))
         if self.shard_count > 1:
             self._cmd("HSETNX", self._key("shardof"), member(run.name, run.run_id), run.shard)
             self._remember(run.name, run.run_id, run.shard)

@@ -4,8 +4,8 @@ An operation the worker calls on its hot path (a claim, a fenced append, a termi
 heartbeat, ...) is a generator of the requests it sends (:class:`Script`, :class:`Commands`):
 it yields one, is sent the server's answer (or has the store's error thrown in), and returns its
 result. A store method so written carries :func:`operation`: called, it is driven by
-``ValkeyCore._run`` with the blocking client; the event-loop runtime takes the generator itself
-(:func:`operation_of`, through ``Store.coroutine_for``) and ``ValkeyCore._arun`` drives it with
+``ValkeyRequests._run`` with the blocking client; the event-loop runtime takes the generator itself
+(:func:`operation_of`, through ``Store.coroutine_for``) and ``ValkeyRequests._arun`` drives it with
 an asyncio client on the running loop, so the worker's attempts wait on Valkey without a thread
 each (a thread hop per call cost more than the call itself).
 

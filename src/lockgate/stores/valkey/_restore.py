@@ -1,6 +1,6 @@
 """Restoring a run the Valkey tier lost, from what its journal says (``lockgate store rebuild``).
 
-The journal side (``stores/kafka/_rebuild``) reads and folds each run's journal into a
+The journal side (``stores/composite/_rebuild``) reads and folds each run's journal into a
 :class:`JournaledRun`; this module lays it out as the Valkey store keeps a run (its hash
 fields, outbox, wait, queue entry), and ``restore_run.lua`` writes it in one step, or nothing
 when the run exists. What Valkey kept and no journal holds is not here: see

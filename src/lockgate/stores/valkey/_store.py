@@ -10,10 +10,13 @@ from lockgate._errors import ConfigurationError, LockgateError
 from lockgate.stores._base import Store
 from lockgate.stores._types import StoreMarker
 from lockgate.stores.valkey._chains import ValkeyChains
-from lockgate.stores.valkey._core import SHARD_COUNT_DEFAULT, _decode_hash, _text
+from lockgate.stores.valkey._connection import SHARD_COUNT_DEFAULT
 from lockgate.stores.valkey._insight import ValkeyInsight
 from lockgate.stores.valkey._keys import KEY_LAYOUT, SEP, parts_of
-from lockgate.stores.valkey._triggers import ValkeyTriggers, glob_escaped
+from lockgate.stores.valkey._maintenance import ValkeyMaintenance, glob_escaped
+from lockgate.stores.valkey._namespace_records import ValkeyNamespaceRecords
+from lockgate.stores.valkey._replies import as_text, decode_hash
+from lockgate.stores.valkey._triggers import ValkeyTriggers
 from lockgate.stores.valkey._waits import ValkeyWaits
 
 #: The most shards a namespace may have. Every shard is a hash tag of its own, read in turn by
@@ -24,7 +27,15 @@ from lockgate.stores.valkey._waits import ValkeyWaits
 SHARD_COUNT_MAX = 4096
 
 
-class ValkeyStore(ValkeyWaits, ValkeyTriggers, ValkeyChains, ValkeyInsight, Store):
+class ValkeyStore(
+    ValkeyWaits,
+    ValkeyTriggers,
+    ValkeyNamespaceRecords,
+    ValkeyMaintenance,
+    ValkeyChains,
+    ValkeyInsight,
+    Store,
+):
     """Every store guarantee on a Valkey server, for worker processes on many hosts.
 
     ``url`` is ``valkey://``, ``redis://``, ``rediss://`` or ``unix://``; ``store.url`` shows it
@@ -48,7 +59,7 @@ class ValkeyStore(ValkeyWaits, ValkeyTriggers, ValkeyChains, ValkeyInsight, Stor
     (None keeps them).
 
     ``shard_count`` splits the namespace's runs over that many shards, each under a hash tag of
-    its own, so a Valkey cluster spreads them over its nodes (see ``valkey._core`` for the
+    its own, so a Valkey cluster spreads them over its nodes (see ``valkey._shard_location`` for the
     layout and :meth:`shard_of` for where a run lives). The namespace records its count when
     it is made: a store given none (``None``) takes the recorded one, or makes the namespace
     with :data:`SHARD_COUNT_DEFAULT` (1) shard; one given another count than the recorded
@@ -160,10 +171,10 @@ class ValkeyStore(ValkeyWaits, ValkeyTriggers, ValkeyChains, ValkeyInsight, Stor
                     "SCAN", cursor, "MATCH", glob_escaped(prefix + ":") + "*", "COUNT", 500
                 )
                 for key in keys:
-                    [name] = parts_of(_text(key).removeprefix(prefix))
+                    [name] = parts_of(as_text(key).removeprefix(prefix))
                     counts = workflows.setdefault(name, {"runs": 0})
-                    counts["runs"] += int(self._cmd("ZCARD", _text(key)))
-                cursor = _text(cursor_raw)
+                    counts["runs"] += int(self._cmd("ZCARD", as_text(key)))
+                cursor = as_text(cursor_raw)
                 if cursor == "0":
                     break
         return {
@@ -184,7 +195,7 @@ class ValkeyStore(ValkeyWaits, ValkeyTriggers, ValkeyChains, ValkeyInsight, Stor
             answer = self._io(lambda: dict(self._redis.config_get(name)), "CONFIG GET")
         except LockgateError:
             return None  # not allowed to read it (an ACL user, a managed service)
-        values = {_text(k): _text(v) for k, v in answer.items()}
+        values = {as_text(k): as_text(v) for k, v in answer.items()}
         return values.get(name)
 
     def ensure_marker(self) -> bool:
@@ -196,7 +207,7 @@ class ValkeyStore(ValkeyWaits, ValkeyTriggers, ValkeyChains, ValkeyInsight, Stor
 
     def read_marker(self) -> StoreMarker | None:
         raw = self._cmd("HGETALL", self._key("marker"))
-        fields = _decode_hash(raw) if raw else {}
+        fields = decode_hash(raw) if raw else {}
         return StoreMarker.from_fields(fields) if "id" in fields else None
 
     def shard_of(self, name: str, run_id: str) -> int:

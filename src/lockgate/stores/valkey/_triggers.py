@@ -1,5 +1,5 @@
-"""ValkeyStore's keyed records: idempotency keys, version ranks, recorded policies, trigger
-buffers, and maintenance.
+"""ValkeyStore's Collect and Debounce buffers, and the fired-through marks of batches buffered
+outside the store.
 
 A trigger fire builds its run inside its script, since the batch lives in Valkey: this side
 gives it the run as :class:`TriggerPolicy` makes it, with slots for what only the script knows
@@ -12,28 +12,23 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from lockgate._names import check_name
 from lockgate.stores._gates import fair_bucket
 from lockgate.stores._shards import shard_key
-from lockgate.stores._triggers import FiredBatch, TriggerPolicy
-from lockgate.stores.valkey._core import _scored, _text, event_args
+from lockgate.stores._triggers import FiredBatch, TriggerPolicy, batch_submit
+from lockgate.stores.valkey._events import event_args
 from lockgate.stores.valkey._keys import mark_field, member
 from lockgate.stores.valkey._lifecycle import ValkeyLifecycle, run_fields, soonest_op
 from lockgate.stores.valkey._loop import Op, Script, command, operation
+from lockgate.stores.valkey._replies import as_text, scored
 
 #: Marks a slot in a template. Random per process, so no user string can pass for one.
 SLOT_MARK = f"\x1elg-slot-{uuid.uuid4().hex}:"
 #: A slot as ``json.dumps`` writes it: the mark's control character escaped.
 _SLOT_JSON = re.compile(re.escape(json.dumps(SLOT_MARK)[:-1]) + r'(\w+)"')
-#: Records with an ``expires_at`` that maintenance drops once it has passed.
-EXPIRING = ("idem", "held")
-#: Ended runs one maintenance script forgets.
-FORGET_BATCH = 500
-#: Keys one maintenance script judges.
-MAINTENANCE_BATCH = 500
 
 
 def slot(name: str) -> str:
@@ -79,56 +74,11 @@ def policy_args(policy: TriggerPolicy) -> list[str]:
     ]
 
 
-def glob_escaped(text: str) -> str:
-    """``text`` matched literally by a ``SCAN ... MATCH`` pattern."""
-    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
-
-
 class ValkeyTriggers(ValkeyLifecycle):
-    """Idempotency, versions, policies, Collect/Debounce buffers and maintenance on Valkey."""
+    """Collect/Debounce buffers and fired-through marks on Valkey."""
 
     #: Per workflow, the shard the last :meth:`due_triggers` found each due buffer in.
     _buffers: dict[str, dict[str, int]]
-
-    # -- idempotency -------------------------------------------------------------------------
-
-    def _idempotency(self, name: str, key: str) -> tuple[str, str] | None:
-        """The live record of ``key``: its run id and body hash ("" for none)."""
-        record = self._script("t_idempotency_get", name, key)
-        if not record:
-            return None
-        run_id, body_hash = record
-        return _text(run_id), _text(body_hash)
-
-    def get_idempotency_run(self, name: str, key: str) -> str | None:
-        record = self._idempotency(name, key)
-        return record[0] if record is not None else None
-
-    def set_idempotency_run(self, name: str, key: str, run_id: str, ttl: int = 86_400) -> bool:
-        return bool(self._script("t_idempotency_set", name, key, run_id, repr(float(ttl))))
-
-    def get_idempotency_body_hash(self, name: str, key: str) -> str | None:
-        record = self._idempotency(name, key)
-        return (record[1] or None) if record is not None else None
-
-    # -- versions and policies -----------------------------------------------------------------
-
-    def register_version(self, name: str, version: str) -> int:
-        return int(self._script("t_register_version", name, version))
-
-    def version_rank(self, name: str, version: str) -> int | None:
-        rank = self._cmd("HGET", self._key("ver", name), version)
-        return int(rank) if rank is not None else None
-
-    def record_workflow_policy(self, name: str, policy: dict[str, Any]) -> None:
-        self._script("t_record_policy", name, dumps(policy))
-
-    def get_workflow_policy(self, name: str) -> dict[str, Any] | None:
-        policy = self._cmd("GET", self._key("policy", name))
-        if policy is None:
-            return None
-        loaded: dict[str, Any] = json.loads(_text(policy))
-        return loaded
 
     # -- trigger buffers -------------------------------------------------------------------------
 
@@ -151,7 +101,7 @@ class ValkeyTriggers(ValkeyLifecycle):
         )
         if not fired:
             return None
-        run_id = _text(fired)
+        run_id = as_text(fired)
         if self.shard_count > 1:
             # The fire made the run in this step; its index entry follows (a reader that
             # finds none looks in every shard).
@@ -189,7 +139,7 @@ class ValkeyTriggers(ValkeyLifecycle):
                 0,
                 limit,
             )
-            due.extend((at, shard, key) for key, at in _scored(found).items())
+            due.extend((at, shard, key) for key, at in scored(found).items())
         due.sort()
         if self.shard_count > 1:
             self._buffers[name] = {key: shard for _, shard, key in due[:limit]}
@@ -212,8 +162,9 @@ class ValkeyTriggers(ValkeyLifecycle):
         first: int,
         last: int,
     ) -> Op[FiredBatch]:
-        check_name("workflow name", name)
-        run_id, submit = policy.submit(name, key, events, first, last, source)
+        run_id, submit = batch_submit(
+            name, key, events, policy, source=source, first=first, last=last
+        )
         shard = self._mark_shard(key, policy)
         now = yield from self._server_now_op()
         fired_id, mark = yield Script(
@@ -229,7 +180,7 @@ class ValkeyTriggers(ValkeyLifecycle):
             ),
             shard,
         )
-        fired = _text(fired_id) or None
+        fired = as_text(fired_id) or None
         if fired is not None and self.shard_count > 1:
             # As for a buffer's fire: the run's index entry follows its creation.
             yield command("HSET", self._key("shardof"), member(name, fired), str(shard))
@@ -263,7 +214,7 @@ class ValkeyTriggers(ValkeyLifecycle):
                 answer = self._script(
                     "t_forget_marks", name, prefix, str(below), cursor, shard=shard
                 )
-                cursor, gone = _text(answer[0]), gone + int(answer[1])
+                cursor, gone = as_text(answer[0]), gone + int(answer[1])
                 if cursor == "0":
                     break
         return gone
@@ -278,43 +229,3 @@ class ValkeyTriggers(ValkeyLifecycle):
     def next_trigger_due(self, name: str, after: float) -> Op[float | None]:
         keys = [self._key("tdue", name, shard=s) for s in self._shards()]
         return (yield from soonest_op(keys, after))
-
-    # -- maintenance ---------------------------------------------------------------------------
-
-    def run_maintenance(self, now: float | None = None) -> int:
-        """Drop expired idempotency records and held controls, namespace-wide and in every
-        shard, and forget runs that ended more than ``completed_ttl`` seconds before ``now``
-        (the store's time by default). Returns how many records and runs went."""
-        at = "" if now is None else repr(float(now))
-        removed = 0
-        places: list[int | None] = [None] if self.shard_count == 1 else [None, *self._shards()]
-        for shard in places:
-            for kind in EXPIRING:
-                for batch in self._scan(kind, shard):
-                    removed += int(self._script("t_expire", at, *batch, shard=shard))
-        completed_ttl: float | None = getattr(self, "completed_ttl", None)
-        if completed_ttl is not None:
-            cutoff = repr((self._server_now() if now is None else now) - completed_ttl)
-            for shard in self._shards():
-                while True:
-                    gone = int(self._script("t_forget_ended", cutoff, FORGET_BATCH, shard=shard))
-                    removed += gone
-                    if gone < FORGET_BATCH:
-                        break
-        return removed
-
-    def _scan(self, kind: str, shard: int | None) -> Iterator[list[str]]:
-        """The keys of ``kind``'s records in ``shard`` (None: namespace-wide), without the
-        prefix, a batch at a time."""
-        prefix = self._key("", shard=shard)
-        pattern = glob_escaped(self._key(kind, shard=shard) + ":") + "*"
-        cursor = "0"
-        while True:
-            cursor_raw, keys = self._cmd(
-                "SCAN", cursor, "MATCH", pattern, "COUNT", MAINTENANCE_BATCH
-            )
-            cursor = _text(cursor_raw)
-            if keys:
-                yield [_text(k).removeprefix(prefix) for k in keys]
-            if cursor == "0":
-                return

@@ -19,20 +19,18 @@ from lockgate._clock import iso
 from lockgate._errors import RunNotFoundError
 from lockgate._names import check_name, check_optional
 from lockgate.journal._events import EventKind, RunEvent
-from lockgate.stores._gates import Gates, fair_bucket
+from lockgate.stores._gates import fair_bucket
 from lockgate.stores._records import (
-    Continuation,
     SuccessorPlan,
-    continued_successor,
-    gated_successor,
     terminated_payload,
 )
 from lockgate.stores._shards import shard_key
 from lockgate.stores._types import TerminateOutcome, WaitOutcome, WaitSpec
-from lockgate.stores.valkey._core import _scored, _text, event_args
+from lockgate.stores.valkey._events import event_args
 from lockgate.stores.valkey._keys import SEP, split_member
 from lockgate.stores.valkey._lifecycle import ValkeyLifecycle, run_fields, soonest_op
 from lockgate.stores.valkey._loop import Op, command, operation
+from lockgate.stores.valkey._replies import as_text, scored
 
 
 def _dumps(value: Any) -> str:
@@ -69,7 +67,7 @@ class ValkeyWaits(ValkeyLifecycle):
             wait.kind,
             wait.signal or "",
         )
-        return WaitOutcome(_text(outcome))
+        return WaitOutcome(as_text(outcome))
 
     def get_sleeping_runs(self, before: float, limit: int = 100) -> list[tuple[str, str]]:
         """Due waits, earliest first and in submit order within one due time (each shard's
@@ -90,12 +88,12 @@ class ValkeyWaits(ValkeyLifecycle):
         due = self._cmd(
             "ZRANGEBYSCORE", timers, "-inf", repr(float(before)), "WITHSCORES", "LIMIT", 0, limit
         )
-        entries = _scored(due)
+        entries = scored(due)
         if len(entries) >= limit > 0:
             # Waits due at the same time as the last one come in submit order: take them all.
             last = repr(max(entries.values()))
             tied = self._cmd("ZRANGEBYSCORE", timers, last, last, "WITHSCORES")
-            entries.update(_scored(tied))
+            entries.update(scored(tied))
         ranked: list[tuple[float, float, int, str, str]] = []
         for member, due_at in entries.items():
             name, run_id = split_member(member)
@@ -116,7 +114,7 @@ class ValkeyWaits(ValkeyLifecycle):
         return (yield from soonest_op(keys, after))
 
     def wake_due(self, name: str, run_id: str, *, due_by: float) -> WaitOutcome:
-        outcome = _text(self._on_run("w_wake", name, run_id, "", repr(float(due_by)), ""))
+        outcome = as_text(self._on_run("w_wake", name, run_id, "", repr(float(due_by)), ""))
         if outcome == "handoff":
             return self._finish_hand_on(name, run_id)
         return WaitOutcome(outcome)
@@ -140,7 +138,7 @@ class ValkeyWaits(ValkeyLifecycle):
     ) -> Op[WaitOutcome]:
         """End the run's wait ``wait_id`` with an event of ``kind`` (``w_wake``)."""
         outcome = yield from self._on_run_op("w_wake", name, run_id, kind, wait_id, lease or "")
-        return WaitOutcome(_text(outcome))
+        return WaitOutcome(as_text(outcome))
 
     # -- signals -------------------------------------------------------------------------------
 
@@ -166,14 +164,14 @@ class ValkeyWaits(ValkeyLifecycle):
         sent = yield from self._on_run_op(
             "w_signal", name, run_id, signal_name, entry, idempotency_key or ""
         )
-        return _text(sent)
+        return as_text(sent)
 
     @operation
     def peek_signal(self, name: str, run_id: str, signal_name: str) -> Op[dict[str, Any] | None]:
         shard = yield from self._require_op(name, run_id)
         [buffered] = yield command("LRANGE", self._key("sig", name, run_id, shard=shard), 0, -1)
         for raw in buffered:
-            entry_name, _, rest = _text(raw).partition(SEP)
+            entry_name, _, rest = as_text(raw).partition(SEP)
             if entry_name == signal_name:
                 signal: dict[str, Any] = json.loads(rest.partition(SEP)[2])
                 return signal
@@ -200,13 +198,13 @@ class ValkeyWaits(ValkeyLifecycle):
         record = _dumps(
             {"update_id": update_id, "update": update_name, "payload": payload, "sent_at": sent_at}
         )
-        return _text(self._on_run("w_update", name, run_id, update_id, record))
+        return as_text(self._on_run("w_update", name, run_id, update_id, record))
 
     @operation
     def peek_pending_updates(self, name: str, run_id: str) -> Op[list[dict[str, Any]]]:
         shard = yield from self._require_op(name, run_id)
         [stored] = yield command("HVALS", self._key("upd", name, run_id, shard=shard))
-        pending = sorted((json.loads(_text(raw)) for raw in stored), key=lambda u: int(u["seq"]))
+        pending = sorted((json.loads(as_text(raw)) for raw in stored), key=lambda u: int(u["seq"]))
         return [dict(u["record"]) for u in pending]
 
     @operation
@@ -232,18 +230,18 @@ class ValkeyWaits(ValkeyLifecycle):
         if raw is None:
             self._run(self._require_op(name, run_id))
             return None
-        result: dict[str, Any] = json.loads(_text(raw))
+        result: dict[str, Any] = json.loads(as_text(raw))
         return result
 
     # -- controls ------------------------------------------------------------------------------
 
     def request_pause(self, name: str, run_id: str) -> str:
-        return _text(self._control("w_pause", name, run_id, iso(self._now())))
+        return as_text(self._control("w_pause", name, run_id, iso(self._now())))
 
     def resume_paused_run(
         self, name: str, run_id: str, *, wait_id: str | None = None
     ) -> WaitOutcome:
-        return WaitOutcome(_text(self._on_run("w_resume", name, run_id, wait_id or "")))
+        return WaitOutcome(as_text(self._on_run("w_resume", name, run_id, wait_id or "")))
 
     def terminate_run(
         self,
@@ -259,40 +257,13 @@ class ValkeyWaits(ValkeyLifecycle):
             EventKind.RUN_ERROR, terminated_payload(now, reason, requested_by, cause), run_id
         )
         outcome = self._on_run("w_terminate", name, run_id, event_args([error]), now)
-        return TerminateOutcome(_text(outcome))
+        return TerminateOutcome(as_text(outcome))
 
     @operation
     def hand_back_run(self, name: str, run_id: str, worker_id: str | None = None) -> Op[None]:
         yield from self._on_run_op("release", name, run_id, worker_id or "", "hand_back")
 
-    def hand_on_run(
-        self,
-        name: str,
-        run_id: str,
-        lease: str,
-        successor_id: str,
-        *,
-        version: str,
-        version_behavior: str,
-        gates: Gates,
-    ) -> str:
-        plan = gated_successor(
-            name,
-            run_id,
-            successor_id,
-            version=version,
-            version_behavior=version_behavior,
-            gates=gates,
-        )
-        return self._hand_on(name, run_id, lease, successor_id, plan)
-
-    def continue_run(
-        self, name: str, run_id: str, lease: str, successor_id: str, continuation: Continuation
-    ) -> str:
-        plan = continued_successor(name, continuation)
-        return self._hand_on(name, run_id, lease, successor_id, plan)
-
-    def _hand_on(
+    def hand_on(
         self, name: str, run_id: str, lease: str, successor_id: str, plan: SuccessorPlan
     ) -> str:
         """One script when the successor's gates map it to the run's shard; otherwise the
@@ -323,7 +294,7 @@ class ValkeyWaits(ValkeyLifecycle):
             if self.shard_count > 1:
                 held = self._run(self._route_op(name, successor_id, shard))[1]
             args = (lease, successor_id, *born, continued, held)
-            handed = _text(self._script("w_hand_on", name, run_id, *args, shard=shard))
+            handed = as_text(self._script("w_hand_on", name, run_id, *args, shard=shard))
             if self.shard_count > 1:
                 self._run(self._routed_op(name, successor_id, shard, held))
             return handed
@@ -348,7 +319,7 @@ class ValkeyWaits(ValkeyLifecycle):
         held = self._run(self._route_op(name, successor_id, target))[1]
         self._script("w_hand_on_create", name, run_id, successor_id, *born, held, shard=target)
         self._run(self._routed_op(name, successor_id, target, held))
-        holdings = _text(off(lease, successor_id, continued, "hand"))
+        holdings = as_text(off(lease, successor_id, continued, "hand"))
         self._script("w_hand_on_adopt", name, successor_id, "adopt", holdings, shard=target)
         off("", successor_id, "", "clear")
         return successor_id
@@ -362,7 +333,7 @@ class ValkeyWaits(ValkeyLifecycle):
             return WaitOutcome.SUPERSEDED
         run_id = fields["handoff_from"]
         shard = self._run_shard(name, run_id)
-        holdings = _text(
+        holdings = as_text(
             self._script("w_hand_off", name, run_id, "", successor_id, "", "read", shard=shard)
         )
         adopt = functools.partial(self._on_run, "w_hand_on_adopt", name, successor_id)

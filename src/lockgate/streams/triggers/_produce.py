@@ -19,9 +19,9 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from lockgate._errors import StoreUnavailable
+from lockgate.stores._shards import shard_for
 from lockgate.stores.kafka import KafkaEventLogStore
 from lockgate.stores.kafka._delivery import Delivery
-from lockgate.stores.kafka._partition import partition_for
 from lockgate.stores.kafka._topic import prepare_topic
 from lockgate.streams._topics import dlq_topic
 
@@ -90,7 +90,7 @@ class TriggerProducer:
         timeout = self._journal.delivery_timeout
         for key, event in batch:
             value = json.dumps(event, allow_nan=False, separators=(",", ":")).encode()
-            partition = partition_for(key, self.partitions)
+            partition = shard_for(key, self.partitions)
             while True:
                 try:
                     self._producer.produce(

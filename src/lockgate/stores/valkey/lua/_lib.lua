@@ -276,6 +276,18 @@ local function claim(run, lease)
   redis.call('ZADD', K('locks', run.name), NOW + LOCK_TTL, run.id)
 end
 
+-- -- insight ---------------------------------------------------------------------------------
+
+-- The runs queued in each fairness bucket of ``name`` in this shard: {bucket, count, ...}.
+local function queued_per_bucket(name)
+  local queued = {}
+  for _, bucket in ipairs(redis.call('SMEMBERS', K('qb', name))) do
+    queued[#queued + 1] = bucket
+    queued[#queued + 1] = redis.call('ZCARD', K('q', name, bucket))
+  end
+  return queued
+end
+
 -- -- controls ------------------------------------------------------------------------------------
 
 local function latch_cancel(run, at, detail_json)
@@ -290,6 +302,28 @@ end
 local function latch_pause(run, at)
   set(run, 'pause_at', at)
   return append(run, {event('run:pause_requested', {requested_at = at})}, nil)
+end
+
+-- A control sent namespace-wide (route = 'route') for an id no shard held when it was sent:
+-- {'routed', shard} once the id is routed to a shard (the control goes there), else nil.
+local function routed_elsewhere(route, name, id)
+  if route ~= 'route' then return nil end
+  local shard = redis.call('HGET', K('shardof'), name .. SEP .. id)
+  if shard then return {'routed', shard} end
+  return nil
+end
+
+-- Whether a held control's expires_at (false when its held hash has none) is still ahead.
+local function held_live(expires_at) return expires_at and tonumber(expires_at) > NOW end
+
+-- Controls held for an id not submitted yet: ``fields`` (field, value, ...) set in its held
+-- hash ``hkey`` with a new expires_at. The key's TTL is relative to the server's clock, which
+-- NOW may not be: it is only a backstop, expires_at is what counts.
+local function hold_controls(hkey, fields)
+  fields[#fields + 1] = 'expires_at'
+  fields[#fields + 1] = NOW + HELD_TTL
+  redis.call('HSET', hkey, unpack(fields))
+  redis.call('EXPIRE', hkey, math.ceil(HELD_TTL) + 60)
 end
 
 -- -- requeue budgets -----------------------------------------------------------------------------

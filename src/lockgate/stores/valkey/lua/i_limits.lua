@@ -21,9 +21,4 @@ for ckey, cmax in pairs(most) do
     running[#running + 1] = cmax >= 0 and tostring(cmax) or ''
   end
 end
-local queued = {}
-for _, bucket in ipairs(redis.call('SMEMBERS', K('qb', name))) do
-  queued[#queued + 1] = bucket
-  queued[#queued + 1] = redis.call('ZCARD', K('q', name, bucket))
-end
-return {running, queued}
+return {running, queued_per_bucket(name)}

@@ -12,9 +12,4 @@ for _, rkey in ipairs(redis.call('SMEMBERS', K('toks', name))) do
     buckets[#buckets + 1] = state[2]
   end
 end
-local queued = {}
-for _, bucket in ipairs(redis.call('SMEMBERS', K('qb', name))) do
-  queued[#queued + 1] = bucket
-  queued[#queued + 1] = redis.call('ZCARD', K('q', name, bucket))
-end
-return {string.format('%.6f', NOW), buckets, queued}
+return {string.format('%.6f', NOW), buckets, queued_per_bucket(name)}

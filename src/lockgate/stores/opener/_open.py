@@ -1,39 +1,31 @@
 """Opening a store from a URL: one spelling for the CLI, workers, the environment and code.
 
 ``open_store`` knows each scheme's store class and nothing else about it: options, whether
-from the URL's query or from keyword arguments, go to that class's constructor. Each one is
-checked against the constructor's signature and converted to the type it declares, so a
-misspelt option, or one only another backend takes, fails loudly instead of doing nothing.
+from the URL's query or from keyword arguments, go to that class's constructor, checked and
+typed by ``stores/_urls.py`` (which a backend's own ``from_url`` shares).
 """
 
 from __future__ import annotations
 
-import inspect
-import math
 import os
-import types
-import typing
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode, urlsplit
 
 from lockgate._errors import ConfigurationError, JournalTopicMismatch, ShardCountMismatch
+from lockgate.stores._urls import (
+    JOURNAL_URL_ENV,
+    STORE_SCHEMES,
+    STORE_URL_ENV,
+    construct,
+    split_url,
+    sqlite_path,
+)
 
 if TYPE_CHECKING:
     from lockgate.stores._base import Store
 
-T = TypeVar("T")
-
-#: The environment variable ``open_store`` reads when it is given no URL.
-STORE_URL_ENV = "LOCKGATE_STORE_URL"
-#: The environment variable ``open_store`` reads when it is given no journal URL.
-JOURNAL_URL_ENV = "LOCKGATE_JOURNAL_URL"
-
-_SCHEMES = ("memory://", "sqlite:///PATH", "valkey://HOST:PORT/DB", "rediss://", "unix://PATH")
 _VALKEY_SCHEMES = frozenset({"valkey", "valkeys", "redis", "rediss", "unix"})
-_TRUE = frozenset({"1", "true", "yes", "on"})
-_FALSE = frozenset({"0", "false", "no", "off"})
-_NONE = frozenset({"", "none", "null"})
 
 
 def is_valkey_url(url: str) -> bool:
@@ -85,7 +77,7 @@ def open_store(
             f"no store given: pass a store URL or set {STORE_URL_ENV} "
             "(for example sqlite:///lockgate.db)"
         )
-    scheme, location, query = _split(chosen)
+    scheme, location, query = split_url(chosen)
     journal_url = journal if journal is not None else os.environ.get(JOURNAL_URL_ENV) or None
     if journal_url is not None and not journal_url.strip():
         # Said before the store's scheme is looked at: whatever the store, what is wrong is
@@ -112,21 +104,21 @@ def open_store(
             raise ConfigurationError(f"memory:// takes no location, got {chosen!r}")
         from lockgate.stores.memory._store import MemoryStore
 
-        return _construct("memory", MemoryStore, (), query, options, option_defaults)
+        return construct("memory", MemoryStore, (), query, options, option_defaults)
     if scheme == "sqlite":
         # Each backend is imported when its URL is opened: the CLI's `--help` imports this
         # module, and a `runs list` on SQLite needs no other backend.
         from lockgate.stores.sqlite._store import SQLiteStore
 
-        path = _sqlite_path(chosen, location)
-        return _construct("sqlite", SQLiteStore, (path,), query, options, option_defaults)
+        path = sqlite_path(chosen, location)
+        return construct("sqlite", SQLiteStore, (path,), query, options, option_defaults)
     if scheme in _VALKEY_SCHEMES:
         from lockgate.stores.valkey._store import ValkeyStore
 
         return _valkey(ValkeyStore, chosen, query, options, option_defaults)
     raise ConfigurationError(
         f"unknown store URL scheme {scheme + '://'!r} in {chosen!r}; supported: "
-        + ", ".join(_SCHEMES)
+        + ", ".join(STORE_SCHEMES)
     )
 
 
@@ -139,14 +131,14 @@ def _valkey(
 ) -> Store:
     """A Valkey store of ``cls``: the server's query parameters stay in its URL, the others
     are store options."""
-    from lockgate.stores.valkey._connect import SERVER_QUERY
+    from lockgate.stores.valkey._first_contact import SERVER_QUERY
 
     parts = urlsplit(url)
     kept = urlencode([(k, v) for k, v in query if k in SERVER_QUERY])
     # Built by hand: urlunsplit drops the "//" of a URL with no host (unix:///path).
     server = f"{parts.scheme}://{parts.netloc}{parts.path}" + (f"?{kept}" if kept else "")
     store_options = [(k, v) for k, v in query if k not in SERVER_QUERY]
-    return _construct(
+    return construct(
         "valkey", cls, (server,), store_options, options, option_defaults, in_url=SERVER_QUERY
     )
 
@@ -160,11 +152,11 @@ def _composite(
 ) -> Store:
     """``CompositeStore(lifecycle=ValkeyLifecycleStore(url), events=KafkaEventLogStore(...))``
     with the journal topic partitioned as the lifecycle is sharded."""
-    from lockgate.stores._composite import CompositeStore
+    from lockgate.stores.composite._store import CompositeStore
     from lockgate.stores.kafka._store import KafkaEventLogStore
     from lockgate.stores.valkey._lifecycle_store import ValkeyLifecycleStore
 
-    scheme, _location, journal_query = _split(journal, "journal URL")
+    scheme, _location, journal_query = split_url(journal, "journal URL", shown=_shown(journal))
     bootstrap = urlsplit(journal).netloc
     if scheme != "kafka" or not bootstrap or urlsplit(journal).path.strip("/"):
         raise ConfigurationError(
@@ -179,7 +171,7 @@ def _composite(
     # The journal first: a topic already there tells the shard count a namespace made now
     # must get (a rebuild after Valkey lost everything), and one that disagrees with the
     # namespace's recorded count is said as the topic's mismatch.
-    events = _construct("kafka", KafkaEventLogStore, (bootstrap,), journal_query, {})
+    events = construct("kafka", KafkaEventLogStore, (bootstrap,), journal_query, {})
     try:
         given = "shard_count" in options or any(key == "shard_count" for key, _ in query)
         if given or not events.topic_ready:
@@ -204,167 +196,6 @@ def _composite(
         lifecycle.close()
         events.close()
         raise
-
-
-def _split(url: str, what: str = "store URL") -> tuple[str, str, list[tuple[str, str]]]:
-    """``(scheme, location, query pairs)``; the location is host and path, undecoded. ``what``
-    names the URL in a refusal."""
-    shown = _shown(url) if what == "journal URL" and isinstance(url, str) else url
-    if not isinstance(url, str) or "://" not in url:
-        supported = "kafka://" if what == "journal URL" else ", ".join(_SCHEMES)
-        raise ConfigurationError(f"{what} {shown!r} has no scheme; supported: {supported}")
-    try:
-        parts = urlsplit(url)
-    except ValueError as exc:
-        raise ConfigurationError(f"{what} {shown!r} does not parse: {exc}") from exc
-    if parts.fragment:
-        raise ConfigurationError(f"{what} {shown!r} has a fragment ('#...'); remove it")
-    try:
-        query = parse_qsl(parts.query, keep_blank_values=True, strict_parsing=bool(parts.query))
-    except ValueError as exc:
-        raise ConfigurationError(f"{what} {shown!r} has a malformed query: {exc}") from exc
-    return parts.scheme.lower(), parts.netloc + parts.path, query
-
-
-def _sqlite_path(url: str, location: str) -> str:
-    if not location.startswith("/"):
-        raise ConfigurationError(
-            f"sqlite URL {url!r} names a host; use sqlite:///relative.db or "
-            "sqlite:////absolute/path.db"
-        )
-    path = unquote(location[1:])
-    if not path or path.endswith("/"):
-        raise ConfigurationError(
-            f"sqlite URL {url!r} names no file; use sqlite:///relative.db or "
-            "sqlite:////absolute/path.db"
-        )
-    return path
-
-
-def _construct(
-    label: str,
-    cls: Callable[..., T],
-    args: tuple[Any, ...],
-    query: list[tuple[str, str]],
-    options: dict[str, Any],
-    option_defaults: Mapping[str, Any] | None = None,
-    *,
-    in_url: tuple[str, ...] = (),
-) -> T:
-    """``cls(*args, **options)`` with the URL's ``query`` among the options, each checked and
-    typed; ``in_url`` names what the URL itself takes besides (named when refusing one)."""
-    accepted = _keyword_parameters(cls)
-    kwargs: dict[str, Any] = {}
-    for key, text in query:
-        if key in kwargs:
-            raise ConfigurationError(f"{label} store option {key!r} is given twice in the URL")
-        kwargs[key] = _convert(label, key, text, accepted, in_url, from_url=True)
-    for key, value in options.items():
-        if key in kwargs:
-            raise ConfigurationError(
-                f"{label} store option {key!r} is given both in the URL and as an argument"
-            )
-        kwargs[key] = _convert(label, key, value, accepted, in_url, from_url=False)
-    for key, value in (option_defaults or {}).items():
-        if key in accepted and key not in kwargs:
-            kwargs[key] = value
-    try:
-        return cls(*args, **kwargs)
-    except (TypeError, ValueError) as exc:
-        raise ConfigurationError(f"{label} store: {exc}") from exc
-
-
-def _keyword_parameters(cls: Callable[..., Any]) -> dict[str, tuple[Any, Any]]:
-    """``{name: (declared type, default)}`` of the keyword-only parameters of ``cls``."""
-    init = getattr(cls, "__init__", cls)
-    try:
-        hints = typing.get_type_hints(init)
-    except (NameError, TypeError):
-        hints = {}
-    accepted: dict[str, tuple[Any, Any]] = {}
-    for parameter in inspect.signature(cls).parameters.values():
-        if parameter.kind is not inspect.Parameter.KEYWORD_ONLY:
-            continue
-        declared = hints.get(parameter.name)
-        if declared is None and parameter.default not in (None, inspect.Parameter.empty):
-            declared = type(parameter.default)
-        accepted[parameter.name] = (declared, parameter.default)
-    return accepted
-
-
-def _convert(
-    label: str,
-    key: str,
-    value: Any,
-    accepted: dict[str, tuple[Any, Any]],
-    in_url: tuple[str, ...],
-    *,
-    from_url: bool,
-) -> Any:
-    if key not in accepted:
-        known = ", ".join([*in_url, *sorted(accepted)]) or "none"
-        raise ConfigurationError(f"{label} store takes no option {key!r} (it takes: {known})")
-    if not isinstance(value, str):
-        return value
-    declared = accepted[key][0]
-    try:
-        return _from_text(declared, value)
-    except _NotText:
-        if from_url:
-            raise ConfigurationError(
-                f"{label} store option {key!r} cannot be given in a URL; pass it in code"
-            ) from None
-        return value
-    except ValueError as exc:
-        raise ConfigurationError(f"{label} store option {key!r}: {exc}") from None
-
-
-class _NotText(Exception):
-    """The declared type has no text spelling (a callable, an object)."""
-
-
-def _from_text(declared: Any, text: str) -> Any:
-    """``text`` as a value of ``declared``; ValueError when it does not spell one."""
-    if declared is None or declared is Any or declared is str:
-        return text
-    origin = typing.get_origin(declared)
-    if origin is typing.Union or origin is types.UnionType:
-        members = [m for m in typing.get_args(declared) if m is not type(None)]
-        if text.strip().lower() in _NONE and len(members) < len(typing.get_args(declared)):
-            return None
-        if len(members) == 1:
-            return _from_text(members[0], text)
-        for member in members:
-            try:
-                return _from_text(member, text)
-            except (ValueError, _NotText):
-                continue
-        raise ValueError(f"{text!r} fits none of {declared}")
-    if origin is Literal:
-        choices = typing.get_args(declared)
-        for choice in choices:
-            if isinstance(choice, str) and choice == text:
-                return choice
-        raise ValueError(f"must be one of {', '.join(map(repr, choices))}, got {text!r}")
-    if declared is bool:
-        lowered = text.strip().lower()
-        if lowered in _TRUE | _FALSE:
-            return lowered in _TRUE
-        raise ValueError(f"must be true or false, got {text!r}")
-    if declared is int:
-        try:
-            return int(text.strip())
-        except ValueError:
-            raise ValueError(f"must be a whole number, got {text!r}") from None
-    if declared is float:
-        try:
-            number = float(text.strip())
-        except ValueError:
-            raise ValueError(f"must be a number, got {text!r}") from None
-        if not math.isfinite(number):
-            raise ValueError(f"must be a finite number, got {text!r}")
-        return number
-    raise _NotText()
 
 
 def _shown(journal_url: str) -> str:

@@ -42,10 +42,10 @@ from lockgate.journal._events import (
 )
 from lockgate.journal._replay import ReplayState, reconstruct_state
 from lockgate.stores._chains import chain_link
-from lockgate.stores._composite import CompositeStore
 from lockgate.stores._poison import crashes_in
 from lockgate.stores._records import PROGRESS_KINDS, WAIT_STATUS, Submit
 from lockgate.stores._types import WaitSpec, interrupt_signal
+from lockgate.stores.composite._store import CompositeStore
 from lockgate.stores.kafka._codec import (
     RUN_ID_HEADER,
     RUN_SEQ_HEADER,

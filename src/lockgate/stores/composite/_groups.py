@@ -1,4 +1,4 @@
-"""The optional groups of a :class:`CompositeStore` (``stores/_composite.py``): each is the
+"""The optional groups of a :class:`CompositeStore` (``stores/composite/_store.py``): each is the
 lifecycle backend's, and a call that writes to a run copies the run's new events to the event
 log after it, as every write of the composite does."""
 
@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any
 from lockgate.journal._events import RunEvent
 from lockgate.stores._base import Store
 from lockgate.stores._chains import ChainLink
-from lockgate.stores._composed import Call, Op, composed
 from lockgate.stores._insight import BufferInfo, LimitUsage, RateUsage, WorkerInfo
-from lockgate.stores._records import Continuation
+from lockgate.stores._records import SuccessorPlan
 from lockgate.stores._triggers import FiredBatch, TriggerPolicy
 from lockgate.stores._types import TerminateOutcome, WaitOutcome, WaitSpec
+from lockgate.stores.composite._composed import Call, Op, composed
 
 
 class CompositeGroups(Store):
@@ -186,18 +186,10 @@ class CompositeGroups(Store):
     def hand_back_run(self, name: str, run_id: str, worker_id: str | None = None) -> Op[None]:
         yield Call(self.lifecycle.hand_back_run, (name, run_id, worker_id))
 
-    def hand_on_run(
-        self, name: str, run_id: str, lease: str, successor_id: str, **stamp: Any
+    def hand_on(
+        self, name: str, run_id: str, lease: str, successor_id: str, plan: SuccessorPlan
     ) -> str:
-        successor = self.lifecycle.hand_on_run(name, run_id, lease, successor_id, **stamp)
-        self._copy(name, successor)
-        self._copy(name, run_id)
-        return successor
-
-    def continue_run(
-        self, name: str, run_id: str, lease: str, successor_id: str, continuation: Continuation
-    ) -> str:
-        successor = self.lifecycle.continue_run(name, run_id, lease, successor_id, continuation)
+        successor = self.lifecycle.hand_on(name, run_id, lease, successor_id, plan)
         self._copy(name, successor)
         self._copy(name, run_id)
         return successor

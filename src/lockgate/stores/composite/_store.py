@@ -24,19 +24,7 @@ from typing import Any, TypeVar
 from lockgate._errors import ConfigurationError, RunNotFoundError, StoreUnavailable
 from lockgate.journal._events import RunEvent
 from lockgate.stores._base import EventLogStore, Store
-from lockgate.stores._composed import (
-    Call,
-    Op,
-    Together,
-    composed,
-    composed_op,
-    drive,
-    drive_natively,
-)
-from lockgate.stores._composite_groups import CompositeGroups
-from lockgate.stores._drops import OutboxDrops
 from lockgate.stores._gates import WaitReason
-from lockgate.stores._outbox import CopyingLog, Outbox, as_kept
 from lockgate.stores._poison import PoisonPolicy
 from lockgate.stores._records import Submit
 from lockgate.stores._types import (
@@ -47,6 +35,18 @@ from lockgate.stores._types import (
     StoreMarker,
     Written,
 )
+from lockgate.stores.composite._composed import (
+    Call,
+    Op,
+    Together,
+    composed,
+    composed_op,
+    drive,
+    drive_natively,
+)
+from lockgate.stores.composite._drops import OutboxDrops
+from lockgate.stores.composite._groups import CompositeGroups
+from lockgate.stores.composite._outbox import CopyingLog, Outbox, as_kept
 
 _log = logging.getLogger("lockgate.stores")
 
@@ -160,8 +160,8 @@ class CompositeStore(CompositeGroups):
         return halves
 
     def coroutine_for(self, method: Callable[..., Any]) -> Callable[..., Awaitable[Any]] | None:
-        """``method``'s operation run on the event loop (``stores/_composed.py``), when it is
-        one of this store's composed methods and the lifecycle backend runs its own calls
+        """``method``'s operation run on the event loop (``composite/_composed.py``), when it
+        is one of this store's composed methods and the lifecycle backend runs its own calls
         there too (as :class:`ValkeyLifecycleStore` does); else None, and the runtime calls
         ``method`` on a store thread."""
         op = composed_op(method) if getattr(method, "__self__", None) is self else None
