@@ -4,8 +4,9 @@ Each folder of ``src/lockgate`` with an ``__init__.py`` is a package; a module o
 folder (``lockgate/_errors.py``, ``lockgate/__init__.py``, ...) is a node of its own, so the
 public facade may import everything while the floor modules it sits on import nothing above
 them. Imports under ``if TYPE_CHECKING:`` are left out (they run for the type checker only);
-imports inside functions count, since they run. ``docs/architecture.md`` draws the same
-floors.
+imports inside functions count, since they run. ``docs/architecture.md`` draws the floors
+the packages stand on; :func:`test_every_import_goes_down_the_floors_the_architecture_draws`
+holds that drawing against the code.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 SRC = Path(__file__).resolve().parent.parent / "src"
+DOC = SRC.parent / "docs" / "architecture.md"
 ROOT = SRC / "lockgate"
 
 #: The store backends: none imports another. The composite sits above them and may.
@@ -239,3 +241,36 @@ def test_no_module_over_the_line_budget() -> None:
         if (n := len(path.read_text(encoding="utf-8").splitlines())) > MOST_LINES
     }
     assert long == {}
+
+
+def floors_drawn() -> dict[str, int]:
+    """The floor of each node, as ``docs/architecture.md``'s ``### Floors`` block draws it:
+    lines ``N | node node ... | what they are``, a top-folder module by its name (``_errors``,
+    ``__main__``), the facade as ``lockgate``."""
+    text = DOC.read_text(encoding="utf-8")
+    section = text.split("### Floors", 1)[1]
+    block = section.split("```text\n", 1)[1].split("```", 1)[0]
+    floors: dict[str, int] = {}
+    for line in block.splitlines():
+        number, names, _what = (part.strip() for part in line.split("|"))
+        for name in names.split():
+            node = f"lockgate.{name}" if name.startswith("_") else name
+            assert node not in floors, f"{name} is drawn on two floors"
+            floors[node] = int(number)
+    return floors
+
+
+def test_every_import_goes_down_the_floors_the_architecture_draws() -> None:
+    floors = floors_drawn()
+    nodes = {node for edge in edges() for node in edge}
+    assert sorted(nodes - floors.keys()) == [], "packages the drawing leaves out"
+    assert sorted(floors.keys() - nodes) == [], (
+        "packages drawn that import nothing and that nothing imports"
+    )
+    upward = [
+        f"{imp.module}:{imp.line} imports {imp.target} (floor {floors[a]} -> {floors[b]})"
+        for (a, b), found in edges().items()
+        if floors[b] >= floors[a]
+        for imp in found
+    ]
+    assert upward == []
