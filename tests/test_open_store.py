@@ -444,3 +444,20 @@ def test_is_valkey_url_names_the_schemes_open_store_opens_a_valkey_store_for(
     url: str, valkey: bool
 ) -> None:
     assert is_valkey_url(url) is valkey
+
+
+def test_sqlite_from_url_refuses_a_journal_url_in_the_environment_as_open_store_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LOCKGATE_JOURNAL_URL", "kafka://127.0.0.1:9092")
+    with pytest.raises(ConfigurationError, match="LOCKGATE_JOURNAL_URL"):
+        SQLiteStore.from_url(f"sqlite:///{tmp_path / 'a.db'}")
+    with pytest.raises(ConfigurationError, match="journal URL"):
+        open_store(f"sqlite:///{tmp_path / 'a.db'}")
+    assert not (tmp_path / "a.db").exists()
+    monkeypatch.delenv("LOCKGATE_JOURNAL_URL")
+    # open_store's option_defaults, as the CLI passes them, reach the constructor alike.
+    with pytest.raises(ConfigurationError):
+        SQLiteStore.from_url(f"sqlite:///{tmp_path / 'b.db'}", option_defaults={"create": False})
+    store = SQLiteStore.from_url(f"sqlite:///{tmp_path / 'c.db'}", option_defaults={"create": True})
+    store.close()

@@ -6,7 +6,7 @@ import asyncio
 import uuid
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from lockgate._clock import Clock, as_clock, iso
 from lockgate._errors import (
@@ -41,7 +41,7 @@ from lockgate.stores._base import Store
 from lockgate.stores._batch import GroupCommitStore
 from lockgate.stores._calls import call_store
 from lockgate.stores._gates import WaitReason
-from lockgate.stores._types import RunInfo, TerminateOutcome
+from lockgate.stores._types import TerminateOutcome
 from lockgate.streams._topics import kafka_journal, trigger_topic
 from lockgate.streams.triggers._produce import producer_for
 from lockgate.workflow._spec import (
@@ -54,8 +54,6 @@ from lockgate.workflow._spec import (
 
 if TYPE_CHECKING:
     from lockgate.workflow._interrupt import InterruptAction
-
-T = TypeVar("T")
 
 
 class WorkflowClient:
@@ -507,14 +505,6 @@ class WorkflowClient:
             await self._io(self.store.resume_paused_run, name, tail)
 
         await on_live_run(self.store, name, run_id, unpause)
-
-
-def _may_be_handed_on(info: RunInfo) -> bool:
-    """Whether a run could still be handed on: only one whose body has not started, so one
-    queued, held, or waiting for its delayed start."""
-    if info.status in (RunStatus.PENDING, RunStatus.IN_PROGRESS):
-        return True
-    return info.status == RunStatus.SLEEPING and info.wait is not None and info.wait.kind == "start"
 
 
 def _update_outcome(update: str, update_id: str, outcome: dict[str, Any]) -> Any:

@@ -136,7 +136,7 @@ async def resume(
         raise ValueError("the value of an answer to an interrupt must be JSON data")
     await check_cap(store, name, value, "value of an answer to an interrupt")
 
-    # The answer goes to the run that asked, once: not through ``_on_tail``, which acts
+    # The answer goes to the run that asked, once: not through ``on_live_run``, which acts
     # again on a successor, where it could answer a later question no one answered. A run
     # that moved on before its journal was read is followed to the run carrying the work.
     for _ in range(MAX_MOVES):

@@ -119,9 +119,13 @@ async def mark_store(rt: Runtime) -> None:
     lost its data, and is left unmarked (the worker waits as for any loss) for a rebuild to
     restore. (A new store a client submitted to before any worker started holds that run.)"""
     journal = kafka_journal(rt.store)
-    if journal is not None and await rt.io(rt.store.read_marker) is None:
+    if (
+        journal is not None
+        and await rt.io(rt.store.read_marker) is None
+        and not await rt.io(runs_held, rt.store)
+    ):
         records = (await rt.io(journal.info))["records"]
-        if records and not await rt.io(runs_held, rt.store):
+        if records:
             rt.marker.lost_at_start(records)
             return
     await rt.io(rt.store.ensure_marker)

@@ -78,7 +78,7 @@ async def serve(
             workflows=workflows, store=store, worker_id=worker_id, options=options, clock=clock
         )
         if health is not None:
-            worker._adopt_health(health)
+            worker.adopt_health(health)
         if stop.is_set:  # a signal came as the store opened
             worker.stop()
         # Its own signal handlers replace this function's as it starts (nothing awaited in

@@ -304,7 +304,7 @@ class WorkflowWorker:
         self._rt.stop.bind()
         self._rt.hurry.bind()
 
-    def _adopt_health(self, health: HealthServer) -> None:
+    def adopt_health(self, health: HealthServer) -> None:
         """Serve readiness on ``health``, an endpoint already listening (started while the
         store was being opened), instead of starting one."""
         health.store, health.not_ready = self.store, self._not_ready

@@ -45,6 +45,9 @@ if not TYPE_CHECKING:  # a type checker sees the imports above, not a __getattr_
         {
             "lockgate.workflow._binding": ("KafkaTopic",),
             "lockgate.workflow._context": ("WorkflowContext",),
+            # The one name this package re-exports from above it: check_replay runs an
+            # attempt, but it was public here before attempt/ was split off, and stays. Lazy,
+            # so importing lockgate.workflow loads nothing of attempt/.
             "lockgate.attempt._attempt": ("check_replay",),
             "lockgate.workflow._interrupt": ("InterruptAction", "InterruptResponse"),
             "lockgate.workflow._retry": ("RetryPolicy",),

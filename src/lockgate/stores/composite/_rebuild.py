@@ -31,7 +31,6 @@ from typing import Any, NamedTuple
 from lockgate._errors import (
     ConfigurationError,
     LockgateError,
-    StoreUnavailable,
 )
 from lockgate.journal._events import (
     EPOCH_HEADER,
@@ -67,7 +66,7 @@ from lockgate.stores.valkey._lifecycle_store import ValkeyLifecycleStore
 from lockgate.stores.valkey._restore import JournaledRun
 
 with contextlib.suppress(ImportError):  # without the extra, KafkaEventLogStore says so
-    from confluent_kafka import KafkaError, KafkaException, TopicPartition
+    pass
 
 Run = tuple[str, str]
 #: ``progress(records read, records in the topic)``, called as the topic is read.
@@ -107,56 +106,14 @@ def _read_topic(
     log: KafkaEventLogStore, progress: Progress | None = None
 ) -> Iterator[_Record | _Skipped]:
     """Every lockgate record of the journal topic, each partition from its low watermark to
-    the high watermark it had when the read began, in offset order; a record that carries a
-    run's headers but does not decode (or, with a journal key, whose MAC does not verify)
-    comes as a :class:`_Skipped` naming where it is and why."""
-    consumer = log._consumer
-    with log._read_lock:
-        bounds = [log._watermarks(p) for p in range(log.shard_count)]
-        total, read = sum(high - low for low, high in bounds), 0
-        for partition, (low, high) in enumerate(bounds):
-            if low >= high:
-                continue
-            consumer.assign([TopicPartition(log.topic, partition, low)])
-            try:
-                at, deadline = low, time.monotonic() + log.read_timeout
-                consumed = False  # see KafkaEventLogStore._read_on: a stale position skips
-                while at < high:
-                    batch = consumer.consume(num_messages=min(500, high - at), timeout=0.1)
-                    for msg in batch:
-                        err = msg.error()
-                        if err is not None:
-                            if err.code() == KafkaError._PARTITION_EOF:
-                                continue
-                            raise KafkaException(err)
-                        offset = msg.offset() or 0
-                        if offset >= high:
-                            continue
-                        read += offset + 1 - at
-                        at = offset + 1
-                        record = _record(log, partition, msg)
-                        if record is not None:
-                            yield record
-                    if batch:
-                        consumed = True
-                        deadline = time.monotonic() + log.read_timeout
-                        if progress is not None:
-                            progress(read, total)
-                    else:
-                        if consumed:  # offsets skipped (control records) show as the position
-                            position = consumer.position([TopicPartition(log.topic, partition)])
-                            at = max(at, min(position[0].offset, high))
-                        if time.monotonic() > deadline:
-                            raise StoreUnavailable(
-                                f"Kafka did not hand back {log.topic!r}[{partition}] up to "
-                                f"offset {high} within {log.read_timeout}s"
-                            )
-            except KafkaException as exc:
-                raise StoreUnavailable(f"Kafka failed the rebuild's read: {exc}") from exc
-            finally:
-                consumer.unassign()
-        if progress is not None:
-            progress(total, total)
+    the high watermark it had when the read began, in offset order
+    (:meth:`KafkaEventLogStore.read_whole_topic`); a record that carries a run's headers but
+    does not decode (or, with a journal key, whose MAC does not verify) comes as a
+    :class:`_Skipped` naming where it is and why."""
+    for partition, msg in log.read_whole_topic(progress):
+        record = _record(log, partition, msg)
+        if record is not None:
+            yield record
 
 
 def _record(log: KafkaEventLogStore, partition: int, msg: Any) -> _Record | _Skipped | None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from lockgate._errors import JournalRecordUndecodable, StoreUnavailable
@@ -165,3 +165,59 @@ class PartitionReads:
             if event is not None and not journal.keep(event):
                 self._doubts.dropped(run, "epoch")
         journal.next_offset = max(journal.next_offset, (msg.offset() or 0) + 1)
+
+    def read_whole_topic(
+        self, progress: Callable[[int, int], None] | None = None
+    ) -> Iterator[tuple[int, Message]]:
+        """Every record of the journal topic as ``(partition, message)``, each partition from
+        its low watermark to the high watermark it had when the read began, in offset order,
+        holding the store's reader meanwhile (``lockgate store rebuild`` reads it so);
+        ``progress`` is told records read and records in all. :class:`StoreUnavailable` when
+        Kafka does not hand a partition back within ``read_timeout``."""
+        consumer = self._consumer
+        with self._read_lock:
+            bounds = [self._watermarks(p) for p in range(self.shard_count)]
+            total, read = sum(high - low for low, high in bounds), 0
+            for partition, (low, high) in enumerate(bounds):
+                if low >= high:
+                    continue
+                consumer.assign([TopicPartition(self.topic, partition, low)])
+                try:
+                    at, deadline = low, time.monotonic() + self.read_timeout
+                    consumed = False  # as in _read_partition_on: a stale position skips
+                    while at < high:
+                        batch = consumer.consume(num_messages=min(500, high - at), timeout=0.1)
+                        for msg in batch:
+                            err = msg.error()
+                            if err is not None:
+                                if err.code() == KafkaError._PARTITION_EOF:
+                                    continue
+                                raise KafkaException(err)
+                            offset = msg.offset() or 0
+                            if offset >= high:
+                                continue
+                            read += offset + 1 - at
+                            at = offset + 1
+                            yield partition, msg
+                        if batch:
+                            consumed = True
+                            deadline = time.monotonic() + self.read_timeout
+                            if progress is not None:
+                                progress(read, total)
+                        else:
+                            if consumed:  # offsets skipped (control records) show as the position
+                                position = consumer.position(
+                                    [TopicPartition(self.topic, partition)]
+                                )
+                                at = max(at, min(position[0].offset, high))
+                            if time.monotonic() > deadline:
+                                raise StoreUnavailable(
+                                    f"Kafka did not hand back {self.topic!r}[{partition}] up "
+                                    f"to offset {high} within {self.read_timeout}s"
+                                )
+                except KafkaException as exc:
+                    raise StoreUnavailable(f"Kafka failed the rebuild's read: {exc}") from exc
+                finally:
+                    consumer.unassign()
+            if progress is not None:
+                progress(total, total)

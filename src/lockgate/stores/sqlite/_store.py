@@ -40,7 +40,7 @@ from lockgate.stores._records import (
     idempotency_conflict,
 )
 from lockgate.stores._types import Claims, RunControls, RunInfo, StoreMarker, list_cursor
-from lockgate.stores._urls import construct, split_url, sqlite_path
+from lockgate.stores._urls import JOURNAL_URL_ENV, construct, split_url, sqlite_path
 from lockgate.stores.sqlite._chains import SQLiteChains
 from lockgate.stores.sqlite._claims import SQLiteClaims
 from lockgate.stores.sqlite._file import (
@@ -161,8 +161,15 @@ class SQLiteStore(SQLiteClaims, SQLiteWaits, SQLiteTriggers, SQLiteChains, SQLit
                 f"not an SQLite store URL: {url!r} (use sqlite:///relative.db or "
                 f"sqlite:////absolute/path.db)"
             )
+        if os.environ.get(JOURNAL_URL_ENV, "").strip():
+            raise ConfigurationError(
+                f"{JOURNAL_URL_ENV} is set: a journal URL keeps the journals of a Valkey store; "
+                f"sqlite:// stores keep their own: unset {JOURNAL_URL_ENV}, or use a valkey:// "
+                f"store"
+            )
         _scheme, location, query = split_url(url)
-        return construct("sqlite", cls, (sqlite_path(url, location),), query, options)
+        defaults = options.pop("option_defaults", None)
+        return construct("sqlite", cls, (sqlite_path(url, location),), query, options, defaults)
 
     def _connect(self) -> sqlite3.Connection:
         try:
