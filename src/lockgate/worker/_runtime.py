@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lockgate._clock import Clock
-from lockgate._errors import LockgateError, StoreFileGone, StoreUnavailable
+from lockgate._errors import LockgateError, StoreFault
 from lockgate.metrics import _hooks as metrics
 from lockgate.stores._base import Store
 from lockgate.stores._calls import call_store, call_store_at
@@ -223,11 +223,9 @@ class Runtime:
         name = getattr(method, "__name__", "call")
         try:
             yield
-        except StoreUnavailable as exc:
-            self.store_state.failed(exc, asked_at, name)
-            metrics.store_error(name)
-            raise
-        except StoreFileGone:
+        except StoreFault as exc:
+            if exc.retriable:  # out of reach, for now: an outage the worker waits out
+                self.store_state.failed(exc, asked_at, name)
             metrics.store_error(name)
             raise
         except LockgateError:
