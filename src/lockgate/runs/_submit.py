@@ -16,7 +16,7 @@ import math
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Unpack
 
 from lockgate._clock import Clock
 from lockgate._errors import ConfigurationError, InvalidParamsError
@@ -26,7 +26,7 @@ from lockgate.runs._grouping import SubmitGroup
 from lockgate.runs._recorded import recorded_cap, recorded_spec, recorded_stamp
 from lockgate.stores import _notices as notices
 from lockgate.stores._base import Store
-from lockgate.stores._batch import new_run
+from lockgate.stores._batch import SubmitOptions, new_run
 from lockgate.stores._calls import call_store
 from lockgate.workflow._spec import (
     WorkflowSpec,
@@ -139,12 +139,12 @@ async def queue_run(
     spec: WorkflowSpec | None,
     *,
     group: SubmitGroup | None = None,
-    **submit: Any,
+    **submit: Unpack[SubmitOptions],
 ) -> str:
     """Submit checked ``params`` as the run ``run_id``, stamped with the version and gates
     of ``spec`` (else those its workers recorded), through ``group`` when given; ``submit``
-    is the rest of ``Store.submit_run``'s keywords. Returns the run's id (the first run's,
-    for a repeated idempotency key)."""
+    is the rest of ``Store.submit_run``'s keywords but the stamp's. Returns the run's id
+    (the first run's, for a repeated idempotency key)."""
     workflow = await known(store, name, spec)
     if spec is None:
         # Not imported here: hold the params to the cap the workers recorded, as their

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypedDict, Unpack, runtime_checkable
 
 from lockgate._errors import LockgateError
 from lockgate._names import check_new_run
@@ -32,53 +32,65 @@ class NewRun:
     idempotency_ttl: int = 86_400
 
 
+class SubmitOptions(TypedDict, total=False):
+    """The keywords of :meth:`~lockgate.stores.LifecycleStore.submit_run` after its name, run
+    id and params, written once for what passes them on (:func:`new_run`, the client's
+    queueing in ``runs/_submit.py``); each means what ``submit_run`` says, with its default."""
+
+    metadata: dict[str, Any] | None
+    owner: str | None
+    idempotency_key: str | None
+    idempotency_body_hash: str | None
+    idempotency_ttl: int
+    version: str
+    version_behavior: str
+    concurrency_key: str | None
+    concurrency_max: int | None
+    rate_key: str | None
+    rate_per_second: float | None
+    rate_burst: int | None
+    provenance: dict[str, Any] | None
+    headers: dict[str, str] | None
+    start_at: float | None
+    gates_unknown: bool
+    shard_key: str | None
+    seed: Sequence[RunEvent]
+
+
 def new_run(
-    name: str,
-    run_id: str,
-    params: dict[str, Any],
-    *,
-    metadata: dict[str, Any] | None = None,
-    owner: str | None = None,
-    idempotency_key: str | None = None,
-    idempotency_body_hash: str | None = None,
-    idempotency_ttl: int = 86_400,
-    version: str = "",
-    version_behavior: str = "pinned",
-    concurrency_key: str | None = None,
-    concurrency_max: int | None = None,
-    rate_key: str | None = None,
-    rate_per_second: float | None = None,
-    rate_burst: int | None = None,
-    provenance: dict[str, Any] | None = None,
-    headers: dict[str, str] | None = None,
-    start_at: float | None = None,
-    gates_unknown: bool = False,
-    shard_key: str | None = None,
-    seed: Sequence[RunEvent] = (),
+    name: str, run_id: str, params: dict[str, Any], **options: Unpack[SubmitOptions]
 ) -> NewRun:
     """The submit :meth:`~lockgate.stores.LifecycleStore.submit_run` makes of its arguments
-    (the same keywords); a name, id or key the naming rules refuse raises
-    :class:`~lockgate.InvalidNameError` here, before anything reaches the store."""
+    (the same keywords, with the same defaults); a name, id or key the naming rules refuse
+    raises :class:`~lockgate.InvalidNameError` here, before anything reaches the store."""
+    idempotency_key = options.get("idempotency_key")
     check_new_run(name, run_id, idempotency_key)
     submit = Submit(
         name,
         params,
-        metadata,
-        owner,
-        version,
-        version_behavior,
-        concurrency_key,
-        concurrency_max,
-        rate_key,
-        rate_per_second,
-        rate_burst,
-        provenance,
-        start_at,
-        gates_unknown,
-        shard_key,
-        tuple(seed),
+        options.get("metadata"),
+        options.get("owner"),
+        options.get("version", ""),
+        options.get("version_behavior", "pinned"),
+        options.get("concurrency_key"),
+        options.get("concurrency_max"),
+        options.get("rate_key"),
+        options.get("rate_per_second"),
+        options.get("rate_burst"),
+        options.get("provenance"),
+        options.get("start_at"),
+        options.get("gates_unknown", False),
+        options.get("shard_key"),
+        tuple(options.get("seed", ())),
     )
-    return NewRun(submit, run_id, headers, idempotency_key, idempotency_body_hash, idempotency_ttl)
+    return NewRun(
+        submit,
+        run_id,
+        options.get("headers"),
+        idempotency_key,
+        options.get("idempotency_body_hash"),
+        options.get("idempotency_ttl", 86_400),
+    )
 
 
 @runtime_checkable
