@@ -499,6 +499,11 @@ class CapabilityMissing(StoreError):
         self.store = store
         self.capability = capability
 
+    @classmethod
+    def of(cls, store: object, capability: str) -> CapabilityMissing:
+        """The error ``store`` (an instance) raises for a group it lacks."""
+        return cls(type(store).__name__, capability)
+
 
 class ConsumerDied(LockgateError):
     """A worker's consumer of a bound or trigger topic ended while the worker served, by an

@@ -397,22 +397,18 @@ class EventLogStore(abc.ABC):
         return entries, (str(next_cursor) if next_cursor is not None else None)
 
 
-def _missing(store: object, capability: str) -> CapabilityMissing:
-    return CapabilityMissing(type(store).__name__, capability)
-
-
 class IdempotencyStore:
     """Idempotency records: which run a key started, and the request it was started with."""
 
     def get_idempotency_run(self, name: str, key: str) -> str | None:
-        raise _missing(self, "idempotency")
+        raise CapabilityMissing.of(self, "idempotency")
 
     def set_idempotency_run(self, name: str, key: str, run_id: str, ttl: int = 86_400) -> bool:
         """Record ``key -> run_id`` unless the key is taken; True when this call set it."""
-        raise _missing(self, "idempotency")
+        raise CapabilityMissing.of(self, "idempotency")
 
     def get_idempotency_body_hash(self, name: str, key: str) -> str | None:
-        raise _missing(self, "idempotency")
+        raise CapabilityMissing.of(self, "idempotency")
 
 
 class TimerStore:
@@ -426,11 +422,11 @@ class TimerStore:
         it waits. Returns PARKED; or SUPERSEDED, writing nothing, when the wait could be
         answered at once: a signal of that name is buffered, a cancel is latched, or an update
         is pending."""
-        raise _missing(self, "timers")
+        raise CapabilityMissing.of(self, "timers")
 
     def get_sleeping_runs(self, before: float, limit: int = 100) -> list[tuple[str, str]]:
         """``(name, run_id)`` of runs whose open wait is due at or before ``before``."""
-        raise _missing(self, "timers")
+        raise CapabilityMissing.of(self, "timers")
 
     def next_wait_due(self, after: float) -> float | None:
         """The earliest ``due_at`` later than ``after`` of any open wait with a timer, of any
@@ -438,13 +434,13 @@ class TimerStore:
         by ``after`` next has work. A store may answer a time at which, on a closer look, there
         is nothing to end (a wait that ended meanwhile), never a time later than the first
         wait due after ``after``."""
-        raise _missing(self, "wait_due")
+        raise CapabilityMissing.of(self, "wait_due")
 
     def wake_due(self, name: str, run_id: str, *, due_by: float) -> WaitOutcome:
         """The timer's path: end the run's open wait if it is due by ``due_by`` (a sleep with
         ``run:woken``, a signal wait with ``run:wait_timed_out``) and queue the run. A wait not
         yet due, already ended, or whose signal is buffered answers SUPERSEDED."""
-        raise _missing(self, "timers")
+        raise CapabilityMissing.of(self, "timers")
 
     def wake_run(
         self,
@@ -458,7 +454,7 @@ class TimerStore:
         DUPLICATE when it was already woken, SUPERSEDED when no such sleep is open (a signal
         wait or pause of that id is left alone). With ``lease`` (an attempt that reached a sleep
         already due) the write is fenced and the run is not queued: it is running."""
-        raise _missing(self, "timers")
+        raise CapabilityMissing.of(self, "timers")
 
     def time_out_wait(
         self,
@@ -471,7 +467,7 @@ class TimerStore:
         """End the signal wait ``wait_id`` at its deadline with ``run:wait_timed_out``, unless
         its signal is buffered (SUPERSEDED); fenced by ``lease`` as :meth:`wake_run`. A sleep or
         pause of that id is left alone."""
-        raise _missing(self, "wait_timeout")
+        raise CapabilityMissing.of(self, "wait_timeout")
 
 
 class SignalStore:
@@ -491,15 +487,15 @@ class SignalStore:
         ``"buffered"``, or ``"rejected"`` (nothing kept) when the run has ended or a cancel is
         latched. A repeat of ``idempotency_key`` on the run returns ``"duplicate"`` and keeps
         nothing, whatever its payload: the first send stands."""
-        raise _missing(self, "signals")
+        raise CapabilityMissing.of(self, "signals")
 
     def peek_signal(self, name: str, run_id: str, signal_name: str) -> dict[str, Any] | None:
         """The oldest buffered signal of that name (``signal_id``, ``payload``, ``sent_at``)."""
-        raise _missing(self, "signals")
+        raise CapabilityMissing.of(self, "signals")
 
     def pop_signal_match(self, name: str, run_id: str, signal_name: str, signal_id: str) -> bool:
         """Remove the buffered signal ``signal_id``; False when it is no longer there."""
-        raise _missing(self, "signals")
+        raise CapabilityMissing.of(self, "signals")
 
 
 class UpdateStore:
@@ -517,11 +513,11 @@ class UpdateStore:
         """Queue an update and queue a parked run so a worker applies it. Returns ``"queued"``,
         ``"duplicate"`` (this id is already queued), ``"settled"`` (already applied; read its
         outcome) or ``"rejected"`` (the run has ended)."""
-        raise _missing(self, "updates")
+        raise CapabilityMissing.of(self, "updates")
 
     def peek_pending_updates(self, name: str, run_id: str) -> list[dict[str, Any]]:
         """Queued updates, oldest first: ``update_id``, ``update``, ``payload``, ``sent_at``."""
-        raise _missing(self, "updates")
+        raise CapabilityMissing.of(self, "updates")
 
     def settle_update(
         self,
@@ -534,10 +530,10 @@ class UpdateStore:
         ack: bool = True,
     ) -> None:
         """Record the update's outcome for its sender and (with ``ack``) unqueue it."""
-        raise _missing(self, "updates")
+        raise CapabilityMissing.of(self, "updates")
 
     def read_update_result(self, name: str, run_id: str, update_id: str) -> dict[str, Any] | None:
-        raise _missing(self, "updates")
+        raise CapabilityMissing.of(self, "updates")
 
 
 class VersionStore:
@@ -545,10 +541,10 @@ class VersionStore:
 
     def register_version(self, name: str, version: str) -> int:
         """The rank of ``version``, assigning the next one on first sight."""
-        raise _missing(self, "versions")
+        raise CapabilityMissing.of(self, "versions")
 
     def version_rank(self, name: str, version: str) -> int | None:
-        raise _missing(self, "versions")
+        raise CapabilityMissing.of(self, "versions")
 
 
 @functools.cache
@@ -568,11 +564,11 @@ class PolicyStore:
     def record_workflow_policy(self, name: str, policy: dict[str, Any]) -> None:
         """Record ``policy`` (the ``Limit`` and ``Rate`` of ``name``, as JSON data, with the
         version that declared it) as the current one for ``name``."""
-        raise _missing(self, "policies")
+        raise CapabilityMissing.of(self, "policies")
 
     def get_workflow_policy(self, name: str) -> dict[str, Any] | None:
         """The policy last recorded for ``name``, or None."""
-        raise _missing(self, "policies")
+        raise CapabilityMissing.of(self, "policies")
 
 
 CAPABILITY_GROUPS: dict[str, tuple[type, tuple[str, ...]]] = {

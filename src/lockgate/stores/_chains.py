@@ -130,29 +130,25 @@ def successor_run_id(link: ChainLink) -> str:
     return f"{link.root_run_id}.c{link.hop + 1}"
 
 
-def _missing(store: object) -> CapabilityMissing:
-    return CapabilityMissing(type(store).__name__, "chains")
-
-
 class ChainStore:
     """The tail record of each chain, keyed by its root (see the module's docstring)."""
 
     def get_chain_tail(self, root_name: str, root_run_id: str) -> ChainLink | None:
         """The newest link recorded for the chain rooted at this run, or None."""
-        raise _missing(self)
+        raise CapabilityMissing.of(self, "chains")
 
     def advance_chain_tail(self, link: ChainLink) -> None:
         """Record ``link`` as its chain's tail unless a later hop is recorded already."""
-        raise _missing(self)
+        raise CapabilityMissing.of(self, "chains")
 
     def close_chain(self, link: ChainLink) -> None:
         """Record ``link`` as its chain's final link (unless a later hop is recorded): the
         chain has ended with it."""
-        raise _missing(self)
+        raise CapabilityMissing.of(self, "chains")
 
     def chain_closed(self, root_name: str, root_run_id: str) -> bool:
         """Whether the chain rooted at this run has ended (:meth:`close_chain`)."""
-        raise _missing(self)
+        raise CapabilityMissing.of(self, "chains")
 
     def read_inbox_seal(self, name: str, run_id: str) -> ChainLink | None:
         """The successor this run handed its inbox to when it continued as new, or None (it

@@ -17,16 +17,12 @@ from lockgate.stores._records import (
 from lockgate.stores._types import TerminateOutcome, WaitOutcome
 
 
-def _missing(store: object, capability: str) -> CapabilityMissing:
-    return CapabilityMissing(type(store).__name__, capability)
-
-
 class ControlStore:
     """Pause, terminate and hand-back: run controls beyond cancel."""
 
     def request_pause(self, name: str, run_id: str) -> str:
         """Latch a pause; the run parks at its next boundary. Returns the latch's ISO time."""
-        raise _missing(self, "pause")
+        raise CapabilityMissing.of(self, "pause")
 
     def resume_paused_run(
         self,
@@ -36,7 +32,7 @@ class ControlStore:
         wait_id: str | None = None,
     ) -> WaitOutcome:
         """Lift a pause (``wait_id``, or whichever is open) and queue the run."""
-        raise _missing(self, "pause")
+        raise CapabilityMissing.of(self, "pause")
 
     def terminate_run(
         self,
@@ -50,12 +46,12 @@ class ControlStore:
         """End the run now, without its worker, in one atomic step: journal ``run:error`` with
         code ``terminated``, latch the cancel, delete the lock (so a holder still running has
         every fenced write refused) and take the run off the queue and its waits."""
-        raise _missing(self, "terminate")
+        raise CapabilityMissing.of(self, "terminate")
 
     def hand_back_run(self, name: str, run_id: str, worker_id: str | None = None) -> None:
         """Give a claim back unrun: drop the lock and queue the run, with no event and no
         retry counted."""
-        raise _missing(self, "hand_back")
+        raise CapabilityMissing.of(self, "hand_back")
 
     def hand_on_run(
         self,
@@ -97,7 +93,7 @@ class ControlStore:
         (``ctx.continue_as_new``). Returns ``successor_id``, also on a repeat; raises as
         :meth:`hand_on_run` does, writing nothing."""
         if type(self).hand_on is ControlStore.hand_on:
-            raise _missing(self, "continue")
+            raise CapabilityMissing.of(self, "continue")
         plan = continued_successor(name, continuation)
         return self.hand_on(name, run_id, lease, successor_id, plan)
 
@@ -108,4 +104,4 @@ class ControlStore:
         provides (and with it both groups): as those say, with the successor's submit and the
         ``run:continued`` payload built by ``plan`` (``stores/_records.py``) from the run's
         params, metadata, owner and ``run:init`` payload."""
-        raise _missing(self, "hand_on")
+        raise CapabilityMissing.of(self, "hand_on")

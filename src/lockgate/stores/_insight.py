@@ -108,31 +108,31 @@ class InsightStore:
     def limit_usage(self, name: str, *, limit: int = 50) -> list[LimitUsage]:
         """Each ``Limit`` key of ``name`` with runs holding its slots or queued with it, the
         most queued first, then the most running; at most ``limit``."""
-        raise _missing(self, "insight")
+        raise CapabilityMissing.of(self, "insight")
 
     def rate_usage(self, name: str, *, limit: int = 50) -> list[RateUsage]:
         """Each ``Rate`` key of ``name`` with a token bucket or runs queued with it, the most
         queued first, then the fewest tokens; at most ``limit``."""
-        raise _missing(self, "insight")
+        raise CapabilityMissing.of(self, "insight")
 
     def open_buffers(self, name: str, *, limit: int = 100) -> list[BufferInfo]:
         """The open ``Collect``/``Debounce`` buffers of ``name`` this store holds, the soonest
         due first; at most ``limit``. (Buffers a Kafka trigger topic's consumers hold in their
         own memory are not the store's.)"""
-        raise _missing(self, "insight")
+        raise CapabilityMissing.of(self, "insight")
 
     def record_worker(self, info: WorkerInfo, ttl: float) -> None:
         """Publish ``info`` for ``ttl`` seconds on the store's clock, replacing the worker's
         last record."""
-        raise _missing(self, "workers")
+        raise CapabilityMissing.of(self, "workers")
 
     def live_workers(self) -> list[WorkerInfo]:
         """The workers whose record has not lapsed, by worker id."""
-        raise _missing(self, "workers")
+        raise CapabilityMissing.of(self, "workers")
 
     def drop_worker(self, worker_id: str) -> None:
         """Drop the worker's record (a clean stop). Idempotent."""
-        raise _missing(self, "workers")
+        raise CapabilityMissing.of(self, "workers")
 
 
 #: The groups :class:`InsightStore` adds to ``stores._base.CAPABILITY_GROUPS``.
@@ -157,10 +157,6 @@ def lapsed_workers(
     ``now`` but no more than ``remembered`` seconds before, less those in ``keep``."""
     kept = set(keep)
     return {w for w, until in records if now - remembered < until <= now and w not in kept}
-
-
-def _missing(store: object, capability: str) -> CapabilityMissing:
-    return CapabilityMissing(type(store).__name__, capability)
 
 
 def check_limit(limit: int) -> int:

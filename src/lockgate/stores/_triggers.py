@@ -122,10 +122,6 @@ def batch_submit(
     return policy.submit(name, key, events, first, last, source)
 
 
-def _missing_group(store: object, capability: str) -> CapabilityMissing:
-    return CapabilityMissing(type(store).__name__, capability)
-
-
 class TriggerStore:
     """Collect and Debounce buffers: trigger events kept per key until their batch fires."""
 
@@ -135,23 +131,23 @@ class TriggerStore:
         """Buffer ``event`` under ``key`` and set when the buffer is due, atomically. When the
         event completes a Collect batch, take the batch and submit its run in the same step and
         return the run's id; else None."""
-        raise _missing_group(self, "triggers")
+        raise CapabilityMissing.of(self, "triggers")
 
     def due_triggers(self, name: str, before: float, limit: int = 100) -> list[str]:
         """Keys of ``name`` whose buffer is due at or before ``before``, the earliest first."""
-        raise _missing_group(self, "triggers")
+        raise CapabilityMissing.of(self, "triggers")
 
     def fire_trigger(
         self, name: str, key: str, *, policy: TriggerPolicy, due_by: float
     ) -> str | None:
         """If ``key``'s buffer is due by ``due_by``, take every event in it and submit their
         run, in one step, and return its id; else None. Two callers racing fire it once."""
-        raise _missing_group(self, "triggers")
+        raise CapabilityMissing.of(self, "triggers")
 
     def next_trigger_due(self, name: str, after: float) -> float | None:
         """The earliest time later than ``after`` at which a buffer of ``name`` is due, or
         None when no buffer of it waits: as :meth:`TimerStore.next_wait_due` for triggers."""
-        raise _missing_group(self, "trigger_due")
+        raise CapabilityMissing.of(self, "trigger_due")
 
     def fire_batch(
         self,
@@ -173,16 +169,16 @@ class TriggerStore:
         - the mark is at ``first`` or past it (another consumer fired some of these events):
           no run, and the mark, for the caller to drop what it covers and fire the rest;
         - else the run is submitted and its id returned with the new mark."""
-        raise _missing_group(self, "trigger_marks")
+        raise CapabilityMissing.of(self, "trigger_marks")
 
     def fired_through(
         self, name: str, source: str, keys: Mapping[str, TriggerPolicy]
     ) -> dict[str, int]:
         """The fired-through marks in ``source`` of those of ``keys`` that have one (each key
         with the policy its fires are submitted with, which places the mark)."""
-        raise _missing_group(self, "trigger_marks")
+        raise CapabilityMissing.of(self, "trigger_marks")
 
     def forget_marks(self, name: str, source: str, below: int) -> int:
         """Drop the marks in ``source`` that are below ``below`` (the source's oldest position
         still kept: the records they cover can never be read again); how many went."""
-        raise _missing_group(self, "trigger_marks")
+        raise CapabilityMissing.of(self, "trigger_marks")
