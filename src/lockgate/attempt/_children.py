@@ -34,7 +34,7 @@ from lockgate._errors import (
 from lockgate._names import check_name
 from lockgate.attempt._unwind import AttemptOutcome, LeaseLost, StoreFailed, Suspend
 from lockgate.journal._events import EventKind, StepKind, error_status
-from lockgate.runs._chains import live_tail
+from lockgate.runs._chains import tail_info
 from lockgate.runs._family import ChildRef, cascade, notify_parent, open_children
 from lockgate.runs._submit import check_params, queue_run
 from lockgate.stores._calls import call_store
@@ -229,7 +229,7 @@ MISSING = ChildOutcome("missing")
 async def read_child(core: AttemptCore, ref: ChildRef) -> ChildOutcome | None:
     """The outcome of the child ``ref`` (followed to its chain's live tail), None while it has
     not ended, :data:`MISSING` when there is no such run yet."""
-    tail, info = await live_tail(core.io, core.store, ref.name, ref.run_id)
+    tail, info = await tail_info(core.io, core.store, ref.name, ref.run_id)
     if info is None:
         return MISSING
     if not info.status.is_terminal:
@@ -283,7 +283,7 @@ async def cancel_child(core: AttemptCore, ref: ChildRef, detail: dict[str, Any])
     """Ask the child ``ref`` to cancel: its live run, should it have continued as new (a
     cancel of the run it continued from would land on an ended run and do nothing), or its
     own id when its submit has not landed yet (the store holds the cancel for it)."""
-    tail, info = await live_tail(core.io, core.store, ref.name, ref.run_id)
+    tail, info = await tail_info(core.io, core.store, ref.name, ref.run_id)
     target = tail if info is not None else ref.run_id
     await core.io(core.store.request_cancel, ref.name, target, detail=detail)
 
@@ -291,7 +291,7 @@ async def cancel_child(core: AttemptCore, ref: ChildRef, detail: dict[str, Any])
 async def end_child(core: AttemptCore, ref: ChildRef, reason: str) -> ChildOutcome:
     """Terminate the child ``ref`` (its own cancel-policy children with it) and return how it
     ended: ``timed_out`` when this ended it, else the outcome it reached first."""
-    tail, info = await live_tail(core.io, core.store, ref.name, ref.run_id)
+    tail, info = await tail_info(core.io, core.store, ref.name, ref.run_id)
     if info is None:
         await core.io(core.store.request_cancel, ref.name, ref.run_id, detail={"reason": reason})
         return ChildOutcome("timed_out", error={"code": "timed_out", "message": reason})

@@ -21,7 +21,7 @@ from lockgate.client._handle import RunHandle
 from lockgate.client._interrupts import await_result
 from lockgate.journal._events import RunEvent, RunStatus
 from lockgate.journal._replay import reconstruct_state
-from lockgate.runs._chains import live_tail
+from lockgate.runs._chains import tail_info
 from lockgate.runs._family import open_children
 from lockgate.stores._base import Store
 from lockgate.stores._calls import call_store
@@ -251,7 +251,7 @@ class InlineWorkflowRunner:
             spec = self._specs.get(ref.name) or get_workflow(ref.name)
             if spec is None or spec.fn is None:
                 continue  # not runnable here: a worker that has it runs it
-            tail, info = await live_tail(self._io, self.store, ref.name, ref.run_id)
+            tail, info = await tail_info(self._io, self.store, ref.name, ref.run_id)
             if (ref.name, tail) in seen or info is None or info.status.is_terminal:
                 continue
             seen.add((ref.name, tail))

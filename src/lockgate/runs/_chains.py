@@ -110,7 +110,7 @@ def _successor(last: RunEvent, name: str, run_id: str) -> tuple[str, str]:
     return successor_name, successor_id
 
 
-async def live_tail(io: Io, store: Store, name: str, run_id: str) -> tuple[str, RunInfo | None]:
+async def tail_info(io: Io, store: Store, name: str, run_id: str) -> tuple[str, RunInfo | None]:
     """The run carrying ``run_id``'s work: itself, or the live end of the chain it started
     (``resolve_continuation``, a constant number of reads); with what the store says of it
     (None: no such run)."""

@@ -24,7 +24,7 @@ from lockgate._clock import Clock, iso
 from lockgate.journal._events import EventKind, RunEvent, RunStatus
 from lockgate.journal._members import WAITS_ON_RUNS
 from lockgate.journal._replay import ReplayState, reconstruct_state
-from lockgate.runs._chains import Io, live_tail
+from lockgate.runs._chains import Io, tail_info
 from lockgate.stores._base import Store
 from lockgate.stores._calls import call_store
 from lockgate.stores._types import RunInfo, TerminateOutcome
@@ -114,7 +114,7 @@ async def cascade(
     closed, ended = CloseResult(), list[tuple[str, str]]()
     cause = {"parent": {"name": name, "run_id": run_id}}
     for ref in open_children(reconstruct_state(events)):
-        tail, info = await live_tail(io, store, ref.name, ref.run_id)
+        tail, info = await tail_info(io, store, ref.name, ref.run_id)
         if ref.parent_close == "abandon":
             if info is None or not info.status.is_terminal:
                 closed += CloseResult(abandoned=1)
@@ -181,7 +181,7 @@ async def notify_parent(
     signal = parent.get("notify")
     if not isinstance(signal, str) or not signal:
         return
-    tail, info = await live_tail(io, store, str(parent["name"]), str(parent["run_id"]))
+    tail, info = await tail_info(io, store, str(parent["name"]), str(parent["run_id"]))
     if info is None or info.status.is_terminal:
         return
     await io(
@@ -215,7 +215,7 @@ async def after_store_ended(io: Io, store: Store, sent_at: str, name: str, run_i
     for ref in open_children(reconstruct_state(events)):
         if ref.parent_close != "cancel":
             continue
-        tail, child = await live_tail(io, store, ref.name, ref.run_id)
+        tail, child = await tail_info(io, store, ref.name, ref.run_id)
         if child is None or not child.status.is_terminal:
             target = tail if child is not None else ref.run_id
             await io(store.request_cancel, ref.name, target, detail=detail)

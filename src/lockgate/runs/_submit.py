@@ -190,10 +190,7 @@ async def submit_run(
     if spec is None and not allow_unregistered:
         raise ConfigurationError(f"workflow {name!r} is not imported in this process")
     params = dict(params or {}) if params is None or isinstance(params, dict) else params
-    if spec is not None:
-        params = spec.validate_params(params)
-    else:
-        check_unregistered(name, params)
+    params = check_params(name, spec, params)
     check_text(metadata, f"metadata of a run of {name!r}")
     if metadata is not None and (not isinstance(metadata, dict) or not json_ready(metadata)):
         raise ValueError("metadata must be a JSON-serializable dict")
