@@ -7,6 +7,7 @@ log of their partitions."""
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import logging
@@ -42,7 +43,7 @@ class Progress(Protocol):
     def committable(self) -> int | None: ...
 
 
-class GroupMember:
+class GroupMember(abc.ABC):
     """One worker's member of the consumer group ``group`` of ``topic``, serving ``spec``
     through ``store``, its dead-letter copies going to ``dlq`` through the journal's producer.
     ``kind`` names the topic in log lines (``"trigger topic"``), ``log`` is the logger they go
@@ -110,11 +111,13 @@ class GroupMember:
         finally:
             self.close()
 
+    @abc.abstractmethod
     def open(self) -> None:
-        raise NotImplementedError
+        """Make the consumer and join the group (each consumer kind subscribes its own way)."""
 
+    @abc.abstractmethod
     def step(self) -> None:
-        raise NotImplementedError
+        """One pass: read what came, act on it, commit what may be."""
 
     def close(self) -> None:
         """Settle what it owns (``_settle``: commit what may be), and leave the group."""
@@ -250,8 +253,9 @@ class GroupMember:
 
     # -- commits -------------------------------------------------------------------------------
 
+    @abc.abstractmethod
     def _owned(self) -> Mapping[int, Progress]:
-        raise NotImplementedError
+        """The partitions owned now, each with how far it may be committed."""
 
     def _commit(self, consumer: Consumer, partitions: list[int] | None = None) -> None:
         """Commit each partition (of ``partitions``, else all it owns) up to what it may."""
@@ -311,11 +315,13 @@ class GroupMember:
 
     # -- rebalances ----------------------------------------------------------------------------
 
+    @abc.abstractmethod
     def _take_on(self, assigned: TopicPartition) -> None:
-        raise NotImplementedError
+        """Start tracking a partition just assigned."""
 
+    @abc.abstractmethod
     def _drop(self, partitions: list[int]) -> None:
-        raise NotImplementedError
+        """Forget partitions revoked or lost."""
 
     def _assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
