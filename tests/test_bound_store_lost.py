@@ -6,7 +6,6 @@ worker runs the runs, so they stay open."""
 
 from __future__ import annotations
 
-import sqlite3
 import time
 import uuid
 from collections.abc import Iterator
@@ -19,8 +18,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from lockgate import KafkaTopic, SQLiteStore, WorkflowContext, workflow
 from lockgate.stores import KafkaEventLogStore
+from lockgate.streams._topics import committed_offsets
 from lockgate.streams.bound import BoundConsumer
 from lockgate.workflow._spec import spec_of
+from test_store_marker import empty_in_place
 
 TOPIC = f"bsl-{uuid.uuid4().hex[:8]}"
 RECORDS = 3
@@ -32,24 +33,6 @@ HOLD_S = 2.0
 @workflow(name="bsl_bound", topic=KafkaTopic(TOPIC, ordered=True))
 async def bsl_bound(ctx: WorkflowContext, value: Any) -> Any:
     return value
-
-
-def empty_in_place(path: Path) -> None:
-    """Delete every row of the file's tables but its format generation: the same file (no
-    StoreFileGone), its runs and its marker gone."""
-    conn = sqlite3.connect(path)
-    try:
-        tables = [
-            row[0]
-            for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-            if row[0].startswith("lg_")
-        ]
-        for table in tables:
-            conn.execute(f"DELETE FROM {table}")  # names from the file itself
-        conn.execute("INSERT INTO lg_meta (key, value) VALUES ('format_generation', '3')")
-        conn.commit()
-    finally:
-        conn.close()
 
 
 @pytest.fixture
@@ -64,7 +47,8 @@ def journal(kafka_bootstrap: str) -> Iterator[KafkaEventLogStore]:
 def committed(bootstrap: str, group: str) -> int:
     reader = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
     try:
-        (found,) = reader.committed([TopicPartition(TOPIC, 0)], timeout=30)
+        # Asked again while a just-started broker's group coordinator is not ready.
+        (found,) = committed_offsets(reader, [TopicPartition(TOPIC, 0)], 30)
         return int(found.offset)
     finally:
         reader.close()
