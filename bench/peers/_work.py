@@ -41,6 +41,8 @@ class Outcome:
     #: One line: "3000/3000 records in exactly one completed run", or what went wrong.
     check: str
     exact: bool
+    #: Anything more the system's figure needs said.
+    note: str = ""
 
 
 def fresh_name(stem: str) -> str:

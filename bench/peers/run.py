@@ -125,6 +125,8 @@ def measure(part: str, runs: dict[str, Run], scale: Scale, repeats: int) -> dict
             figures[system].checks.append(outcome.check)
             figures[system].exact.append(outcome.exact)
             mark = "" if outcome.exact else "  <-- NOT EXACTLY ONCE"
+            if outcome.note:
+                mark += f"\n    ({outcome.note})"
             print(
                 f"  {system}: {outcome.rate:,.1f} {UNITS[part]} (asked every 50 ms: "
                 f"{outcome.polled:,.1f}; {took:.0f} s in all); "
