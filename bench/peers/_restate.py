@@ -60,7 +60,7 @@ class Restate:
             f'[ingress]\nbind-address = "127.0.0.1:{ports["ingress"]}"\n'
             f'[[ingress.kafka-clusters]]\nname = "bench"\nbrokers = ["{bootstrap}"]\n'
         )
-        # hypercorn as Restate's Python template configures it, with one worker process.
+        # hypercorn with the HTTP/2 limits restate-sdk's own harness.py sets, one worker.
         (base / "hypercorn.toml").write_text(
             f'bind = "127.0.0.1:{ports["sdk"]}"\n'
             "h2_max_concurrent_streams = 2147483647\n"
