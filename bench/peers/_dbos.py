@@ -5,11 +5,10 @@ started by ``_postgres.py`` for the whole run, a fresh system database and topic
 from __future__ import annotations
 
 import json
-import tempfile
 from pathlib import Path
 
 from _install import python_peer
-from _procs import Started
+from _procs import Started, scratch
 from _work import BOUND_PARTITIONS, Outcome, Scale, create_topic, fresh_name, produce_records
 
 HERE = Path(__file__).resolve().parent
@@ -35,35 +34,35 @@ class Dbos:
         produce_records(bootstrap, topic, scale)
         database = topic.replace("-", "_")
         url = self.postgres_url.rsplit("/", 1)[0] + f"/{database}"
-        logs = Path(tempfile.mkdtemp(prefix="lockgate-peers-dbos-"))
-        serving = Started(
-            "dbos",
-            self.command("serve"),
-            logs / "dbos.log",
-            BENCH_DB_URL=url,
-            BENCH_BOOTSTRAP=bootstrap,
-            BENCH_TOPIC=topic,
-        )
-        try:
-            watch = Started(
-                "dbos-watch",
-                [*self.command("watch"), url, str(scale.records), str(serving.proc.pid)],
-                logs / "watch.log",
+        with scratch("dbos") as logs:
+            serving = Started(
+                "dbos",
+                self.command("serve"),
+                logs / "dbos.log",
+                BENCH_DB_URL=url,
+                BENCH_BOOTSTRAP=bootstrap,
+                BENCH_TOPIC=topic,
             )
-            watch.proc.wait()
-            lines = watch.log.read_text().strip().splitlines()
             try:
-                result = json.loads(lines[-1])
-            except (IndexError, ValueError):
-                result = {"error": "the watcher printed no result", "check": "not checked"}
-            if "error" in result:
-                print(serving.tail(), watch.tail(), sep="\n", flush=True)
-                raise RuntimeError(f"dbos: {result['error']}; {result.get('check')}")
-            return Outcome(
-                float(result["rate"]),
-                float(result["polled"]),
-                str(result["check"]),
-                bool(result["exact"]),
-            )
-        finally:
-            serving.stop()
+                watch = Started(
+                    "dbos-watch",
+                    [*self.command("watch"), url, str(scale.records), str(serving.proc.pid)],
+                    logs / "watch.log",
+                )
+                watch.proc.wait()
+                lines = watch.log.read_text().strip().splitlines()
+                try:
+                    result = json.loads(lines[-1])
+                except (IndexError, ValueError):
+                    result = {"error": "the watcher printed no result", "check": "not checked"}
+                if "error" in result:
+                    print(serving.tail(), watch.tail(), sep="\n", flush=True)
+                    raise RuntimeError(f"dbos: {result['error']}; {result.get('check')}")
+                return Outcome(
+                    float(result["rate"]),
+                    float(result["polled"]),
+                    str(result["check"]),
+                    bool(result["exact"]),
+                )
+            finally:
+                serving.stop()

@@ -14,6 +14,7 @@ from pathlib import Path
 from _timing import exactly_once, span_rate, wait_completion
 from _work import (
     BOUND_PARTITIONS,
+    MADE,
     WINDOW,
     Outcome,
     Scale,
@@ -43,7 +44,9 @@ DURABILITY = (
 
 def _store(url: str, bootstrap: str) -> tuple[str, str, CompositeStore]:
     target = f"{url}?namespace=peers{uuid.uuid4().hex[:8]}&shard_count={SHARDS}"
-    journal = f"kafka://{bootstrap}?topic_prefix=peers{uuid.uuid4().hex[:8]}"
+    prefix = f"peers{uuid.uuid4().hex[:8]}"
+    MADE.add(prefix)
+    journal = f"kafka://{bootstrap}?topic_prefix={prefix}"
     store = open_store(target, journal=journal)
     assert isinstance(store, CompositeStore)
     return target, journal, store

@@ -42,6 +42,15 @@ def _as_owner(command: list[str]) -> list[str]:
     return ["runuser", "-u", "postgres", "--", *command]
 
 
+def _started(command: list[str]) -> None:
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise PeerUnavailable(
+            f"postgres: {' '.join(command)} failed ({done.returncode}):\n"
+            + (done.stdout + done.stderr)[-2000:]
+        )
+
+
 @contextmanager
 def postgres() -> Iterator[str]:
     """The URL of a fresh server's ``postgres`` database (trust auth on loopback)."""
@@ -54,21 +63,16 @@ def postgres() -> Iterator[str]:
         except LookupError as error:
             raise PeerUnavailable(f"postgres: no postgres user ({MISSING})") from error
     port = free_port()
-    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.STDOUT}
     print(f"postgres: initdb and pg_ctl from {bin_dir}, port {port}, in {where}", flush=True)
-    subprocess.run(
-        _as_owner([str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust"]),
-        check=True,
-        **quiet,
+    _started(
+        _as_owner([str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust"])
     )
     log = str(where / "server.log")
-    options = f"-p {port} -k {where} -c listen_addresses=127.0.0.1 -c max_connections=200"
-    subprocess.run(
+    options = f"-p {port} -k {where} -c listen_addresses=127.0.0.1"
+    _started(
         _as_owner(
             [str(bin_dir / "pg_ctl"), "-D", str(data), "-o", options, "-w", "-l", log, "start"]
-        ),
-        check=True,
-        **quiet,
+        )
     )
     try:
         yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
@@ -76,6 +80,6 @@ def postgres() -> Iterator[str]:
         subprocess.run(
             _as_owner([str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"]),
             check=False,
-            **quiet,
+            capture_output=True,
         )
         shutil.rmtree(where, ignore_errors=True)

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -83,3 +86,16 @@ def answers(url: str) -> bool:
     except (OSError, RuntimeError, ValueError):
         return False
     return True
+
+
+@contextmanager
+def scratch(system: str) -> Iterator[Path]:
+    """A temporary directory for one repeat's logs and data: removed when the repeat went
+    well, kept (and named) when it failed, for its logs."""
+    where = Path(tempfile.mkdtemp(prefix=f"lockgate-peers-{system}-"))
+    try:
+        yield where
+    except BaseException:
+        print(f"  {system}: its logs are kept in {where}", flush=True)
+        raise
+    shutil.rmtree(where, ignore_errors=True)

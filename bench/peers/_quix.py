@@ -6,13 +6,12 @@ transactions committed, nothing else) to time it and check it."""
 from __future__ import annotations
 
 import json
-import tempfile
 import time
 import uuid
 from pathlib import Path
 
 from _install import python_peer
-from _procs import Started
+from _procs import Started, scratch
 from _timing import exactly_once, span_rate, wait_completion
 from _work import (
     COLLECT_PARTITIONS,
@@ -45,60 +44,60 @@ class Quix:
         create_topic(bootstrap, topic, COLLECT_PARTITIONS)
         create_topic(bootstrap, output, 1)
         produce_events(bootstrap, topic, scale)
-        work = Path(tempfile.mkdtemp(prefix="lockgate-peers-quix-"))
-        reader = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": f"peers-read-{uuid.uuid4().hex}",
-                "isolation.level": "read_committed",
-                "auto.offset.reset": "earliest",
-                "enable.auto.commit": False,
-            }
-        )
-        reader.subscribe([output])
-        seen: list[int] = []
-        emitted: list[float] = []
-        visible: list[float] = []
-
-        def completed() -> int:
-            for message in reader.consume(10_000, timeout=0.01):
-                if message.error() is None:
-                    window = json.loads(message.value())
-                    seen.extend(window["ids"])
-                    emitted.append(window["at"])
-            if len(seen) >= scale.events and not visible:
-                visible.append(time.time())
-            return len(seen)
-
-        serving = Started(
-            "quix",
-            [str(self.python), str(HERE / "quix_app.py")],
-            work / "quix.log",
-            BENCH_BOOTSTRAP=bootstrap,
-            BENCH_GROUP=topic,
-            BENCH_TOPIC=topic,
-            BENCH_OUTPUT=output,
-            BENCH_STATE=str(work / "state"),
-        )
-        try:
-            try:
-                polled = wait_completion(completed, scale.events, serving.alive)
-            except Exception:
-                print(serving.tail(), flush=True)
-                raise
-            # A window committed past the last event would be a repeat: read on for 2 s.
-            until = time.monotonic() + 2
-            while time.monotonic() < until:
-                completed()
-            line, exact = exactly_once(seen, scale.events, "events", "committed window")
-            # The same span ending when the bench saw the last window committed instead.
-            span = visible[0] - min(emitted)
-            committed = (len(emitted) - 1) * WINDOW / span if span > 0 else 0.0
-            note = (
-                f"from the first window's emission to the bench seeing the last one "
-                f"committed: {committed:,.1f} events/s"
+        with scratch("quix") as work:
+            reader = Consumer(
+                {
+                    "bootstrap.servers": bootstrap,
+                    "group.id": f"peers-read-{uuid.uuid4().hex}",
+                    "isolation.level": "read_committed",
+                    "auto.offset.reset": "earliest",
+                    "enable.auto.commit": False,
+                }
             )
-            return Outcome(span_rate(emitted, WINDOW), polled, line, exact, note)
-        finally:
-            serving.stop()
-            reader.close()
+            reader.subscribe([output])
+            seen: list[int] = []
+            emitted: list[float] = []
+            visible: list[float] = []
+
+            def completed() -> int:
+                for message in reader.consume(10_000, timeout=0.01):
+                    if message.error() is None:
+                        window = json.loads(message.value())
+                        seen.extend(window["ids"])
+                        emitted.append(window["at"])
+                if len(seen) >= scale.events and not visible:
+                    visible.append(time.time())
+                return len(seen)
+
+            serving = Started(
+                "quix",
+                [str(self.python), str(HERE / "quix_app.py")],
+                work / "quix.log",
+                BENCH_BOOTSTRAP=bootstrap,
+                BENCH_GROUP=topic,
+                BENCH_TOPIC=topic,
+                BENCH_OUTPUT=output,
+                BENCH_STATE=str(work / "state"),
+            )
+            try:
+                try:
+                    polled = wait_completion(completed, scale.events, serving.alive)
+                except Exception:
+                    print(serving.tail(), flush=True)
+                    raise
+                # A window committed past the last event would be a repeat: read on for 2 s.
+                until = time.monotonic() + 2
+                while time.monotonic() < until:
+                    completed()
+                line, exact = exactly_once(seen, scale.events, "events", "committed window")
+                # The same span ending when the bench saw the last window committed instead.
+                span = visible[0] - min(emitted)
+                committed = (len(emitted) - 1) * WINDOW / span if span > 0 else 0.0
+                note = (
+                    f"from the first window's emission to the bench seeing the last one "
+                    f"committed: {committed:,.1f} events/s"
+                )
+                return Outcome(span_rate(emitted, WINDOW), polled, line, exact, note)
+            finally:
+                serving.stop()
+                reader.close()

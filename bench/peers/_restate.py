@@ -8,12 +8,11 @@ Counted and checked through the server's SQL introspection API (``/query``)."""
 from __future__ import annotations
 
 import json
-import tempfile
 from datetime import datetime
 from pathlib import Path
 
 from _install import PeerUnavailable, npm_peer, python_peer
-from _procs import Started, answers, http_json, wait_until
+from _procs import Started, answers, http_json, scratch, wait_until
 from _timing import exactly_once, span_rate, wait_completion
 from _work import BOUND_PARTITIONS, Outcome, Scale, create_topic, fresh_name, produce_records
 
@@ -48,74 +47,74 @@ class Restate:
         topic = fresh_name("restate")
         create_topic(bootstrap, topic, BOUND_PARTITIONS)
         produce_records(bootstrap, topic, scale)
-        base = Path(tempfile.mkdtemp(prefix="lockgate-peers-restate-"))
-        ports = {name: free_port() for name in ("node", "admin", "ingress", "sdk")}
-        admin = f"http://127.0.0.1:{ports['admin']}"
-        (base / "restate.toml").write_text(
-            f'base-dir = "{base / "data"}"\n'
-            f'bind-address = "127.0.0.1:{ports["node"]}"\n'
-            f'advertised-address = "http://127.0.0.1:{ports["node"]}/"\n'
-            "disable-telemetry = true\n"
-            f'[admin]\nbind-address = "127.0.0.1:{ports["admin"]}"\n'
-            f'[ingress]\nbind-address = "127.0.0.1:{ports["ingress"]}"\n'
-            f'[[ingress.kafka-clusters]]\nname = "bench"\nbrokers = ["{bootstrap}"]\n'
-        )
-        # hypercorn with the HTTP/2 limits restate-sdk's own harness.py sets, one worker.
-        (base / "hypercorn.toml").write_text(
-            f'bind = "127.0.0.1:{ports["sdk"]}"\n'
-            "h2_max_concurrent_streams = 2147483647\n"
-            "keep_alive_max_requests = 2147483647\n"
-            "keep_alive_timeout = 2147483647\n"
-            "workers = 1\n"
-        )
-        server = Started(
-            "restate-server",
-            [str(self.server), "--config-file", str(base / "restate.toml"), "--no-logo"],
-            base / "server.log",
-            RESTATE_LISTEN_MODE="tcp",
-        )
-        handler = Started(
-            "hypercorn",
-            [
-                str(self.python),
-                "-m",
-                "hypercorn",
-                "--config",
-                str(base / "hypercorn.toml"),
-                "restate_app:app",
-            ],
-            base / "hypercorn.log",
-            cwd=HERE,
-        )
-        try:
-            alive = lambda: server.alive() and handler.alive()  # noqa: E731
-            wait_until("restate-server", lambda: answers(f"{admin}/health"), alive, 60)
-            wait_until(
-                "restate deployment",
-                lambda: _registered(admin, ports["sdk"]),
-                alive,
-                60,
+        with scratch("restate") as base:
+            ports = {name: free_port() for name in ("node", "admin", "ingress", "sdk")}
+            admin = f"http://127.0.0.1:{ports['admin']}"
+            (base / "restate.toml").write_text(
+                f'base-dir = "{base / "data"}"\n'
+                f'bind-address = "127.0.0.1:{ports["node"]}"\n'
+                f'advertised-address = "http://127.0.0.1:{ports["node"]}/"\n'
+                "disable-telemetry = true\n"
+                f'[admin]\nbind-address = "127.0.0.1:{ports["admin"]}"\n'
+                f'[ingress]\nbind-address = "127.0.0.1:{ports["ingress"]}"\n'
+                f'[[ingress.kafka-clusters]]\nname = "bench"\nbrokers = ["{bootstrap}"]\n'
             )
-            wait_until("restate queries", lambda: _queryable(admin), alive, 60)
-            http_json(
-                f"{admin}/subscriptions",
-                {
-                    "source": f"kafka://bench/{topic}",
-                    "sink": "service://BenchBound/run",
-                    "options": {"auto.offset.reset": "earliest", "group.id": topic},
-                },
+            # hypercorn with the HTTP/2 limits restate-sdk's own harness.py sets, one worker.
+            (base / "hypercorn.toml").write_text(
+                f'bind = "127.0.0.1:{ports["sdk"]}"\n'
+                "h2_max_concurrent_streams = 2147483647\n"
+                "keep_alive_max_requests = 2147483647\n"
+                "keep_alive_timeout = 2147483647\n"
+                "workers = 1\n"
+            )
+            server = Started(
+                "restate-server",
+                [str(self.server), "--config-file", str(base / "restate.toml"), "--no-logo"],
+                base / "server.log",
+                RESTATE_LISTEN_MODE="tcp",
+            )
+            handler = Started(
+                "hypercorn",
+                [
+                    str(self.python),
+                    "-m",
+                    "hypercorn",
+                    "--config",
+                    str(base / "hypercorn.toml"),
+                    "restate_app:app",
+                ],
+                base / "hypercorn.log",
+                cwd=HERE,
             )
             try:
-                polled = wait_completion(
-                    lambda: _count(admin, "status = 'completed'"), scale.records, alive
+                alive = lambda: server.alive() and handler.alive()  # noqa: E731
+                wait_until("restate-server", lambda: answers(f"{admin}/health"), alive, 60)
+                wait_until(
+                    "restate deployment",
+                    lambda: _registered(admin, ports["sdk"]),
+                    alive,
+                    60,
                 )
-            except Exception:
-                print(server.tail(), handler.tail(), sep="\n", flush=True)
-                raise
-            return _check(admin, scale, polled)
-        finally:
-            handler.stop()
-            server.stop()
+                wait_until("restate queries", lambda: _queryable(admin), alive, 60)
+                http_json(
+                    f"{admin}/subscriptions",
+                    {
+                        "source": f"kafka://bench/{topic}",
+                        "sink": "service://BenchBound/run",
+                        "options": {"auto.offset.reset": "earliest", "group.id": topic},
+                    },
+                )
+                try:
+                    polled = wait_completion(
+                        lambda: _count(admin, "status = 'completed'"), scale.records, alive
+                    )
+                except Exception:
+                    print(server.tail(), handler.tail(), sep="\n", flush=True)
+                    raise
+                return _check(admin, scale, polled)
+            finally:
+                handler.stop()
+                server.stop()
 
 
 def _registered(admin: str, port: int) -> bool:

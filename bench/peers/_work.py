@@ -45,8 +45,29 @@ class Outcome:
     note: str = ""
 
 
+#: The names this run gave its topics, journal prefixes and groups: every topic whose name
+#: holds one (the peers' own changelog and dead-letter topics too) is deleted at the end.
+MADE: set[str] = set()
+
+
 def fresh_name(stem: str) -> str:
-    return f"peers-{stem}-{uuid.uuid4().hex[:8]}"
+    name = f"peers-{stem}-{uuid.uuid4().hex[:8]}"
+    MADE.add(name)
+    return name
+
+
+def delete_made_topics(bootstrap: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    names = admin.list_topics(timeout=30).topics
+    doomed = [t for t in names if any(made in t for made in MADE)]
+    if not doomed:
+        return
+    for topic, deleted in admin.delete_topics(doomed, operation_timeout=30).items():
+        try:
+            deleted.result(timeout=60)
+        except Exception as error:  # a topic left behind is no reason to fail the run
+            print(f"could not delete topic {topic}: {error}", flush=True)
+    print(f"deleted the {len(doomed)} topics this run made", flush=True)
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:

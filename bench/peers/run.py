@@ -40,7 +40,7 @@ import _quix  # noqa: E402
 import _restate  # noqa: E402
 from _install import PeerUnavailable, root  # noqa: E402
 from _postgres import postgres  # noqa: E402
-from _work import Outcome, Scale  # noqa: E402
+from _work import Outcome, Scale, delete_made_topics  # noqa: E402
 
 from _broker import kafka_bootstrap  # noqa: E402
 from _servers import valkey_url  # noqa: E402
@@ -68,12 +68,14 @@ class Figures:
     rates: list[float | None] = field(default_factory=list)
     checks: list[str] = field(default_factory=list)
     exact: list[bool] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
 
 def prepare(systems: list[str], parts: list[str], stack: ExitStack) -> dict[str, dict[str, Run]]:
     """The runs of each part for each system that could be made ready (a peer that could not
     is named, with why, and left out)."""
     bootstrap = stack.enter_context(kafka_bootstrap())
+    stack.callback(delete_made_topics, bootstrap)
     wanted = {s for p in parts for s in PARTS[p] if s in systems}
     runs: dict[str, dict[str, Run]] = {p: {} for p in parts}
     print(f"peers are installed under {root()} (LOCKGATE_BENCH_PEERS_DIR names another)")
@@ -124,6 +126,8 @@ def measure(part: str, runs: dict[str, Run], scale: Scale, repeats: int) -> dict
             figures[system].rates.append(outcome.rate)
             figures[system].checks.append(outcome.check)
             figures[system].exact.append(outcome.exact)
+            if outcome.note:
+                figures[system].notes.append(outcome.note)
             mark = "" if outcome.exact else "  <-- NOT EXACTLY ONCE"
             if outcome.note:
                 mark += f"\n    ({outcome.note})"
@@ -166,6 +170,8 @@ def report(part: str, figures: dict[str, Figures], scale: Scale) -> None:
         print(line)
         exact = sum(got.exact)
         print(f"  exactly once: {exact} of {len(got.exact)} repeats; last: {got.checks[-1]}")
+        for note in got.notes:
+            print(f"  {note}")
         print(f"  durability: {DURABILITY[system]}")
 
 
