@@ -62,6 +62,9 @@ DURABILITY = {
 
 Run = Callable[[Scale], Outcome]
 
+#: The peers that could not be installed or started, and why.
+LEFT_OUT: dict[str, str] = {}
+
 
 @dataclass
 class Figures:
@@ -88,18 +91,21 @@ def prepare(systems: list[str], parts: list[str], stack: ExitStack) -> dict[str,
             restate = _restate.Restate()
             runs["bound"]["restate"] = lambda s: restate.bound(bootstrap, s)
     except PeerUnavailable as error:
+        LEFT_OUT["restate"] = str(error)
         print(f"Restate left out: {error}", flush=True)
     try:
         if "dbos" in wanted:
             dbos = _dbos.Dbos(stack.enter_context(postgres()))
             runs["bound"]["dbos"] = lambda s: dbos.bound(bootstrap, s)
     except PeerUnavailable as error:
+        LEFT_OUT["dbos"] = str(error)
         print(f"DBOS left out: {error}", flush=True)
     try:
         if "quix" in wanted:
             quix = _quix.Quix()
             runs["collect"]["quix"] = lambda s: quix.collect(bootstrap, s)
     except PeerUnavailable as error:
+        LEFT_OUT["quix"] = str(error)
         print(f"Quix Streams left out: {error}", flush=True)
     for part in parts:
         runs[part] = {s: runs[part][s] for s in PARTS[part] if s in runs[part]}
@@ -109,6 +115,8 @@ def prepare(systems: list[str], parts: list[str], stack: ExitStack) -> dict[str,
 def measure(part: str, runs: dict[str, Run], scale: Scale, repeats: int) -> dict[str, Figures]:
     figures = {system: Figures() for system in runs}
     order = list(runs)
+    if not order:
+        return figures
     for repeat in range(repeats):
         turn = order[repeat % len(order) :] + order[: repeat % len(order)]
         print(f"\n{part}, repeat {repeat + 1} of {repeats}: {', '.join(turn)}", flush=True)
@@ -152,6 +160,9 @@ def report(part: str, figures: dict[str, Figures], scale: Scale) -> None:
     )
     print(f"\n## {part}: {work} ({UNITS[part]}, each repeat)")
     ours = figures.get("lockgate")
+    for system in PARTS[part]:
+        if system in LEFT_OUT:
+            print(f"{NAMES[system]}: left out: {LEFT_OUT[system]}")
     for system, got in figures.items():
         rates = ", ".join(_rate(r) for r in got.rates)
         done = [r for r in got.rates if r is not None]
