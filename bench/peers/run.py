@@ -10,9 +10,10 @@ system, each repeat on fresh topics, which system goes first turning round each 
   completion) and Quix Streams (``tumbling_count_window(50)`` per key, exactly-once, each
   window to an output topic).
 
-Every figure is timed as ``_timing.py`` says (from the first completed work the bench sees to
-the last, asking the system's own store or output every 50 ms), and after every run each
-record or event is checked to be in exactly one completed output. Each peer is installed by
+Every figure is timed as ``_timing.py`` says (from the first completion each system records to
+the last, each system's own completion times; the rate the bench saw asking every 50 ms is
+printed beside it), and after every run each record or event is checked to be in exactly one
+completed output. Each peer is installed by
 ``_install.py`` into a directory of its own outside the project's venv, once.
 
 Not a test (CI never runs it); record its output in docs/performance.md:
