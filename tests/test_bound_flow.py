@@ -16,7 +16,7 @@ def pending(offset: int) -> Pending:
 
 
 def test_open_runs_are_asked_about_after_the_floor_or_twice_what_own_runs_take() -> None:
-    pace = AskPace(0.25)
+    pace = AskPace(0.25, 2.0)
     assert pace.after == 0.25  # nothing learned yet: the floor
     for _ in range(100):
         pace.took(0.05)  # own runs end quickly: still the floor
@@ -29,6 +29,9 @@ def test_open_runs_are_asked_about_after_the_floor_or_twice_what_own_runs_take()
     assert pace.after < 0.3
     pace.took(-1.0)  # a clock that went back counts as no time
     assert pace.mean >= 0.0
+    for _ in range(200):
+        pace.took(60.0)  # long runs: a run another worker ran is still noticed within 2 s
+    assert pace.after == 2.0
 
 
 def test_unordered_records_are_submitted_together_and_committed_behind_the_oldest_unsubmitted() -> (

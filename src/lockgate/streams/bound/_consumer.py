@@ -74,9 +74,10 @@ READ_AHEAD = 2000
 WAIT_OPEN = 0.005
 WAIT_IDLE = 0.1
 #: Seconds after which an open run no worker here reported is asked about in the store, at
-#: least (longer while this worker's own runs take longer: see ``AskPace``), and between two
-#: passes asking.
+#: least (longer while this worker's own runs take longer: see ``AskPace``) and at most, and
+#: between two passes asking.
 ASK_AFTER = 0.25
+ASK_AFTER_MOST = 2.0
 #: An open run to ask about at the next pass (its run was found made before).
 ASK_NOW = float("-inf")
 #: Seconds a submit that found the store unavailable waits before it is tried again.
@@ -172,7 +173,7 @@ class BoundConsumer(GroupMember):
         #: later; when each run made here was submitted, to learn how long runs take.
         self._opened_at: dict[str, float] = {}
         self._submitted_at: dict[str, float] = {}
-        self._asks = AskPace(ASK_AFTER)
+        self._asks = AskPace(ASK_AFTER, ASK_AFTER_MOST)
         #: Run id -> (partition, offset) of every open run.
         self._where: dict[str, tuple[int, int]] = {}
         #: Runs reported finished by this worker, from its attempts' thread (the event loop).
@@ -457,7 +458,7 @@ class BoundConsumer(GroupMember):
 
     def _ask_open(self) -> None:
         """Ask the store about the open runs no worker here reported within ``AskPace.after``
-        (ASK_AFTER at least): those another worker ran (or is running)."""
+        (from ASK_AFTER to ASK_AFTER_MOST): those another worker ran (or is running)."""
         now = self.clock()
         self._next_ask = now + ASK_AFTER
         after = self._asks.after
