@@ -8,11 +8,30 @@ from __future__ import annotations
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from lockgate.streams.bound._flow import PartitionFlow, Pending
+from lockgate.streams.bound._flow import AskPace, PartitionFlow, Pending
 
 
 def pending(offset: int) -> Pending:
     return Pending(offset, f"t:0:{offset}", {"n": offset}, {})
+
+
+def test_open_runs_are_asked_about_after_the_floor_or_twice_what_own_runs_take() -> None:
+    pace = AskPace(0.25, 2.0)
+    assert pace.after == 0.25  # nothing learned yet: the floor
+    for _ in range(100):
+        pace.took(0.05)  # own runs end quickly: still the floor
+    assert pace.after == 0.25
+    for _ in range(100):
+        pace.took(1.0)  # a busy worker: its runs wait a second in its queue
+    assert 1.9 < pace.after <= 2.0
+    for _ in range(100):
+        pace.took(0.1)  # the queue drains: back towards the floor
+    assert pace.after < 0.3
+    pace.took(-1.0)  # a clock that went back counts as no time
+    assert pace.mean >= 0.0
+    for _ in range(200):
+        pace.took(60.0)  # long runs: a run another worker ran is still noticed within 2 s
+    assert pace.after == 2.0
 
 
 def test_unordered_records_are_submitted_together_and_committed_behind_the_oldest_unsubmitted() -> (

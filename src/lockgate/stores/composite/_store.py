@@ -358,8 +358,20 @@ class CompositeStore(CompositeGroups):
             "idempotency_body_hash": idempotency_body_hash,
             "idempotency_ttl": idempotency_ttl,
         }
-        created: str = yield Call(self.lifecycle.create_run, (submit, run_id), options)
-        yield from self._copy_op(submit.name, created)
+        written = getattr(self._outbox, "create_run_written", None)
+        if written is None:
+            created: str = yield Call(self.lifecycle.create_run, (submit, run_id), options)
+            yield from self._copy_op(submit.name, created)
+            return created
+        # The lifecycle answers the events it journaled when it made the run: those are the
+        # copies, as the outbox keeps them, and the log holds none of a run made just now
+        # (one another process copied first is copied again, and kept once).
+        created, opening = yield Call(written, (submit, run_id), options)
+        if opening is None or (submit.name, created) in self._copied:
+            yield from self._copy_op(submit.name, created)
+        else:
+            fresh = [as_kept(event, n, None) for n, event in enumerate(opening, 1)]
+            yield from self._copy_fresh_op(submit.name, created, 0, fresh)
         return created
 
     @composed

@@ -93,6 +93,15 @@ def _position(kept: Any) -> tuple[int, int] | None:
     return (int(partition), int(offset)) if offset else None
 
 
+def _created(answer: Any, opening: list[RunEvent]) -> tuple[str, list[RunEvent] | None]:
+    """The ``submit`` script's answer: the run id, and ``opening`` when the script made the
+    run with those events alone (its last ``run_seq`` is their count)."""
+    if not isinstance(answer, list):
+        return as_text(answer), None  # the run was there before
+    made = int(answer[1]) == len(opening)
+    return as_text(answer[0]), opening if made else None
+
+
 def _written(last_seq: Any, epoch: Any) -> Written:
     return Written(int(last_seq), as_text(epoch) or None)
 
@@ -161,9 +170,7 @@ class ValkeyLifecycle(ValkeyConnection):
             ended_at=float(fields["ended_at"]) if fields.get("ended_at") else None,
         )
 
-    def _submit_args(
-        self, submit: Submit, run_id: str, headers: dict[str, str] | None, now: float
-    ) -> list[str]:
+    def _submit_args(self, submit: Submit, opening: list[RunEvent], now: float) -> list[str]:
         """The ``submit`` script's run fields, opening events and delayed start (A(3)..A(6)),
         as of ``now``."""
         wait = ""
@@ -182,7 +189,7 @@ class ValkeyLifecycle(ValkeyConnection):
             due = repr(float(submit.start_at))
         return [
             json.dumps(run_fields(submit, fair_bucket(submit.owner, submit.gates))),
-            event_args(submit.opening_events(run_id, now, headers)),
+            event_args(opening),
             wait,
             due,
         ]
@@ -204,28 +211,48 @@ class ValkeyLifecycle(ValkeyConnection):
         after the first leaves an index entry naming a shard without the run, which reads take
         for a missing run. Names and ids are checked first: members join them with ``SEP``,
         which the naming rules keep out of them."""
+        created, _ = yield from self._create_op(
+            submit, run_id, headers, idempotency_key, idempotency_body_hash, idempotency_ttl
+        )
+        return created
+
+    def _create_op(
+        self,
+        submit: Submit,
+        run_id: str,
+        headers: dict[str, str] | None,
+        idempotency_key: str | None,
+        idempotency_body_hash: str | None,
+        idempotency_ttl: int,
+    ) -> Op[tuple[str, list[RunEvent] | None]]:
+        """:meth:`create_run`, with the events it journaled when this call made the run and
+        they are all the run has (None when the run was there before, or a control held for
+        the id was latched beside them)."""
         check_new_run(submit.name, run_id, idempotency_key)
         now = yield from self._server_now_op()
         keep = repr(submit.keep_key_for(idempotency_ttl, now))
         key, body = idempotency_key or "", idempotency_body_hash or ""
         if key and self.journal_idempotency:
             headers = idempotency_headers(headers, key, body, now + float(keep))
-        args = self._submit_args(submit, run_id, headers, now)
+        opening = submit.opening_events(run_id, now, headers)
+        args = self._submit_args(submit, opening, now)
         if self.shard_count == 1:
-            created = yield Script("submit", (submit.name, run_id, *args, key, body, keep, ""))
-            return as_text(created)
+            answer = yield Script("submit", (submit.name, run_id, *args, key, body, keep, ""))
+            return _created(answer, opening)
         shard = self._submit_shard(submit, run_id)
         kind, value = yield from self._route_op(submit.name, run_id, shard, key, body, keep)
         if kind == "existing":
-            return (yield from self._finish_first_op(submit, value, headers, key))
+            return (yield from self._finish_first_op(submit, value, headers, key)), None
         try:
-            yield Script("submit", (submit.name, run_id, *args, key, body, keep, value), shard)
+            answer = yield Script(
+                "submit", (submit.name, run_id, *args, key, body, keep, value), shard
+            )
         except DuplicateRunError:
             if key:
                 yield Script("g_unroute", (submit.name, key, run_id))
             raise
         yield from self._routed_op(submit.name, run_id, shard, value)
-        return run_id
+        return run_id, _created(answer, opening)[1]
 
     def _submit_shard(self, submit: Submit, run_id: str) -> int:
         return self._home(
@@ -266,7 +293,7 @@ class ValkeyLifecycle(ValkeyConnection):
         shard = self._submit_shard(submit, first_id)
         _, held = yield from self._route_op(submit.name, first_id, shard)
         now = yield from self._server_now_op()
-        args = self._submit_args(submit, first_id, headers, now)
+        args = self._submit_args(submit, submit.opening_events(first_id, now, headers), now)
         yield Script("submit", (submit.name, first_id, *args, key, "", "0", held), shard)
         yield from self._routed_op(submit.name, first_id, shard, held)
         return first_id

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from lockgate.journal._events import RunEvent
+from lockgate.stores._records import Submit
 from lockgate.stores._types import RunControls, Written
 from lockgate.stores.valkey._keys import mark_field, member
 from lockgate.stores.valkey._loop import Commands, Op, Script, command, operation
@@ -36,6 +37,27 @@ class ValkeyLifecycleStore(ValkeyStore):
         """The run's outbox events after ``run_seq`` ``after_seq``, oldest first (read a page
         at a time, as journals are)."""
         return (yield from self._journal_op(name, run_id, after_seq))
+
+    @operation
+    def create_run_written(
+        self,
+        submit: Submit,
+        run_id: str,
+        *,
+        headers: dict[str, str] | None = None,
+        idempotency_key: str | None = None,
+        idempotency_body_hash: str | None = None,
+        idempotency_ttl: int = 86_400,
+    ) -> Op[tuple[str, list[RunEvent] | None]]:
+        """:meth:`create_run`, answering the events it left in the outbox when it made the
+        run and they are all the outbox holds (numbered from 1, unfenced, as it keeps them
+        once read back through JSON); None when the run was there before (an idempotent
+        repeat) or a control held for the id was latched beside them."""
+        return (
+            yield from self._create_op(
+                submit, run_id, headers, idempotency_key, idempotency_body_hash, idempotency_ttl
+            )
+        )
 
     @operation
     def append_written(

@@ -51,7 +51,7 @@ from lockgate.stores.kafka._topic import prepare_topic
 from lockgate.streams._dead_letters import place_of
 from lockgate.streams._member import GroupMember
 from lockgate.streams._values import Undecodable, decoder_for, record_of
-from lockgate.streams.bound._flow import PartitionFlow, Pending
+from lockgate.streams.bound._flow import AskPace, PartitionFlow, Pending
 from lockgate.workflow._record import RECORD_METADATA
 from lockgate.workflow._spec import WorkflowSpec
 
@@ -73,9 +73,13 @@ READ_AHEAD = 2000
 #: arrives between two waits), longer when there is nothing in flight.
 WAIT_OPEN = 0.005
 WAIT_IDLE = 0.1
-#: Seconds after which an open run no worker here reported is asked about in the store, and
-#: between two such asks.
+#: Seconds after which an open run no worker here reported is asked about in the store, at
+#: least (longer while this worker's own runs take longer: see ``AskPace``) and at most, and
+#: between two passes asking.
 ASK_AFTER = 0.25
+ASK_AFTER_MOST = 2.0
+#: An open run to ask about at the next pass (its run was found made before).
+ASK_NOW = float("-inf")
 #: Seconds a submit that found the store unavailable waits before it is tried again.
 RETRY_AFTER = 0.5
 #: The statuses of a run that waits (a sleep, a signal, a pause, a question), holding no slot:
@@ -165,8 +169,11 @@ class BoundConsumer(GroupMember):
         self._on_submitted = on_submitted
         self._flows: dict[int, PartitionFlow] = {}
         self._next_ask = 0.0
-        #: When each open run was submitted, to ask the store about it later.
+        #: When each open run was submitted (or last asked about), to ask the store about it
+        #: later; when each run made here was submitted, to learn how long runs take.
         self._opened_at: dict[str, float] = {}
+        self._submitted_at: dict[str, float] = {}
+        self._asks = AskPace(ASK_AFTER, ASK_AFTER_MOST)
         #: Run id -> (partition, offset) of every open run.
         self._where: dict[str, tuple[int, int]] = {}
         #: Runs reported finished by this worker, from its attempts' thread (the event loop).
@@ -426,26 +433,36 @@ class BoundConsumer(GroupMember):
     def _opened(self, partition: int, pending: Pending, *, checked: bool) -> None:
         self._where[pending.run_id] = (partition, pending.offset)
         # A run found made before may have finished long ago: ask about it at once.
-        self._opened_at[pending.run_id] = self.clock() if checked else -ASK_AFTER
+        now = self.clock()
+        self._opened_at[pending.run_id] = now if checked else ASK_NOW
+        if checked:
+            self._submitted_at[pending.run_id] = now
 
     def _finish(self, run_id: str) -> None:
         where = self._where.pop(run_id, None)
         self._opened_at.pop(run_id, None)
+        self._submitted_at.pop(run_id, None)
         if where is not None:
             flow = self._flows.get(where[0])
             if flow is not None:
                 flow.finished(where[1])
 
     def _settle_ended(self) -> None:
+        now = self.clock()
         while self._ended:
-            self._finish(self._ended.popleft())
+            run_id = self._ended.popleft()
+            since = self._submitted_at.get(run_id)
+            if since is not None:
+                self._asks.took(now - since)
+            self._finish(run_id)
 
     def _ask_open(self) -> None:
-        """Ask the store about the open runs no worker here reported within ASK_AFTER: those
-        another worker ran (or is running)."""
+        """Ask the store about the open runs no worker here reported within ``AskPace.after``
+        (from ASK_AFTER to ASK_AFTER_MOST): those another worker ran (or is running)."""
         now = self.clock()
         self._next_ask = now + ASK_AFTER
-        asked = [run for run, at in self._opened_at.items() if now - at >= ASK_AFTER]
+        after = self._asks.after
+        asked = [run for run, at in self._opened_at.items() if now - at >= after]
         if not asked:
             return
         try:
@@ -516,3 +533,4 @@ class BoundConsumer(GroupMember):
                 for run_id in flow.open.values():
                     self._where.pop(run_id, None)
                     self._opened_at.pop(run_id, None)
+                    self._submitted_at.pop(run_id, None)

@@ -108,3 +108,30 @@ class PartitionFlow:
         if candidates:
             return min(candidates)
         return self.next_offset
+
+
+@dataclass
+class AskPace:
+    """When the owner asks the store about an open run that no worker here reported ended (one
+    another worker ran): once it has been open ``floor`` seconds, or longer while this worker's
+    own runs take longer than that from their submit to their end (``slack`` times their recent
+    mean), but never later than ``ceiling`` seconds. A busy worker's runs wait in its queue
+    longer than ``floor``; asking about each of them again and again cost more than the submits
+    did, while a run another worker ran is still noticed within about twice the time the
+    owner's own runs take, and within ``ceiling`` however long those take."""
+
+    floor: float
+    ceiling: float
+    slack: float = 2.0
+    #: How much one run's time moves the mean.
+    weight: float = 0.1
+    mean: float = 0.0
+
+    def took(self, seconds: float) -> None:
+        """A run this worker ran ended ``seconds`` after its submit."""
+        self.mean += (max(seconds, 0.0) - self.mean) * self.weight
+
+    @property
+    def after(self) -> float:
+        """Seconds a run is open (or since it was last asked about) before it is asked about."""
+        return min(max(self.floor, self.slack * self.mean), self.ceiling)
