@@ -107,6 +107,7 @@ class Tally:
         self.requests: collections.Counter[str] = collections.Counter()
         self.acknowledged = 0
         self.records = 0
+        self._producers: list[tuple[KafkaEventLogStore, Any]] = []
 
     def watch(self, store: Store) -> None:
         lifecycle = store.lifecycle if isinstance(store, CompositeStore) else store
@@ -146,6 +147,14 @@ class Tally:
 
         log._acknowledged = counted_delivery  # type: ignore[method-assign]
         log._producer = CountingProducer()  # type: ignore[assignment]
+        self._producers.append((log, producer))
+
+    def unwatch(self) -> None:
+        """Give each watched log its own producer back: closing a store lets its shared
+        producer go by identity, which the counting wrapper would defeat."""
+        for log, producer in self._producers:
+            log._producer = producer
+        self._producers.clear()
 
     def line(self, runs: int) -> str:
         total = sum(self.requests.values()) / runs
@@ -192,6 +201,8 @@ def costs_per_run(url: str, journal: str | None, slots: int) -> tuple[Tally, Tal
         await task
 
     asyncio.run(serve_until_done())
+    submits.unwatch()
+    worker_side.unwatch()
     for store in (submitter, served, watcher):
         store.close()
     return submits, worker_side

@@ -49,10 +49,11 @@ class ValkeyLifecycleStore(ValkeyStore):
         idempotency_body_hash: str | None = None,
         idempotency_ttl: int = 86_400,
     ) -> Op[tuple[str, list[RunEvent] | None]]:
-        """:meth:`create_run`, answering the events it left in the outbox when it made the
-        run and they are all the outbox holds (numbered from 1, unfenced, as it keeps them
-        once read back through JSON); None when the run was there before (an idempotent
-        repeat) or a control held for the id was latched beside them."""
+        """:meth:`create_run`, answering the opening events it journaled when it made the
+        run and they are all the outbox holds: as they were built, not yet numbered (the
+        outbox holds them as ``run_seq`` 1, 2, ... in this order, unfenced); None when the
+        run was there before (an idempotent repeat) or a control held for the id was
+        latched beside them."""
         return (
             yield from self._create_op(
                 submit, run_id, headers, idempotency_key, idempotency_body_hash, idempotency_ttl

@@ -500,10 +500,14 @@ class BoundConsumer(GroupMember):
                 self._finish(run_id)
                 continue
             self._opened_at[run_id] = now
+            parked = info.status in PARKED
+            if parked:
+                # Its time from submit to end will hold its wait: not what the pace learns.
+                self._submitted_at.pop(run_id, None)
             partition, offset = self._where[run_id]
             flow = self._flows.get(partition)
             if flow is not None:
-                flow.parked_now(offset, info.status in PARKED)
+                flow.parked_now(offset, parked)
 
     def _store_lost(self) -> bool:
         """Whether the store has lost its data (its marker is gone); an outage or another

@@ -128,8 +128,12 @@ class AskPace:
     mean: float = 0.0
 
     def took(self, seconds: float) -> None:
-        """A run this worker ran ended ``seconds`` after its submit."""
-        self.mean += (max(seconds, 0.0) - self.mean) * self.weight
+        """A run this worker ran ended ``seconds`` after its submit. One run counts for no more
+        than ``ceiling / slack``: a run that slept or waited for a signal took long without
+        having waited in the queue, and must not hold the pace at the ceiling for the quick
+        runs after it. (The owner learns nothing from a run an ask found parked.)"""
+        sample = min(max(seconds, 0.0), self.ceiling / self.slack)
+        self.mean += (sample - self.mean) * self.weight
 
     @property
     def after(self) -> float:
