@@ -4,7 +4,7 @@ log after it, as every write of the composite does."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from lockgate.journal._events import RunEvent
@@ -12,9 +12,9 @@ from lockgate.stores._base import Store
 from lockgate.stores._chains import ChainLink
 from lockgate.stores._insight import BufferInfo, LimitUsage, RateUsage, WorkerInfo
 from lockgate.stores._records import SuccessorPlan
-from lockgate.stores._triggers import FiredBatch, TriggerPolicy
+from lockgate.stores._triggers import BatchToFire, FiredBatch, TriggerPolicy
 from lockgate.stores._types import TerminateOutcome, WaitOutcome, WaitSpec
-from lockgate.stores.composite._composed import Call, Op, composed
+from lockgate.stores.composite._composed import Call, Op, Together, composed
 
 
 class CompositeGroups(Store):
@@ -253,6 +253,16 @@ class CompositeGroups(Store):
         options = {"policy": policy, "source": source, "first": first, "last": last}
         fired: FiredBatch = yield Call(self.lifecycle.fire_batch, (name, key, events), options)
         yield from self._copy_op(name, fired.run_id)
+        return fired
+
+    @composed
+    def fire_batches(self, name: str, batches: Sequence[BatchToFire]) -> Op[list[FiredBatch]]:
+        # The lifecycle's fires together (Valkey: a script per shard), then every run's
+        # journal copy side by side, their records sharing the producer's batches: the call
+        # returns once Kafka acknowledged every fired run's run:init.
+        fired: list[FiredBatch] = yield Call(self.lifecycle.fire_batches, (name, batches))
+        made = dict.fromkeys(f.run_id for f in fired if f.run_id is not None)
+        yield Together(tuple(self._copy_op(name, run_id) for run_id in made))
         return fired
 
     def fired_through(
