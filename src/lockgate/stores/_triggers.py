@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from lockgate._errors import CapabilityMissing
 from lockgate._names import check_name
+from lockgate.journal._events import RunEvent
 from lockgate.stores._gates import Gates
 from lockgate.stores._records import Submit
 
@@ -22,6 +23,10 @@ class FiredBatch:
 
     run_id: str | None
     fired_through: int
+    #: When this fire made the run: its events as the lifecycle's outbox now keeps them
+    #: (``run:init``), for a composite to copy without reading them back; else empty (a
+    #: repeated fire, a stale one, or a backend that does not say).
+    opened: tuple[RunEvent, ...] = ()
 
 
 @dataclass(frozen=True)

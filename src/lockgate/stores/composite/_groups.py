@@ -30,6 +30,10 @@ class CompositeGroups(Store):
             self, name: str, run_id: str | None, *, wrote: bool = False
         ) -> Op[int | None]: ...
 
+        def _copy_fresh_op(
+            self, name: str, run_id: str, have: int, outbox: list[RunEvent]
+        ) -> Op[int | None]: ...
+
     # -- optional groups: the lifecycle backend's --------------------------------------------------
 
     def get_idempotency_run(self, name: str, key: str) -> str | None:
@@ -261,8 +265,18 @@ class CompositeGroups(Store):
         # journal copy side by side, their records sharing the producer's batches: the call
         # returns once Kafka acknowledged every fired run's run:init.
         fired: list[FiredBatch] = yield Call(self.lifecycle.fire_batches, (name, batches))
-        made = dict.fromkeys(f.run_id for f in fired if f.run_id is not None)
-        yield Together(tuple(self._copy_op(name, run_id) for run_id in made))
+        copies: dict[str, Op[int | None]] = {}
+        for one in fired:
+            run_id = one.run_id
+            if run_id is None or run_id in copies:
+                continue
+            if one.opened:
+                # A run this fire made: its outbox is what the lifecycle said it wrote, and
+                # the log holds none of it (a copy it did hold is kept once all the same).
+                copies[run_id] = self._copy_fresh_op(name, run_id, 0, list(one.opened))
+            else:
+                copies[run_id] = self._copy_op(name, run_id)
+        yield Together(tuple(copies.values()))
         return fired
 
     def fired_through(

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lockgate._names import check_name
+from lockgate.journal._events import RunEvent, as_stored
 from lockgate.stores._gates import fair_bucket
 from lockgate.stores._shards import shard_key
 from lockgate.stores._triggers import BatchToFire, FiredBatch, TriggerPolicy, batch_submit
@@ -62,6 +63,15 @@ def fired_run(policy: TriggerPolicy, name: str, key: str) -> list[str]:
         dumps(template(params)),
         dumps([init.kind, template(payload), init.schema_version, dumps(dict(init.headers))]),
     ]
+
+
+def kept(event: RunEvent, run_seq: int) -> RunEvent:
+    """``event`` as a fire's script keeps it in a new run's outbox at ``run_seq`` (no fence,
+    so no epoch header): what reading the outbox back would give."""
+    payload = as_stored(event.payload)
+    return RunEvent(
+        event.kind, payload, event.run_id, event.schema_version, run_seq, dict(event.headers)
+    )
 
 
 def policy_args(policy: TriggerPolicy) -> list[str]:
@@ -197,6 +207,7 @@ class ValkeyTriggers(ValkeyLifecycle):
         now = yield from self._server_now_op()
         by_shard: dict[int, list[int]] = {}
         args: list[tuple[str, ...]] = []
+        opening: list[list[RunEvent]] = []
         for at, batch in enumerate(batches):
             run_id, submit = batch_submit(
                 name,
@@ -208,6 +219,7 @@ class ValkeyTriggers(ValkeyLifecycle):
                 last=batch.last,
             )
             by_shard.setdefault(self._mark_shard(batch.key, batch.policy), []).append(at)
+            opening.append(submit.opening_events(run_id, now, None))
             args.append(
                 (
                     run_id,
@@ -215,7 +227,7 @@ class ValkeyTriggers(ValkeyLifecycle):
                     str(batch.first),
                     str(batch.last),
                     dumps(run_fields(submit, fair_bucket(submit.owner, submit.gates))),
-                    event_args(submit.opening_events(run_id, now, None)),
+                    event_args(opening[-1]),
                 )
             )
         answers: list[FiredBatch | None] = [None] * len(batches)
@@ -224,8 +236,10 @@ class ValkeyTriggers(ValkeyLifecycle):
             flat = [arg for at in ats for arg in args[at]]
             reply = yield Script("t_fire_batches", (name, str(len(ats)), *flat), shard)
             for n, at in enumerate(ats):
-                fired = as_text(reply[2 * n]) or None
-                answers[at] = FiredBatch(fired, int(reply[2 * n + 1]))
+                fired = as_text(reply[3 * n]) or None
+                made = as_text(reply[3 * n + 2]) == "1"
+                opened = tuple(kept(e, seq) for seq, e in enumerate(opening[at], 1)) if made else ()
+                answers[at] = FiredBatch(fired, int(reply[3 * n + 1]), opened)
                 if fired is not None and self.shard_count > 1:
                     index += [member(name, fired), str(shard)]
                     self._remember(name, fired, shard)

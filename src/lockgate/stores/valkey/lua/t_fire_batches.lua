@@ -4,8 +4,9 @@
 -- A(1) name  A(2) how many batches; then six arguments per batch, from A(3): run id, the
 -- mark's field (source SEP key), first, last, the run's hash fields (JSON flat list), its
 -- opening events (JSON)
--- Answers a flat list, two items per batch: {run id or '', the mark after}. A run that
--- cannot be inserted ends the step with its error, the batches before it fired.
+-- Answers a flat list, three items per batch: {run id or '', the mark after, '1' when this
+-- step made the run, else '0'}. A run that cannot be inserted ends the step with its error,
+-- the batches before it fired.
 local name, count = A(1), tonumber(A(2))
 local mkey = K('tfired', name)
 local answer = {}
@@ -22,15 +23,18 @@ for i = 0, count - 1 do
     end
     answer[#answer + 1] = id
     answer[#answer + 1] = string.format('%d', mark)
+    answer[#answer + 1] = '0'
   elseif mark >= first then
     answer[#answer + 1] = ''
     answer[#answer + 1] = string.format('%d', mark)
+    answer[#answer + 1] = '0'
   else
     local run = insert_run(name, id, cjson.decode(A(at + 4)), cjson.decode(A(at + 5)), '', '')
     if run.err then return run end
     redis.call('HSET', mkey, field, last_text)
     answer[#answer + 1] = id
     answer[#answer + 1] = last_text
+    answer[#answer + 1] = '1'
   end
 end
 return answer
