@@ -39,6 +39,7 @@ Not a test; record the output in docs/performance.md with the command:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import statistics
@@ -270,9 +271,21 @@ def delays_of(
     return sorted(found)
 
 
-def serving(store: CompositeStore, spec: WorkflowSpec) -> tuple[TriggerConsumer, Any]:
+class OneByOne(TriggerConsumer):
+    """The baseline of the windows due at once: every batch fired with a store call of its
+    own (``fire_batch``), the keys side by side on the consumer's loop, as before
+    ``fire_batches``."""
+
+    async def _fire_keys(self, keys: list[list[Any]]) -> list[Any]:
+        left = await asyncio.gather(*(self._fire_in_order(batches) for batches in keys))
+        return [batch for unfired in left for batch in unfired]
+
+
+def serving(
+    store: CompositeStore, spec: WorkflowSpec, kind: type[TriggerConsumer] = TriggerConsumer
+) -> tuple[TriggerConsumer, Any]:
     """``spec``'s consumer serving in its group on a thread; a call that stops it."""
-    consumer = TriggerConsumer(store, journal_of(store), spec, worker_id="bench")
+    consumer = kind(store, journal_of(store), spec, worker_id="bench")
     stop = threading.Event()
     thread = threading.Thread(target=consumer.serve, args=(stop,))
     thread.start()
@@ -329,15 +342,15 @@ def send_at_once(producer: Producer, topic: str, keys: list[str], sent: float) -
     assert producer.flush(60) == 0
 
 
-def at_once(url: str, bootstrap: str) -> None:
-    """AT_ONCE windows falling due at one instant: each one's delay, and the submits' spread.
-    A first round of as many windows, not measured, warms the producer, the consumer and the
-    store's connections up, as a consumer that has been serving a while is."""
+def at_once(url: str, bootstrap: str, kind: type[TriggerConsumer]) -> list[float]:
+    """AT_ONCE windows falling due at one instant: each one's delay, sorted; the submits'
+    times printed. A first round of as many windows, not measured, warms the producer, the
+    consumer and the store's connections up, as a consumer that has been serving is."""
     prefix = f"bench{uuid.uuid4().hex[:8]}"
     store = composite(url, bootstrap, prefix)
     topic = trigger_topic(prefix, AT_ONCE_SPEC)
     prepare_trigger_topics(journal_of(store), topic)
-    consumer, stopped = serving(store, AT_ONCE_SPEC)
+    consumer, stopped = serving(store, AT_ONCE_SPEC, kind)
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     send_at_once(producer, topic, [f"warm{n}" for n in range(AT_ONCE)], 0.0)
     deadline = time.monotonic() + SHORT_WINDOW + 30
@@ -353,13 +366,36 @@ def at_once(url: str, bootstrap: str) -> None:
     store.close()
     delays = [delay for delay, _ in found]
     submits = sorted({at for _, at in found})
+    what = "fired together" if kind is TriggerConsumer else "one store call per batch"
     print(
-        f"{AT_ONCE:,} Debounce(window_seconds={SHORT_WINDOW:g}) windows due at one instant: "
-        f"{len(found):,} fired; delay after their end median "
+        f"{AT_ONCE:,} Debounce(window_seconds={SHORT_WINDOW:g}) windows due at one instant, "
+        f"{what}: {len(found):,} fired; delay after their end median "
         f"{statistics.median(delays) * 1000:.1f} ms, max {delays[-1] * 1000:.1f} ms; "
-        f"{len(submits)} submit times (one per store script), after the windows' end (ms): "
-        f"{', '.join(f'{(at - sent - SHORT_WINDOW) * 1000:.1f}' for at in submits)}"
+        f"{len(submits)} submit times, the first {(submits[0] - sent - SHORT_WINDOW) * 1000:.1f}"
+        f" ms after the end",
+        flush=True,
     )
+    return delays
+
+
+def at_once_against_one_by_one(url: str, bootstrap: str) -> None:
+    """The windows due at once fired together, against the one-by-one baseline measured just
+    before and just after; REPEATS times, the median ratio of the median delays."""
+
+    def line(delay: float, before: float, after: float) -> None:
+        print(
+            f"median delay {delay * 1000:.1f} ms fired together; one by one {before * 1000:.1f} "
+            f"before, {after * 1000:.1f} after; ratio {delay / ((before + after) / 2):.4f}",
+            flush=True,
+        )
+
+    ratio = bracketed(
+        lambda: statistics.median(at_once(url, bootstrap, TriggerConsumer)),
+        lambda: statistics.median(at_once(url, bootstrap, OneByOne)),
+        REPEATS,
+        line,
+    )
+    print(f"windows due at once, fired together against one by one: median ratio {ratio:.4f}")
 
 
 def main() -> None:
@@ -379,7 +415,7 @@ def main() -> None:
                 f"{delays[-1] * 1000:.1f} ms over {len(delays):,} fires"
             )
         if "at-once" in what:
-            at_once(url, bootstrap)
+            at_once_against_one_by_one(url, bootstrap)
 
 
 if __name__ == "__main__":
