@@ -29,12 +29,19 @@ acknowledged by Kafka. The workflows are ``_triggers.py``'s. In one run:
   the run, when the windows open are at their most.
 - at once: AT_ONCE keys of a ``Debounce(window_seconds=SHORT_WINDOW)`` each get one event, all
   with one ``sent_at`` and sent in one produce batch, so their windows fall due at one instant.
-  Each fire's delay as above; the median and max of the AT_ONCE delays, and the spread of the
-  runs' submits (last less first), which is small when one pass fires them together.
+  A first round of as many keys, not measured, warms the producer, the consumer and the
+  store's connections. Each fire's delay as above; the median and max of the AT_ONCE delays,
+  and how many submit times they have (one per store script). Baseline, measured just before
+  and just after, REPEATS times: the same consumer firing each batch with a store call of its
+  own (``fire_batch``), as before ``fire_batches``; the median ratio of the median delays.
 
 Not a test; record the output in docs/performance.md with the command:
 
     .venv/bin/python bench/kafka_triggers.py
+
+Name parts to run only those (``throughput``, ``completed``: the end-to-end figure once, with no
+baseline, ``delay``, ``at-once``). ``LOCKGATE_BENCH_REPEATS`` (3) sets the repeats,
+``LOCKGATE_BENCH_AT_ONCE`` (100) the windows due at once.
 """
 
 from __future__ import annotations
