@@ -33,6 +33,7 @@ from lockgate import (
     workflow,
 )
 from lockgate.stores import (
+    BatchToFire,
     CompositeStore,
     KafkaEventLogStore,
     RebuildReport,
@@ -496,6 +497,41 @@ def test_a_rebuild_restores_the_fired_through_marks_of_trigger_topics(
     )
     assert again.run_id is None  # records up to 9 are in a run already
     assert rebuild_lifecycle(composite).fired_marks == 0  # a mark only grows
+
+
+def test_runs_fired_together_and_their_marks_come_back_after_valkey_is_lost(
+    composite: CompositeStore,
+) -> None:
+    """``fire_batches`` copies each run it made to the journal from what the fire's script
+    wrote, without reading it back: every such run, its params and its key's mark are in
+    Kafka once the call returns, so a rebuild after Valkey is lost restores them all."""
+    policy = TriggerPolicy("collect", window_seconds=60, max_events=3)
+    lifecycle = composite.lifecycle
+    assert isinstance(lifecycle, ValkeyLifecycleStore)
+    batches = [
+        BatchToFire(f"u{n}", [{"n": n}, {"n": n + 100}], policy, "t/1", 10 * n, 10 * n + 5)
+        for n in range(12)
+    ]
+    fired = composite.fire_batches("rb_triggered", batches)
+    assert all(one.run_id is not None and one.opened for one in fired)
+    keys = {batch.key: policy for batch in batches}
+    lose_valkey(lifecycle)
+    assert composite.fired_through("rb_triggered", "t/1", keys) == {}
+
+    report = rebuild_lifecycle(composite)
+
+    assert report.fired_marks == len(batches)
+    assert composite.fired_through("rb_triggered", "t/1", keys) == {
+        batch.key: batch.last for batch in batches
+    }
+    for batch, one in zip(batches, fired, strict=True):
+        assert one.run_id is not None
+        info = composite.get_run("rb_triggered", one.run_id)
+        assert info is not None
+        assert info.params == {"key": batch.key, "events": list(batch.events), "count": 2}
+    again = composite.fire_batches("rb_triggered", batches[:2])
+    assert [one.run_id for one in again] == [one.run_id for one in fired[:2]]  # the same runs
+    assert not any(one.opened for one in again)
 
 
 @workflow(name="rb_chain")

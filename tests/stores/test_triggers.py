@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from lockgate import ManualClock, Store
-from lockgate.stores import Gates, TriggerPolicy
+from lockgate import CompositeStore, ManualClock, Store, ValkeyStore
+from lockgate.stores import BatchToFire, Gates, TriggerPolicy
 
 from ._support import NAME
 
@@ -217,3 +217,73 @@ def test_marks_below_a_sources_oldest_kept_position_are_forgotten(store: Store) 
     assert store.fired_through(NAME, SOURCE, keys) == {"u3": 15}
     assert store.fired_through(NAME, "other/0", {"u1": COLLECT}) == {"u1": 1}  # another source
     assert store.forget_marks(NAME, SOURCE, 10) == 0
+
+
+def batch(key: str, first: int, last: int, source: str = SOURCE, **event: Any) -> BatchToFire:
+    return BatchToFire(key, [{"n": first, **event}], COLLECT, source, first, last)
+
+
+def test_batches_fired_together_answer_as_fired_one_by_one_in_their_order(store: Store) -> None:
+    fired = store.fire_batches(
+        NAME,
+        [
+            batch("u1", 0, 4),
+            batch("u2", 0, 0),
+            batch("u1", 0, 4),  # a repeat within the call: the same run
+            batch("u1", 2, 7),  # another owner's stale batch: no run, the mark
+            batch("u1", 7, 7),  # what the mark left of it
+            batch("u3", 5, 5, source="other/1"),
+        ],
+    )
+    assert [f.fired_through for f in fired] == [4, 0, 4, 4, 7, 5]
+    first, u2, again, stale, rest, u3 = (f.run_id for f in fired)
+    assert None not in (first, u2, rest, u3)
+    assert rest is not None
+    assert again == first
+    assert stale is None
+    # A backend that says what a fire put in its new run's journal says it as the store keeps
+    # it (a repeat, a stale fire made nothing).
+    if isinstance(store, ValkeyStore | CompositeStore):  # Valkey says it (fire_batches.lua)
+        assert [bool(one.opened) for one in fired] == [True, True, False, False, True, True]
+    assert not fired[2].opened
+    assert not fired[3].opened
+    for one in fired:
+        if one.opened:
+            assert one.run_id is not None
+            assert list(one.opened) == store.load_run(NAME, one.run_id)[: len(one.opened)]
+    assert len({first, u2, rest, u3}) == 4
+    assert store.get_pending_count(NAME) == 4
+    assert params(store, rest) == {"key": "u1", "events": [{"n": 7}], "count": 1}
+    assert store.fired_through(NAME, SOURCE, {"u1": COLLECT, "u2": COLLECT, "u3": COLLECT}) == {
+        "u1": 7,
+        "u2": 0,
+    }
+    assert store.fired_through(NAME, "other/1", {"u3": COLLECT}) == {"u3": 5}
+    # Each run is the one fire_batch makes of the same batch: a later single fire repeats it.
+    one = store.fire_batch(NAME, "u1", [{"n": 7}], policy=COLLECT, source=SOURCE, first=7, last=7)
+    assert one.run_id == rest
+    assert store.fire_batches(NAME, []) == []
+    assert store.get_pending_count(NAME) == 4
+
+
+def test_batches_fired_together_take_their_gates_and_land_in_their_shards(store: Store) -> None:
+    gated = TriggerPolicy(
+        "debounce", window_seconds=1, gates=Gates(concurrency_key="g", concurrency_max=1)
+    )
+    keys = [f"k{n}" for n in range(12)]  # spread over the shards, where a store has some
+    fired = store.fire_batches(
+        NAME,
+        [BatchToFire(key, [{"key": key}], COLLECT, SOURCE, n, n) for n, key in enumerate(keys)]
+        + [BatchToFire("u1", [{"n": 1}], gated, SOURCE, 20, 20)]
+        + [BatchToFire("u2", [{"n": 2}], gated, SOURCE, 21, 21)],
+    )
+    ids = [f.run_id for f in fired]
+    assert None not in ids
+    for key, run_id in zip(keys, ids, strict=False):
+        assert run_id is not None
+        assert params(store, run_id)["events"] == [{"key": key}]
+    assert store.get_pending_count(NAME) == 14
+    claimed = {store.claim_next_run(NAME, f"l{n}") for n in range(16)} - {None}
+    assert len(claimed) == 13
+    assert claimed <= set(ids)
+    assert len(claimed & set(ids[-2:])) == 1  # the Limit on "g" holds one of the gated two

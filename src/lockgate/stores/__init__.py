@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from lockgate.stores._insight import BufferInfo, InsightStore, LimitUsage, RateUsage, WorkerInfo
     from lockgate.stores._poison import PoisonPolicy
     from lockgate.stores._records import Continuation
-    from lockgate.stores._triggers import FiredBatch, TriggerPolicy, TriggerStore
+    from lockgate.stores._triggers import BatchToFire, FiredBatch, TriggerPolicy, TriggerStore
     from lockgate.stores._types import (
         ClaimedRun,
         Claims,
@@ -56,6 +56,7 @@ __all__ = [
     "CAPABILITY_GROUPS",
     "JOURNAL_URL_ENV",
     "STORE_URL_ENV",
+    "BatchToFire",
     "BufferInfo",
     "ChainLink",
     "ChainStore",
@@ -138,7 +139,12 @@ if not TYPE_CHECKING:  # a type checker sees the imports above, not a __getattr_
             "lockgate.stores.opener._open": ("open_store",),
             "lockgate.stores._poison": ("PoisonPolicy",),
             "lockgate.stores._records": ("Continuation",),
-            "lockgate.stores._triggers": ("FiredBatch", "TriggerPolicy", "TriggerStore"),
+            "lockgate.stores._triggers": (
+                "BatchToFire",
+                "FiredBatch",
+                "TriggerPolicy",
+                "TriggerStore",
+            ),
             "lockgate.stores._urls": ("JOURNAL_URL_ENV", "STORE_URL_ENV"),
             "lockgate.stores._types": (
                 "ClaimedRun",

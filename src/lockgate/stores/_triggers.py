@@ -4,12 +4,13 @@ submitting its run, are each one atomic store operation, so an event is in exact
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from lockgate._errors import CapabilityMissing
 from lockgate._names import check_name
+from lockgate.journal._events import RunEvent
 from lockgate.stores._gates import Gates
 from lockgate.stores._records import Submit
 
@@ -22,6 +23,23 @@ class FiredBatch:
 
     run_id: str | None
     fired_through: int
+    #: When this fire made the run: its events as the lifecycle's outbox now keeps them
+    #: (``run:init``), for a composite to copy without reading them back; else empty (a
+    #: repeated fire, a stale one, or a backend that does not say).
+    opened: tuple[RunEvent, ...] = ()
+
+
+@dataclass(frozen=True)
+class BatchToFire:
+    """One batch of :meth:`~lockgate.stores.Store.fire_batches`: what
+    :meth:`~lockgate.stores.Store.fire_batch` takes for it besides the workflow name."""
+
+    key: str
+    events: Sequence[dict[str, Any]]
+    policy: TriggerPolicy
+    source: str
+    first: int
+    last: int
 
 
 def settled_fire(
@@ -170,6 +188,29 @@ class TriggerStore:
           no run, and the mark, for the caller to drop what it covers and fire the rest;
         - else the run is submitted and its id returned with the new mark."""
         raise CapabilityMissing.of(self, "trigger_marks")
+
+    def fire_batches(self, name: str, batches: Sequence[BatchToFire]) -> list[FiredBatch]:
+        """:meth:`fire_batch` of each of ``batches`` in their order (a key's later batch sees
+        the mark its earlier one left), answered in that order. Each batch is one step of its
+        own, as :meth:`fire_batch` makes it; a backend may make those of one shard together,
+        in one request (Valkey: one script), which is what the method is for.
+
+        On an error (other than :class:`StoreUnavailable`, which leaves every batch to be
+        fired again), some batches before the failing one may have fired: the caller fires
+        each again with :meth:`fire_batch`, where a repeat is the same run, to learn which
+        one fails."""
+        return [
+            self.fire_batch(
+                name,
+                batch.key,
+                list(batch.events),
+                policy=batch.policy,
+                source=batch.source,
+                first=batch.first,
+                last=batch.last,
+            )
+            for batch in batches
+        ]
 
     def fired_through(
         self, name: str, source: str, keys: Mapping[str, TriggerPolicy]

@@ -4,7 +4,7 @@ log after it, as every write of the composite does."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from lockgate.journal._events import RunEvent
@@ -12,9 +12,9 @@ from lockgate.stores._base import Store
 from lockgate.stores._chains import ChainLink
 from lockgate.stores._insight import BufferInfo, LimitUsage, RateUsage, WorkerInfo
 from lockgate.stores._records import SuccessorPlan
-from lockgate.stores._triggers import FiredBatch, TriggerPolicy
+from lockgate.stores._triggers import BatchToFire, FiredBatch, TriggerPolicy
 from lockgate.stores._types import TerminateOutcome, WaitOutcome, WaitSpec
-from lockgate.stores.composite._composed import Call, Op, composed
+from lockgate.stores.composite._composed import Call, Op, Together, composed
 
 
 class CompositeGroups(Store):
@@ -28,6 +28,10 @@ class CompositeGroups(Store):
 
         def _copy_op(
             self, name: str, run_id: str | None, *, wrote: bool = False
+        ) -> Op[int | None]: ...
+
+        def _copy_fresh_op(
+            self, name: str, run_id: str, have: int, outbox: list[RunEvent]
         ) -> Op[int | None]: ...
 
     # -- optional groups: the lifecycle backend's --------------------------------------------------
@@ -253,6 +257,26 @@ class CompositeGroups(Store):
         options = {"policy": policy, "source": source, "first": first, "last": last}
         fired: FiredBatch = yield Call(self.lifecycle.fire_batch, (name, key, events), options)
         yield from self._copy_op(name, fired.run_id)
+        return fired
+
+    @composed
+    def fire_batches(self, name: str, batches: Sequence[BatchToFire]) -> Op[list[FiredBatch]]:
+        # The lifecycle's fires together (Valkey: a script per shard), then every run's
+        # journal copy side by side, their records sharing the producer's batches: the call
+        # returns once Kafka acknowledged every fired run's run:init.
+        fired: list[FiredBatch] = yield Call(self.lifecycle.fire_batches, (name, batches))
+        copies: dict[str, Op[int | None]] = {}
+        for one in fired:
+            run_id = one.run_id
+            if run_id is None or run_id in copies:
+                continue
+            if one.opened:
+                # A run this fire made: its outbox is what the lifecycle said it wrote, and
+                # the log holds none of it (a copy it did hold is kept once all the same).
+                copies[run_id] = self._copy_fresh_op(name, run_id, 0, list(one.opened))
+            else:
+                copies[run_id] = self._copy_op(name, run_id)
+        yield Together(tuple(copies.values()))
         return fired
 
     def fired_through(

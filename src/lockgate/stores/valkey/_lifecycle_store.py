@@ -124,11 +124,14 @@ class ValkeyLifecycleStore(ValkeyStore):
     def journal_position(self, name: str, run_id: str) -> Op[tuple[int, int] | None]:
         """Where the run's journal starts in the event log, as kept by
         :meth:`keep_journal_position`; None when none was kept (or no such run)."""
-        fields = yield from self._fields_op(name, run_id)
-        kept = (fields or {}).get("journal_at")
+        # The one field, not the run's hash: a fired run's params hold its events.
+        shard = yield from self._located_op(name, run_id)
+        if shard is None:
+            return None
+        [kept] = yield command("HGET", self._key("r", name, run_id, shard=shard), "journal_at")
         if not kept:
             return None
-        partition, _, offset = kept.partition(":")
+        partition, _, offset = as_text(kept).partition(":")
         return int(partition), int(offset)
 
     @operation

@@ -13,6 +13,7 @@ from lockgate.stores.valkey._chains import ValkeyChains
 from lockgate.stores.valkey._connection import SHARD_COUNT_DEFAULT
 from lockgate.stores.valkey._insight import ValkeyInsight
 from lockgate.stores.valkey._keys import KEY_LAYOUT, SEP, parts_of
+from lockgate.stores.valkey._loop import Op, operation
 from lockgate.stores.valkey._maintenance import ValkeyMaintenance, glob_escaped
 from lockgate.stores.valkey._namespace_records import ValkeyNamespaceRecords
 from lockgate.stores.valkey._replies import as_text, decode_hash
@@ -210,11 +211,13 @@ class ValkeyStore(
         fields = decode_hash(raw) if raw else {}
         return StoreMarker.from_fields(fields) if "id" in fields else None
 
-    def shard_of(self, name: str, run_id: str) -> int:
+    @operation
+    def shard_of(self, name: str, run_id: str) -> Op[int]:
         """The shard a run lives in: its gate's if it was submitted with one, otherwise the
         one its run id hashes to (a fired run's: its trigger key's). See
-        :func:`~lockgate.stores._shards.shard_for` for the hash."""
-        return self._run_shard(name, run_id)
+        :func:`~lockgate.stores._shards.shard_for` for the hash. An operation, so a Kafka
+        journal locating a run from the event loop (a copy) takes no store thread for it."""
+        return (yield from self._run_shard_op(name, run_id))
 
     def rebalance_shards(self, worker_id: str, ttl: float | None = None) -> list[int]:
         """Lease ``worker_id`` its fair share of the shards and return them, ascending.

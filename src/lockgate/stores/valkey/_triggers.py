@@ -12,13 +12,14 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from lockgate._names import check_name
+from lockgate.journal._events import RunEvent, as_stored
 from lockgate.stores._gates import fair_bucket
 from lockgate.stores._shards import shard_key
-from lockgate.stores._triggers import FiredBatch, TriggerPolicy, batch_submit
+from lockgate.stores._triggers import BatchToFire, FiredBatch, TriggerPolicy, batch_submit
 from lockgate.stores.valkey._events import event_args
 from lockgate.stores.valkey._keys import mark_field, member
 from lockgate.stores.valkey._lifecycle import ValkeyLifecycle, run_fields, soonest_op
@@ -62,6 +63,15 @@ def fired_run(policy: TriggerPolicy, name: str, key: str) -> list[str]:
         dumps(template(params)),
         dumps([init.kind, template(payload), init.schema_version, dumps(dict(init.headers))]),
     ]
+
+
+def kept(event: RunEvent, run_seq: int) -> RunEvent:
+    """``event`` as a fire's script keeps it in a new run's outbox at ``run_seq`` (no fence,
+    so no epoch header): what reading the outbox back would give."""
+    payload = as_stored(event.payload)
+    return RunEvent(
+        event.kind, payload, event.run_id, event.schema_version, run_seq, dict(event.headers)
+    )
 
 
 def policy_args(policy: TriggerPolicy) -> list[str]:
@@ -186,6 +196,57 @@ class ValkeyTriggers(ValkeyLifecycle):
             yield command("HSET", self._key("shardof"), member(name, fired), str(shard))
             self._remember(name, fired, shard)
         return FiredBatch(fired, int(mark))
+
+    @operation
+    def fire_batches(self, name: str, batches: Sequence[BatchToFire]) -> Op[list[FiredBatch]]:
+        # One script per shard for its batches (in their order), one index write for every
+        # run made: a pass of a consumer firing many windows costs a few requests, not a few
+        # per window.
+        if not batches:
+            return []
+        now = yield from self._server_now_op()
+        by_shard: dict[int, list[int]] = {}
+        args: list[tuple[str, ...]] = []
+        opening: list[list[RunEvent]] = []
+        for at, batch in enumerate(batches):
+            run_id, submit = batch_submit(
+                name,
+                batch.key,
+                list(batch.events),
+                batch.policy,
+                source=batch.source,
+                first=batch.first,
+                last=batch.last,
+            )
+            by_shard.setdefault(self._mark_shard(batch.key, batch.policy), []).append(at)
+            opening.append(submit.opening_events(run_id, now, None))
+            args.append(
+                (
+                    run_id,
+                    mark_field(batch.source, batch.key),
+                    str(batch.first),
+                    str(batch.last),
+                    dumps(run_fields(submit, fair_bucket(submit.owner, submit.gates))),
+                    event_args(opening[-1]),
+                )
+            )
+        answers: list[FiredBatch | None] = [None] * len(batches)
+        index: list[str] = []
+        for shard, ats in by_shard.items():
+            flat = [arg for at in ats for arg in args[at]]
+            reply = yield Script("t_fire_batches", (name, str(len(ats)), *flat), shard)
+            for n, at in enumerate(ats):
+                fired = as_text(reply[3 * n]) or None
+                made = as_text(reply[3 * n + 2]) == "1"
+                opened = tuple(kept(e, seq) for seq, e in enumerate(opening[at], 1)) if made else ()
+                answers[at] = FiredBatch(fired, int(reply[3 * n + 1]), opened)
+                if fired is not None and self.shard_count > 1:
+                    index += [member(name, fired), str(shard)]
+                    self._remember(name, fired, shard)
+        if index:
+            # As for one batch's fire: the runs' index entries follow their creation.
+            yield command("HSET", self._key("shardof"), *index)
+        return [answer for answer in answers if answer is not None]
 
     @operation
     def fired_through(

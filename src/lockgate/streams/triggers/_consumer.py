@@ -34,7 +34,7 @@ from lockgate._errors import StoreUnavailable, one_line
 from lockgate.metrics import _hooks as metrics
 from lockgate.stores._base import Store
 from lockgate.stores._calls import call_store
-from lockgate.stores._triggers import TriggerPolicy
+from lockgate.stores._triggers import BatchToFire, FiredBatch, TriggerPolicy
 from lockgate.stores.kafka import KafkaEventLogStore
 from lockgate.streams._member import GroupMember
 from lockgate.streams._topics import committed_offsets, dlq_topic, group_id, trigger_topic
@@ -68,6 +68,8 @@ RETRY_AFTER = 0.5
 #: hold them, and its ``run:init`` is one journal record, which Kafka takes up to 1 MB of by
 #: default.
 BATCH_MOST_BYTES = 900_000
+#: Batches fired in one store call at most (one Valkey script holds the server that long).
+FIRES_TOGETHER = 500
 #: Seconds between two prunes of the marks no record can need any more (see ``_prune``).
 PRUNE_EVERY = 600.0
 #: Trigger policies kept per key; past it the memory starts over.
@@ -364,9 +366,78 @@ class TriggerConsumer(GroupMember):
             self._holding = holding
 
     async def _fire_keys(self, keys: list[list[Batch]]) -> list[Batch]:
-        """Fire each key's batches; those left unfired, in order."""
-        left = await asyncio.gather(*(self._fire_in_order(batches) for batches in keys))
-        return [batch for unfired in left for batch in unfired]
+        """Fire each key's batches; those left unfired, in order.
+
+        The first batch of every key is fired in one store call per partition
+        (``Store.fire_batches``: on Valkey one script per shard, and the journal copies of
+        every run in one round of produces); what is left of a key after it (a later batch,
+        or the part of the first that another owner's mark did not cover) is fired one batch
+        after another, in order. A group call refused otherwise than for the store being away
+        is made again batch by batch, so that only the batch at fault is set aside."""
+        heads: dict[int, list[Batch]] = {}
+        for batches in keys:
+            heads.setdefault(batches[0].partition, []).append(batches[0])
+        groups = [
+            group[at : at + FIRES_TOGETHER]
+            for group in heads.values()
+            for at in range(0, len(group), FIRES_TOGETHER)
+        ]
+        answers = await asyncio.gather(
+            *(self._fire_together(group) for group in groups), return_exceptions=True
+        )
+        fired: dict[int, FiredBatch] = {}
+        deferred: set[int] = set()  # heads whose store call found the store away
+        for group, answer in zip(groups, answers, strict=True):
+            if isinstance(answer, StoreUnavailable):
+                log.debug("trigger topic %s: fires deferred: %s", self.topic, answer)
+                deferred.update(id(batch) for batch in group)
+            elif isinstance(answer, Exception):
+                pass  # fired one by one below, where each batch's own error is told
+            elif isinstance(answer, BaseException):
+                raise answer
+            else:
+                fired.update((id(batch), one) for batch, one in zip(group, answer, strict=True))
+        later: list[list[Batch]] = []
+        left: list[Batch] = []
+        for batches in keys:
+            head = batches[0]
+            owner = self._windows.get(head.partition)
+            if owner is None:
+                continue  # revoked meanwhile: its next owner fires them
+            if id(head) in deferred:
+                left.extend(batches)  # all of the key waits for the next try
+                continue
+            settled = fired.get(id(head))
+            if settled is None:
+                later.append(batches)
+                continue
+            rest = owner.fired(head, settled.fired_through)
+            if settled.run_id is not None:
+                self.fires += 1
+                self._on_fired()
+            remaining = ([rest] if rest is not None else []) + batches[1:]
+            if remaining:
+                later.append(remaining)
+        unfired = await asyncio.gather(*(self._fire_in_order(batches) for batches in later))
+        return left + [batch for batches in unfired for batch in batches]
+
+    async def _fire_together(self, batches: list[Batch]) -> list[FiredBatch]:
+        """``batches`` (of distinct keys) fired in one store call, their answers in order."""
+        fires = [
+            BatchToFire(
+                batch.key,
+                batch.events,
+                self._policy(batch.key),
+                source_of(self.topic, batch.partition),
+                batch.first,
+                batch.last,
+            )
+            for batch in batches
+        ]
+        answers: list[FiredBatch] = await call_store(
+            self.store, self.store.fire_batches, self.spec.name, fires
+        )
+        return answers
 
     async def _fire_in_order(self, batches: list[Batch]) -> list[Batch]:
         """Fire one key's batches in order; those left when the store is unavailable."""
