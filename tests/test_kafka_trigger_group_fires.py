@@ -26,6 +26,7 @@ from lockgate import (
     ManualClock,
     MemoryStore,
     Store,
+    StoreUnavailable,
     ValkeyLifecycleStore,
     WorkflowContext,
     workflow,
@@ -34,6 +35,8 @@ from lockgate.stores import BatchToFire, FiredBatch, KafkaEventLogStore
 from lockgate.stores._shards import shard_for
 from lockgate.stores.kafka._codec import decode
 from lockgate.streams import TriggerConsumer
+from lockgate.streams.triggers._consumer import FIRE_BYTES_TOGETHER, FIRES_TOGETHER, fire_groups
+from lockgate.streams.triggers._windows import Batch
 from lockgate.workflow._spec import WorkflowSpec, spec_of
 from test_kafka_trigger_processes import read_records
 from test_kafka_triggers import every_run
@@ -183,6 +186,43 @@ def test_a_group_the_store_refuses_is_fired_batch_by_batch_and_only_the_bad_one_
     assert [json.loads(m.value()) for m in dead] == [{"k": "bad", "n": keys.index("bad")}]
 
 
+class PartlyAwayStore(MemoryStore):
+    """A MemoryStore of which the part that holds key ``away`` is away (as one node of a
+    cluster, or a journal write refused, would be) until ``back`` is set."""
+
+    back = False
+
+    def fire_batch(self, name: str, key: str, *args: Any, **kwargs: Any) -> FiredBatch:
+        if key == "away" and not self.back:
+            raise StoreUnavailable("the part of the store holding key 'away' is away")
+        return super().fire_batch(name, key, *args, **kwargs)
+
+
+def test_a_part_of_the_store_away_holds_back_only_the_keys_it_holds(
+    kafka_bootstrap: str,
+) -> None:
+    clock = ManualClock()
+    store = PartlyAwayStore(clock=clock)
+    consumer, journal = consumer_of(store, DEBOUNCE, kafka_bootstrap, clock)
+    partition = shard_for("away", PARTITIONS)
+    near = [k for k in (f"key{n}" for n in range(200)) if shard_for(k, PARTITIONS) == partition]
+    keys = [*near[:3], "away", *near[3:6]]  # all in one group call with "away"
+    try:
+        send(kafka_bootstrap, consumer.topic, [(key, n) for n, key in enumerate(keys)])
+        step_until(consumer, clock, lambda: consumer.positions().get(partition, 0) >= len(keys))
+        clock.advance(6)
+        step_until(consumer, clock, lambda: consumer.fires >= len(keys) - 1)
+        assert "away" not in fired_events(store, DEBOUNCE)
+        store.back = True
+        clock.advance(1)
+        step_until(consumer, clock, lambda: consumer.fires >= len(keys))
+    finally:
+        consumer.close()
+        journal.close()
+    assert fired_events(store, DEBOUNCE) == {key: [n] for n, key in enumerate(keys)}
+    assert consumer.fires == len(keys)
+
+
 def test_windows_due_together_fire_in_one_script_per_shard_on_valkey_with_a_kafka_journal(
     kafka_bootstrap: str,
 ) -> None:
@@ -226,3 +266,17 @@ def test_windows_due_together_fire_in_one_script_per_shard_on_valkey_with_a_kafk
     finally:
         consumer.close()
         store.close()
+
+
+def test_a_pass_is_cut_into_groups_by_count_and_by_bytes_in_order() -> None:
+    def batch(n: int, size: int) -> Batch:
+        return Batch(0, f"k{n}", (n,), ({"n": n},), None, size)
+
+    many = [batch(n, 10) for n in range(FIRES_TOGETHER + 3)]
+    assert [len(g) for g in fire_groups(many)] == [FIRES_TOGETHER, 3]
+    big = FIRE_BYTES_TOGETHER // 3
+    sized = [batch(0, big), batch(1, big), batch(2, big), batch(3, big), batch(4, 10 * big)]
+    groups = fire_groups(sized)
+    assert [[b.key for b in g] for g in groups] == [["k0", "k1", "k2"], ["k3"], ["k4"]]
+    assert [b for g in groups for b in g] == sized
+    assert fire_groups([]) == []

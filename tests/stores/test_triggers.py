@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from lockgate import CompositeStore, ManualClock, Store, ValkeyStore
+from lockgate.journal import EventKind
 from lockgate.stores import BatchToFire, Gates, TriggerPolicy
 
 from ._support import NAME
@@ -287,3 +288,23 @@ def test_batches_fired_together_take_their_gates_and_land_in_their_shards(store:
     assert len(claimed) == 13
     assert claimed <= set(ids)
     assert len(claimed & set(ids[-2:])) == 1  # the Limit on "g" holds one of the gated two
+
+
+def test_a_batch_fired_together_whose_run_latches_a_held_cancel_journals_the_cancel(
+    store: Store,
+) -> None:
+    # A cancel asked for the id a batch's run will have (ids are derived from the batch) is
+    # latched when the fire makes the run: the run's journal holds it, and a backend that says
+    # what a fire wrote does not say the opening events alone (a composite copies the outbox).
+    held_id, _ = COLLECT.submit(NAME, "u1", [{"n": 1}], 1, 1, SOURCE)
+    store.request_cancel(NAME, held_id, detail={"reason": "not wanted"})
+    fired = store.fire_batches(NAME, [batch("u1", 1, 1), batch("u2", 2, 2)])
+    held, plain = fired
+    assert held.run_id == held_id
+    assert not held.opened
+    if isinstance(store, ValkeyStore | CompositeStore):
+        assert plain.opened
+    kinds = [e.kind for e in store.load_run(NAME, held_id)]
+    assert kinds[0] == EventKind.RUN_INIT
+    assert EventKind.RUN_CANCEL in kinds
+    assert store.get_run_controls(NAME, held_id)[0] is not None

@@ -23,9 +23,10 @@ class FiredBatch:
 
     run_id: str | None
     fired_through: int
-    #: When this fire made the run: its events as the lifecycle's outbox now keeps them
-    #: (``run:init``), for a composite to copy without reading them back; else empty (a
-    #: repeated fire, a stale one, or a backend that does not say).
+    #: When this fire made the run and its opening events are all it holds: those events as
+    #: the lifecycle's outbox now keeps them (``run:init``), for a composite to copy without
+    #: reading them back; else empty (a repeated fire, a stale one, a run that latched a
+    #: cancel or pause held for its id beside them, or a backend that does not say).
     opened: tuple[RunEvent, ...] = ()
 
 
@@ -195,10 +196,9 @@ class TriggerStore:
         own, as :meth:`fire_batch` makes it; a backend may make those of one shard together,
         in one request (Valkey: one script), which is what the method is for.
 
-        On an error (other than :class:`StoreUnavailable`, which leaves every batch to be
-        fired again), some batches before the failing one may have fired: the caller fires
-        each again with :meth:`fire_batch`, where a repeat is the same run, to learn which
-        one fails."""
+        On an error (:class:`StoreUnavailable` included), any of the other batches may have
+        fired: the caller fires each again with :meth:`fire_batch`, where a repeat is the
+        same run, to learn which one fails or which part of the store is away."""
         return [
             self.fire_batch(
                 name,

@@ -68,12 +68,33 @@ RETRY_AFTER = 0.5
 #: hold them, and its ``run:init`` is one journal record, which Kafka takes up to 1 MB of by
 #: default.
 BATCH_MOST_BYTES = 900_000
-#: Batches fired in one store call at most (one Valkey script holds the server that long).
+#: Batches fired in one store call at most, and their records' bytes at most (one Valkey
+#: script holds the server while it runs, and carries each batch's events twice: the run's
+#: params and its ``run:init``). A batch bigger than that is a call of its own.
 FIRES_TOGETHER = 500
+FIRE_BYTES_TOGETHER = 4_000_000
 #: Seconds between two prunes of the marks no record can need any more (see ``_prune``).
 PRUNE_EVERY = 600.0
 #: Trigger policies kept per key; past it the memory starts over.
 POLICIES_KEPT = 100_000
+
+
+def fire_groups(batches: list[Batch]) -> list[list[Batch]]:
+    """``batches`` cut into the groups fired in one store call each, in order: at most
+    FIRES_TOGETHER batches and FIRE_BYTES_TOGETHER bytes of records a group (a bigger batch
+    alone)."""
+    groups: list[list[Batch]] = []
+    group: list[Batch] = []
+    size = 0
+    for batch in batches:
+        if group and (len(group) == FIRES_TOGETHER or size + batch.size > FIRE_BYTES_TOGETHER):
+            groups.append(group)
+            group, size = [], 0
+        group.append(batch)
+        size += batch.size
+    if group:
+        groups.append(group)
+    return groups
 
 
 def offset_of(message: Message) -> int:
@@ -372,27 +393,27 @@ class TriggerConsumer(GroupMember):
         (``Store.fire_batches``: on Valkey one script per shard, and the journal copies of
         every run in one round of produces); what is left of a key after it (a later batch,
         or the part of the first that another owner's mark did not cover) is fired one batch
-        after another, in order. A group call refused otherwise than for the store being away
-        is made again batch by batch, so that only the batch at fault is set aside."""
+        after another, in order. A group call that failed is made again batch by batch: a
+        batch the store refuses is set aside alone, and when a part of the store is away only
+        the keys it holds wait for the next try."""
         heads: dict[int, list[Batch]] = {}
         for batches in keys:
             heads.setdefault(batches[0].partition, []).append(batches[0])
-        groups = [
-            group[at : at + FIRES_TOGETHER]
-            for group in heads.values()
-            for at in range(0, len(group), FIRES_TOGETHER)
-        ]
+        groups = [group for partition in heads.values() for group in fire_groups(partition)]
         answers = await asyncio.gather(
             *(self._fire_together(group) for group in groups), return_exceptions=True
         )
         fired: dict[int, FiredBatch] = {}
         deferred: set[int] = set()  # heads whose store call found the store away
         for group, answer in zip(groups, answers, strict=True):
-            if isinstance(answer, StoreUnavailable):
-                log.debug("trigger topic %s: fires deferred: %s", self.topic, answer)
-                deferred.update(id(batch) for batch in group)
+            if isinstance(answer, StoreUnavailable) and len(group) == 1:
+                log.debug("trigger topic %s: fire deferred: %s", self.topic, answer)
+                deferred.add(id(group[0]))
             elif isinstance(answer, Exception):
-                pass  # fired one by one below, where each batch's own error is told
+                # Fired one by one below, where each batch's own error is told, and where a
+                # part of the store that is away (a shard, a journal write refused) holds
+                # back only the keys it holds, not every key of the group.
+                pass
             elif isinstance(answer, BaseException):
                 raise answer
             else:

@@ -29,6 +29,8 @@ class Batch:
     offsets: tuple[int, ...]
     events: tuple[dict[str, Any], ...]
     due_at: float | None = None
+    #: The records' bytes, as read (their share of it in a batch's rest).
+    size: int = 0
 
     @property
     def first(self) -> int:
@@ -49,6 +51,7 @@ class Batch:
             tuple(self.offsets[i] for i in keep),
             tuple(self.events[i] for i in keep),
             self.due_at,
+            self.size * len(keep) // len(self.offsets),
         )
 
 
@@ -189,6 +192,8 @@ class PartitionWindows:
 
     def _take(self, key: str, due_at: float | None = None) -> Batch:
         window = self.windows.pop(key)
-        batch = Batch(self.partition, key, tuple(window.offsets), tuple(window.events), due_at)
+        batch = Batch(
+            self.partition, key, tuple(window.offsets), tuple(window.events), due_at, window.size
+        )
         self.in_flight[id(batch)] = batch
         return batch

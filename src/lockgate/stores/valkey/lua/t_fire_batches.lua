@@ -5,7 +5,8 @@
 -- mark's field (source SEP key), first, last, the run's hash fields (JSON flat list), its
 -- opening events (JSON)
 -- Answers a flat list, three items per batch: {run id or '', the mark after, '1' when this
--- step made the run, else '0'}. A run that cannot be inserted ends the step with its error,
+-- step made the run and its outbox holds the opening events alone, else '0' (a control held
+-- for the id and latched beside them is read back from the outbox)}. A run that cannot be inserted ends the step with its error,
 -- the batches before it fired.
 local name, count = A(1), tonumber(A(2))
 local mkey = K('tfired', name)
@@ -29,12 +30,13 @@ for i = 0, count - 1 do
     answer[#answer + 1] = string.format('%d', mark)
     answer[#answer + 1] = '0'
   else
-    local run = insert_run(name, id, cjson.decode(A(at + 4)), cjson.decode(A(at + 5)), '', '')
+    local opening = cjson.decode(A(at + 5))
+    local run = insert_run(name, id, cjson.decode(A(at + 4)), opening, '', '')
     if run.err then return run end
     redis.call('HSET', mkey, field, last_text)
     answer[#answer + 1] = id
     answer[#answer + 1] = last_text
-    answer[#answer + 1] = '1'
+    answer[#answer + 1] = tonumber(run.last_seq) == #opening and '1' or '0'
   end
 end
 return answer
