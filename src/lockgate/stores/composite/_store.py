@@ -430,12 +430,14 @@ class CompositeStore(CompositeGroups):
         """A claimed run's journal when the event log answers it from memory, with no request
         (``journal_if_held``: a Kafka log, given the claim's whole outbox and position, when
         it knows the topic holds every outbox event); None when it must be read and copied
-        as any run is. Nothing waits on I/O here, so the claim's other runs need no task."""
+        as any run is. Nothing waits on I/O here, so the claim's other runs need no task.
+
+        A run this process copied before (a bound run its topic's consumer submitted here) is
+        answered so too: the claim's outbox is as fresh as reading it again would be, and the
+        log's word that the topic holds all of it does not rest on what this process copied."""
         answer = getattr(self.events, "journal_if_held", None)
         outbox, run = claimed.events, (name, claimed.run_id)
         if not callable(answer) or self._log_away or not outbox or outbox[0].run_seq != 1:
-            return None
-        if run in self._copied:
             return None
         try:
             journal: list[RunEvent] | None = answer(
