@@ -5,54 +5,19 @@ journal, read and copied as any run is."""
 
 from __future__ import annotations
 
-import collections
-import uuid
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 
+from composite_pair import Make, composites_made, counted_requests, lifecycle_of
 from lockgate import EventKind, RunEvent
-from lockgate.stores import CompositeStore, KafkaEventLogStore, ValkeyLifecycleStore
-from valkey_server import shared_url
 
-Make = Callable[[], CompositeStore]
 NAME = "cheld_flow"
 
 
 @pytest.fixture
 def composites(kafka_bootstrap: str) -> Iterator[Make]:
-    """Composites on one Valkey namespace and one topic, as separate processes would have."""
-    namespace, prefix = f"ch{uuid.uuid4().hex[:10]}", f"ch{uuid.uuid4().hex[:10]}"
-    made: list[Any] = []
-
-    def make() -> CompositeStore:
-        lifecycle = ValkeyLifecycleStore(shared_url(), namespace=namespace, shard_count=4)
-        events = KafkaEventLogStore(kafka_bootstrap, topic_prefix=prefix, shard_count=4)
-        made.append(CompositeStore(lifecycle=lifecycle, events=events))
-        return made[-1]
-
-    yield make
-    for store in made:
-        store.close()
-
-
-def _lifecycle(store: CompositeStore) -> ValkeyLifecycleStore:
-    assert isinstance(store.lifecycle, ValkeyLifecycleStore)
-    return store.lifecycle
-
-
-def _counted(lifecycle: ValkeyLifecycleStore) -> collections.Counter[str]:
-    """Every request the lifecycle makes from here on, by what it is."""
-    asked: collections.Counter[str] = collections.Counter()
-    blocking = lifecycle._io
-
-    def counted(call: Any, what: str) -> Any:
-        asked[what] += 1
-        return blocking(call, what)
-
-    lifecycle._io = counted  # type: ignore[method-assign]
-    return asked
+    yield from composites_made(kafka_bootstrap, shard_count=4)
 
 
 def test_a_run_submitted_here_is_claimed_without_reading_its_outbox_back(
@@ -60,11 +25,11 @@ def test_a_run_submitted_here_is_claimed_without_reading_its_outbox_back(
 ) -> None:
     store = composites()
     store.submit_run(NAME, "r-1", {"n": 1})
-    asked = _counted(_lifecycle(store))
+    asked = counted_requests(lifecycle_of(store))
     [claimed] = list(store.claim_next_runs_loaded(NAME, ["lease-1"]))
     assert claimed.run_id == "r-1"
     assert "read_page" not in asked  # the claim's own outbox was enough
-    outbox = _lifecycle(store).events_after(NAME, "r-1", 0)
+    outbox = lifecycle_of(store).events_after(NAME, "r-1", 0)
     assert claimed.events == outbox
     assert [e.kind for e in outbox] == [EventKind.RUN_INIT]
     # The log holds it as the claim answered it: a process that knows nothing reads the same.
@@ -85,7 +50,7 @@ def test_a_run_written_on_elsewhere_since_is_claimed_with_its_whole_journal(
     other.release_run(NAME, "r-2", "lease-a")
     [claimed] = list(submitter.claim_next_runs_loaded(NAME, ["lease-b"]))
     assert claimed.run_id == "r-2"
-    outbox = _lifecycle(submitter).events_after(NAME, "r-2", 0)
+    outbox = lifecycle_of(submitter).events_after(NAME, "r-2", 0)
     assert [e.kind for e in outbox][:2] == [EventKind.RUN_INIT, EventKind.STEP_PENDING]
     assert claimed.events == outbox
     assert composites().load_run(NAME, "r-2") == outbox

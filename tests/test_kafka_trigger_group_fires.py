@@ -149,6 +149,13 @@ def test_a_keys_batches_of_one_pass_and_the_rest_of_a_raced_batch_fire_in_order_
     assert consumer.fires == 3 * len(keys)  # the other owner's fire is not this consumer's
 
 
+def keys_beside(key: str, count: int) -> list[str]:
+    """``count`` other keys on ``key``'s partition: their batches fire in its group call."""
+    partition = shard_for(key, PARTITIONS)
+    near = (k for k in (f"key{n}" for n in range(1_000)) if shard_for(k, PARTITIONS) == partition)
+    return [next(near) for _ in range(count)]
+
+
 class RefusingStore(MemoryStore):
     """A MemoryStore that refuses (not as an outage) every batch of key ``bad``."""
 
@@ -166,8 +173,7 @@ def test_a_group_the_store_refuses_is_fired_batch_by_batch_and_only_the_bad_one_
     consumer, journal = consumer_of(store, DEBOUNCE, kafka_bootstrap, clock)
     # Keys on bad's partition fire in its group: some before it in the group call (fired
     # there, then again one by one: the same runs), some after it.
-    partition = shard_for("bad", PARTITIONS)
-    near = [k for k in (f"key{n}" for n in range(200)) if shard_for(k, PARTITIONS) == partition]
+    partition, near = shard_for("bad", PARTITIONS), keys_beside("bad", 8)
     others = [f"other{n}" for n in range(8)]
     keys = [*near[:4], "bad", *near[4:8], *others]
     try:
@@ -204,8 +210,7 @@ def test_a_part_of_the_store_away_holds_back_only_the_keys_it_holds(
     clock = ManualClock()
     store = PartlyAwayStore(clock=clock)
     consumer, journal = consumer_of(store, DEBOUNCE, kafka_bootstrap, clock)
-    partition = shard_for("away", PARTITIONS)
-    near = [k for k in (f"key{n}" for n in range(200)) if shard_for(k, PARTITIONS) == partition]
+    partition, near = shard_for("away", PARTITIONS), keys_beside("away", 6)
     keys = [*near[:3], "away", *near[3:6]]  # all in one group call with "away"
     try:
         send(kafka_bootstrap, consumer.topic, [(key, n) for n, key in enumerate(keys)])
