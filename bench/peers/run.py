@@ -75,6 +75,21 @@ class Figures:
     notes: list[str] = field(default_factory=list)
 
 
+def restate_run(bootstrap: str) -> Run:
+    restate = _restate.Restate()
+    return lambda s: restate.bound(bootstrap, s)
+
+
+def dbos_run(bootstrap: str, stack: ExitStack) -> Run:
+    dbos = _dbos.Dbos(stack.enter_context(postgres()))
+    return lambda s: dbos.bound(bootstrap, s)
+
+
+def quix_run(bootstrap: str) -> Run:
+    quix = _quix.Quix()
+    return lambda s: quix.collect(bootstrap, s)
+
+
 def prepare(systems: list[str], parts: list[str], stack: ExitStack) -> dict[str, dict[str, Run]]:
     """The runs of each part for each system that could be made ready (a peer that could not
     is named, with why, and left out)."""
@@ -87,27 +102,21 @@ def prepare(systems: list[str], parts: list[str], stack: ExitStack) -> dict[str,
         url = stack.enter_context(valkey_url())
         runs.get("bound", {})["lockgate"] = lambda s: _lockgate.bound(url, bootstrap, s)
         runs.get("collect", {})["lockgate"] = lambda s: _lockgate.collect(url, bootstrap, s)
-    try:
-        if "restate" in wanted:
-            restate = _restate.Restate()
-            runs["bound"]["restate"] = lambda s: restate.bound(bootstrap, s)
-    except PeerUnavailable as error:
-        LEFT_OUT["restate"] = str(error)
-        print(f"Restate left out: {error}", flush=True)
-    try:
-        if "dbos" in wanted:
-            dbos = _dbos.Dbos(stack.enter_context(postgres()))
-            runs["bound"]["dbos"] = lambda s: dbos.bound(bootstrap, s)
-    except PeerUnavailable as error:
-        LEFT_OUT["dbos"] = str(error)
-        print(f"DBOS left out: {error}", flush=True)
-    try:
-        if "quix" in wanted:
-            quix = _quix.Quix()
-            runs["collect"]["quix"] = lambda s: quix.collect(bootstrap, s)
-    except PeerUnavailable as error:
-        LEFT_OUT["quix"] = str(error)
-        print(f"Quix Streams left out: {error}", flush=True)
+    # Each peer: its name in messages, its part, and how to make its run ready (which may fail
+    # with PeerUnavailable: then it is left out, with why).
+    peers: dict[str, tuple[str, str, Callable[[], Run]]] = {
+        "restate": ("Restate", "bound", lambda: restate_run(bootstrap)),
+        "dbos": ("DBOS", "bound", lambda: dbos_run(bootstrap, stack)),
+        "quix": ("Quix Streams", "collect", lambda: quix_run(bootstrap)),
+    }
+    for system, (label, part, ready) in peers.items():
+        if system not in wanted:
+            continue
+        try:
+            runs[part][system] = ready()
+        except PeerUnavailable as error:
+            LEFT_OUT[system] = str(error)
+            print(f"{label} left out: {error}", flush=True)
     for part in parts:
         runs[part] = {s: runs[part][s] for s in PARTS[part] if s in runs[part]}
     return runs
