@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from lockgate._errors import IdempotencyConflict
 from lockgate.journal._events import EventKind, RunEvent, RunStatus
@@ -47,6 +47,17 @@ def with_payload(event: RunEvent, payload: dict[str, Any]) -> RunEvent:
     return RunEvent(
         event.kind, payload, event.run_id, event.schema_version, event.run_seq, dict(event.headers)
     )
+
+
+class CreateOptions(TypedDict, total=False):
+    """The keywords of :meth:`~lockgate.stores.LifecycleStore.create_run` after the submit
+    and the run id, for what passes them on to a backend's variant of it; each means what
+    ``create_run`` says, with its default."""
+
+    headers: dict[str, str] | None
+    idempotency_key: str | None
+    idempotency_body_hash: str | None
+    idempotency_ttl: int
 
 
 @dataclass(frozen=True)

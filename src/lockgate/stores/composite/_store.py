@@ -26,7 +26,7 @@ from lockgate.journal._events import RunEvent
 from lockgate.stores._base import EventLogStore, Store
 from lockgate.stores._gates import WaitReason
 from lockgate.stores._poison import PoisonPolicy
-from lockgate.stores._records import Submit
+from lockgate.stores._records import CreateOptions, Submit
 from lockgate.stores._types import (
     ClaimedRun,
     Claims,
@@ -352,7 +352,7 @@ class CompositeStore(CompositeGroups):
         idempotency_body_hash: str | None = None,
         idempotency_ttl: int = 86_400,
     ) -> Op[str]:
-        options = {
+        options: CreateOptions = {
             "headers": headers,
             "idempotency_key": idempotency_key,
             "idempotency_body_hash": idempotency_body_hash,

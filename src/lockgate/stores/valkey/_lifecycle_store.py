@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Unpack
 
 from lockgate.journal._events import RunEvent
-from lockgate.stores._records import Submit
+from lockgate.stores._records import CreateOptions, Submit
 from lockgate.stores._types import RunControls, Written
 from lockgate.stores.valkey._keys import mark_field, member
 from lockgate.stores.valkey._loop import Commands, Op, Script, command, operation
@@ -40,14 +41,7 @@ class ValkeyLifecycleStore(ValkeyStore):
 
     @operation
     def create_run_written(
-        self,
-        submit: Submit,
-        run_id: str,
-        *,
-        headers: dict[str, str] | None = None,
-        idempotency_key: str | None = None,
-        idempotency_body_hash: str | None = None,
-        idempotency_ttl: int = 86_400,
+        self, submit: Submit, run_id: str, **options: Unpack[CreateOptions]
     ) -> Op[tuple[str, list[RunEvent] | None]]:
         """:meth:`create_run`, answering the opening events it journaled when it made the
         run and they are all the outbox holds: as they were built, not yet numbered (the
@@ -56,7 +50,12 @@ class ValkeyLifecycleStore(ValkeyStore):
         latched beside them."""
         return (
             yield from self._create_op(
-                submit, run_id, headers, idempotency_key, idempotency_body_hash, idempotency_ttl
+                submit,
+                run_id,
+                options.get("headers"),
+                options.get("idempotency_key"),
+                options.get("idempotency_body_hash"),
+                options.get("idempotency_ttl", 86_400),
             )
         )
 
