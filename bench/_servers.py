@@ -3,6 +3,7 @@ of runs a worker process serves, counted in the store."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -10,8 +11,10 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
-from lockgate import ValkeyStore
+from lockgate import Store, ValkeyStore
+from lockgate.worker import WorkerOptions, WorkflowWorker
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
@@ -41,6 +44,23 @@ def ended_runs(store: ValkeyStore) -> int:
         int(store._cmd("ZCARD", store._key("ended", shard=shard)))
         for shard in range(store.shard_count)
     )
+
+
+def serve_until_ended(
+    store: Store, watcher: ValkeyStore, count: int, options: WorkerOptions, workflows: list[Any]
+) -> None:
+    """Serve ``workflows`` with an in-process worker on ``store`` until ``watcher`` (a store of
+    its own on the same namespace) counts ``count`` ended runs, then stop it."""
+    worker = WorkflowWorker(workflows=workflows, store=store, options=options)
+
+    async def serve() -> None:
+        task = asyncio.create_task(worker.run())
+        while ended_runs(watcher) < count:  # noqa: ASYNC110 - polling another store
+            await asyncio.sleep(0.01)
+        worker.stop()
+        await task
+
+    asyncio.run(serve())
 
 
 def completion_rate(

@@ -52,7 +52,7 @@ from lockgate import (
     WorkflowClient,
     open_store,
 )
-from lockgate.worker import WorkerOptions, WorkflowWorker
+from lockgate.worker import WorkerOptions
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
@@ -61,7 +61,7 @@ sys.path.insert(0, str(HERE))
 from _bracket import bracketed  # noqa: E402
 from _broker import kafka_bootstrap  # noqa: E402
 from _one_step import one_step  # noqa: E402
-from _servers import completion_rate, ended_runs, valkey_url  # noqa: E402
+from _servers import completion_rate, serve_until_ended, valkey_url  # noqa: E402
 
 RUNS = int(os.environ.get("LOCKGATE_BENCH_RUNS", "2000"))
 REPEATS = int(os.environ.get("LOCKGATE_BENCH_REPEATS", "3"))
@@ -191,16 +191,7 @@ def costs_per_run(url: str, journal: str | None, slots: int) -> tuple[Tally, Tal
         timer_poll_interval_s=3600,
         orphan_scan_interval=3600,
     )
-    worker = WorkflowWorker(workflows=[one_step], store=served, options=options)
-
-    async def serve_until_done() -> None:
-        task = asyncio.create_task(worker.run())
-        while ended_runs(watcher) < COUNTED:  # noqa: ASYNC110 - polling another store
-            await asyncio.sleep(0.01)
-        worker.stop()
-        await task
-
-    asyncio.run(serve_until_done())
+    serve_until_ended(served, watcher, COUNTED, options, [one_step])
     submits.unwatch()
     worker_side.unwatch()
     for store in (submitter, served, watcher):

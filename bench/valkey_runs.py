@@ -32,14 +32,14 @@ from pathlib import Path
 from typing import Any
 
 from lockgate import ValkeyStore, WorkflowClient
-from lockgate.worker import WorkerOptions, WorkflowWorker
+from lockgate.worker import WorkerOptions
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 sys.path.insert(0, str(HERE))
 
 from _one_step import one_step  # noqa: E402
-from _servers import completion_rate, ended_runs, valkey_url  # noqa: E402
+from _servers import completion_rate, serve_until_ended, valkey_url  # noqa: E402
 
 RUNS = 3000
 REPEATS = 3
@@ -134,16 +134,7 @@ def round_trips_per_run(url: str, *, durable: bool, slots: int) -> float:
         orphan_scan_interval=3600,
         step_boundary_durability=durable,
     )
-    worker = WorkflowWorker(workflows=[one_step], store=store, options=options)
-
-    async def serve_until_done() -> None:
-        task = asyncio.create_task(worker.run())
-        while ended_runs(watcher) < COUNTED:  # noqa: ASYNC110 - polling another store
-            await asyncio.sleep(0.01)
-        worker.stop()
-        await task
-
-    asyncio.run(serve_until_done())
+    serve_until_ended(store, watcher, COUNTED, options, [one_step])
     store.close()
     watcher.close()
     return calls / COUNTED
